@@ -1,0 +1,44 @@
+#include "runtime/core/device.h"
+
+#include <cuda_runtime_api.h>
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+
+std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+
+const CudaAvailability& cuda_availability() {
+  static const CudaAvailability availability = [] {
+    CudaAvailability a;
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      a.reason = "no usable CUDA device (cudaGetDeviceCount returned " + detail::cuda_error_string(status) + ")";
+      (void)cudaGetLastError();  // discovery must not leave a sticky error behind
+      return a;
+    }
+    a.device_count = count;
+    if (count == 0) a.reason = "no usable CUDA device (the driver reports none)";
+    return a;
+  }();
+  return availability;
+}
+
+int cuda_device_count() { return cuda_availability().device_count; }
+
+CudaDeviceGuard::CudaDeviceGuard(const Device& device) {
+  if (!device.is_cuda()) return;
+  DDP_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device.index) {
+    DDP_CUDA_CHECK(cudaSetDevice(device.index));
+  } else {
+    previous_ = -1;
+  }
+}
+
+CudaDeviceGuard::~CudaDeviceGuard() {
+  if (previous_ >= 0) DDP_CUDA_WARN(cudaSetDevice(previous_));
+}
+
+}  // namespace ddp

@@ -1,0 +1,127 @@
+#include "runtime/core/stream.h"
+
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+
+Stream Stream::create(const Device& device, int priority) {
+  Stream s;
+  s.device_ = device;
+  if (device.is_cuda()) {
+    CudaDeviceGuard guard(device);
+    cudaStream_t handle = nullptr;
+    DDP_CUDA_CHECK(cudaStreamCreateWithPriority(&handle, cudaStreamNonBlocking, priority));
+    s.stream_ = handle;
+  }
+  return s;
+}
+
+Stream::Stream(Stream&& other) noexcept
+    : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    if (stream_ != nullptr) DDP_CUDA_WARN(cudaStreamDestroy(stream_));
+    device_ = other.device_;
+    stream_ = std::exchange(other.stream_, nullptr);
+  }
+  return *this;
+}
+
+Stream::~Stream() {
+  if (stream_ != nullptr) DDP_CUDA_WARN(cudaStreamDestroy(stream_));
+}
+
+void Stream::synchronize() const {
+  if (stream_ != nullptr) DDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CpuCompletion::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  done_ = false;
+}
+
+void CpuCompletion::signal() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+void CpuCompletion::wait() const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return done_; });
+}
+
+bool CpuCompletion::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+Event Event::create(const Device& device, bool timing) {
+  Event e;
+  e.device_ = device;
+  if (device.is_cuda()) {
+    CudaDeviceGuard guard(device);
+    cudaEvent_t handle = nullptr;
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&handle, timing ? cudaEventDefault : cudaEventDisableTiming));
+    e.event_ = handle;
+  }
+  return e;
+}
+
+Event::Event(Event&& other) noexcept : device_(other.device_), event_(std::exchange(other.event_, nullptr)) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) DDP_CUDA_WARN(cudaEventDestroy(event_));
+    device_ = other.device_;
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+Event::~Event() {
+  if (event_ != nullptr) DDP_CUDA_WARN(cudaEventDestroy(event_));
+}
+
+void Event::record(const Stream& stream) {
+  if (event_ == nullptr) return;  // CPU: the calling thread's work before this point is done
+  DDP_CHECK(stream.device() == device_, "Event on " + device_.str() + " recorded on a stream of " +
+                                            stream.device().str());
+  DDP_CUDA_CHECK(cudaEventRecord(event_, stream.handle()));
+}
+
+void Event::wait(const Stream& stream) const {
+  if (event_ == nullptr || stream.handle() == nullptr) {
+    synchronize();
+    return;
+  }
+  DDP_CUDA_CHECK(cudaStreamWaitEvent(stream.handle(), event_, 0));
+}
+
+void Event::synchronize() const {
+  if (event_ != nullptr) DDP_CUDA_CHECK(cudaEventSynchronize(event_));
+}
+
+bool Event::query() const {
+  if (event_ == nullptr) return true;
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) return false;
+  DDP_CUDA_CHECK(status);
+  return true;
+}
+
+float Event::elapsed_ms_since(const Event& start) const {
+  DDP_CHECK(event_ != nullptr && start.event_ != nullptr, "elapsed time needs two CUDA events");
+  float ms = 0.0f;
+  DDP_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
+  return ms;
+}
+
+}  // namespace ddp

@@ -1,0 +1,82 @@
+// Move-only owners of CUDA streams and events, with a CPU meaning for each.
+//
+// Every op takes a Stream, so ordering between compute and communication is expressed with events, never
+// with a host synchronisation. On the CPU a Stream is the calling thread (work is done when the call returns)
+// and an Event is a completion flag another thread can wait on; the same code path then serves both devices.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+#include "runtime/core/device.h"
+
+struct CUstream_st;
+struct CUevent_st;
+
+namespace ddp {
+
+class Stream {
+ public:
+  // A CPU "stream": synchronous.
+  Stream() = default;
+  // Creates a non-blocking CUDA stream on `device` (priority: lower is higher, as in CUDA).
+  static Stream create(const Device& device, int priority = 0);
+
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+
+  const Device& device() const { return device_; }
+  CUstream_st* handle() const { return stream_; }  // nullptr for the CPU
+  void synchronize() const;
+
+ private:
+  Device device_ = Device::cpu();
+  CUstream_st* stream_ = nullptr;
+};
+
+// CPU completion flag shared between an Event and whoever signals it.
+class CpuCompletion {
+ public:
+  void reset();
+  void signal();
+  void wait() const;
+  bool done() const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  bool done_ = true;
+};
+
+class Event {
+ public:
+  Event() = default;  // an empty event: waiting on it returns at once
+  // A CUDA event on `device`; `timing` enables elapsed_ms (costs a little on record).
+  static Event create(const Device& device, bool timing = false);
+
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  // Marks the point in `stream`'s work that later waits refer to. On the CPU the work before it is complete.
+  void record(const Stream& stream);
+  // Makes `stream` wait, device-side, until the recorded work completes. No host block for CUDA.
+  void wait(const Stream& stream) const;
+  void synchronize() const;
+  bool query() const;
+  // Milliseconds between `start` and this event; both need `timing`.
+  float elapsed_ms_since(const Event& start) const;
+  CUevent_st* handle() const { return event_; }
+
+ private:
+  Device device_ = Device::cpu();
+  CUevent_st* event_ = nullptr;
+};
+
+}  // namespace ddp

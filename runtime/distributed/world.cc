@@ -1,0 +1,199 @@
+#include "runtime/distributed/world.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "runtime/distributed/nccl_communicator.h"
+
+namespace ddp {
+
+DeviceRequest parse_device_request(const std::string& text) {
+  if (text == "auto") return DeviceRequest::kAuto;
+  if (text == "cpu") return DeviceRequest::kCpu;
+  if (text == "cuda") return DeviceRequest::kCuda;
+  throw InvalidArgument("unknown device '" + text + "': choose one of auto, cpu, cuda");
+}
+
+World::World(int* argc, char*** argv, const WorldOptions& options) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    DDP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    owns_mpi_ = true;
+    if (provided < MPI_THREAD_MULTIPLE) {
+      // The communication thread makes every MPI call, but the main thread still calls MPI for setup and
+      // agreement; MPI_THREAD_SERIALIZED is the least that supports that with our own locking.
+      if (provided < MPI_THREAD_SERIALIZED) {
+        throw Error("MPI provides thread level " + std::to_string(provided) +
+                    "; the runtime needs at least MPI_THREAD_SERIALIZED");
+      }
+    }
+  }
+  DDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  // Errors come back as status codes (and so as exceptions) instead of aborting inside MPI.
+  DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  DDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  DDP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+
+  MPI_Comm node = MPI_COMM_NULL;
+  DDP_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  DDP_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+  DDP_MPI_CHECK(MPI_Comm_size(node, &local_size_));
+  MPI_Comm_free(&node);
+
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int length = 0;
+  DDP_MPI_CHECK(MPI_Get_processor_name(name, &length));
+  node_name_.assign(name, length);
+
+  bind_device(options);
+}
+
+void World::bind_device(const WorldOptions& options) {
+  const CudaAvailability& cuda = cuda_availability();
+  const int gpus = cuda.device_count;
+
+  // Every rank must run on the same kind of device: CUDA only if all ranks have a GPU.
+  int local_has_gpu = gpus > 0 ? 1 : 0;
+  int all_have_gpu = 0;
+  DDP_MPI_CHECK(MPI_Allreduce(&local_has_gpu, &all_have_gpu, 1, MPI_INT, MPI_MIN, comm_));
+
+  std::string error;
+  bool use_cuda = false;
+  switch (options.device) {
+    case DeviceRequest::kCpu:
+      break;
+    case DeviceRequest::kAuto:
+      use_cuda = all_have_gpu == 1;
+      if (!use_cuda && rank_ == 0) {
+        std::fprintf(stderr, "ddp: running on the CPU: %s\n",
+                     gpus == 0 ? cuda.reason.c_str() : "not every rank has a GPU");
+      }
+      break;
+    case DeviceRequest::kCuda:
+      use_cuda = true;
+      if (gpus == 0) {
+        error = "CUDA was asked for, but node " + node_name_ + " has " + cuda.reason +
+                ". Use --device cpu (or auto) on this machine.";
+      }
+      break;
+  }
+  if (use_cuda && error.empty() && options.nccl && local_size_ > gpus) {
+    error = std::to_string(local_size_) + " ranks share node " + node_name_ + ", which has " +
+            std::to_string(gpus) + " GPU(s); NCCL needs one GPU per rank. Start at most " +
+            std::to_string(gpus) + " ranks per node, or use the MPI backend (--backend mpi) to share GPUs.";
+  }
+  if (use_cuda && error.empty()) {
+    const int ordinal = local_rank_ % gpus;
+    const cudaError_t status = cudaSetDevice(ordinal);
+    if (status != cudaSuccess) {
+      error = "cudaSetDevice(" + std::to_string(ordinal) + ") failed: " + detail::cuda_error_string(status);
+    } else {
+      device_ = Device::cuda(ordinal);
+    }
+  }
+  agree(error, "device binding failed");
+
+  if (device_.is_cuda() && options.nccl) {
+    std::string nccl_error;
+    try {
+      nccl_ = NcclCommunicator::create(comm_, device_, options.nccl_init_timeout_s);
+    } catch (const std::exception& e) {
+      nccl_error = e.what();
+    }
+    agree(nccl_error, "NCCL communicator creation failed");
+  }
+}
+
+World::~World() {
+  nccl_.reset();
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_mpi_ && !finalized) MPI_Finalize();
+}
+
+void World::agree(const std::string& local_error, const std::string& what) const {
+  int failed = local_error.empty() ? 0 : 1;
+  int any_failed = 0;
+  DDP_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm_));
+  if (!any_failed) return;
+
+  // Gather every rank's message so the report names each failing rank, not only ours.
+  const int length = static_cast<int>(local_error.size());
+  std::vector<int> lengths(size_);
+  DDP_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_));
+  std::vector<int> offsets(size_, 0);
+  for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string all(offsets[size_ - 1] + lengths[size_ - 1], '\0');
+  DDP_MPI_CHECK(MPI_Allgatherv(local_error.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(),
+                               MPI_CHAR, comm_));
+  // Ranks that failed the same way share one line: "ranks 0,1,2,3: ...".
+  std::vector<std::pair<std::string, std::string>> groups;  // (ranks, message)
+  for (int r = 0; r < size_; ++r) {
+    if (lengths[r] == 0) continue;
+    const std::string text = all.substr(offsets[r], lengths[r]);
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.second == text; });
+    if (same == groups.end()) {
+      groups.emplace_back(std::to_string(r), text);
+    } else {
+      same->first += "," + std::to_string(r);
+    }
+  }
+  std::string message = what + ":";
+  for (const auto& [ranks, text] : groups) {
+    message += std::string("\n  rank") + (ranks.find(',') == std::string::npos ? " " : "s ") + ranks + ": " + text;
+  }
+  throw CollectiveError(message, rank_);
+}
+
+void World::abort(const std::string& message, int exit_code) const {
+  std::fprintf(stderr, "rank %d: fatal: %s\n", rank_, message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+int run_main(const std::function<int()>& body) {
+  auto world_rank = [] {
+    int initialized = 0;
+    int finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    int rank = 0;
+    if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+  };
+  try {
+    return body();
+  } catch (const CollectiveError& e) {
+    // Every rank is here with the same message: rank 0 reports it and all end cleanly.
+    if (e.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    int initialized = 0;
+    int finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Finalize();
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: error: %s\n", world_rank(), e.what());
+    std::fflush(stderr);
+    int initialized = 0;
+    int finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    int size = 1;
+    if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    // The other ranks may be inside a collective waiting for us: end them too.
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}
+
+}  // namespace ddp

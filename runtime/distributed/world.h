@@ -1,0 +1,90 @@
+// The process's place in the job: MPI world, node-local rank, the GPU it is bound to, and the NCCL communicator.
+//
+// One World per process. It initialises MPI with thread support (the MPI backend drives MPI from its own
+// communication thread), binds rank r to GPU `local_rank % gpus`, and creates the NCCL communicator from a
+// unique ID made on rank 0 and broadcast over MPI. Every step that can fail on one rank is agreed on by all
+// ranks, so a missing GPU on rank 3 ends ranks 0-2 with the same message instead of leaving them in a
+// collective. Started without mpirun, Open MPI's singleton mode gives a world of one.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/core/check.h"
+#include "runtime/core/device.h"
+
+namespace ddp {
+
+class NcclCommunicator;
+
+enum class DeviceRequest { kAuto, kCpu, kCuda };
+
+// Parses "auto" | "cpu" | "cuda"; throws InvalidArgument naming the choices otherwise.
+DeviceRequest parse_device_request(const std::string& text);
+
+struct WorldOptions {
+  DeviceRequest device = DeviceRequest::kAuto;
+  // Create an NCCL communicator when the world runs on CUDA. Without it (the MPI backend) several ranks may
+  // share a GPU.
+  bool nccl = true;
+  // Deadline for NCCL communicator creation.
+  double nccl_init_timeout_s = 120.0;
+};
+
+// An error every rank raised together (the ranks agreed on it): it is reported once, by rank 0.
+class CollectiveError : public Error {
+ public:
+  CollectiveError(const std::string& message, int rank) : Error(message), rank_(rank) {}
+  int rank() const { return rank_; }  // the rank that raised this copy
+
+ private:
+  int rank_;
+};
+
+class World {
+ public:
+  // Initialises MPI if nobody has yet (and finalises it in the destructor), or joins an MPI the caller set up.
+  World(int* argc, char*** argv, const WorldOptions& options = {});
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  const std::string& node_name() const { return node_name_; }
+  const Device& device() const { return device_; }
+  MPI_Comm comm() const { return comm_; }
+  // The world's NCCL communicator; nullptr on the CPU or when options.nccl is false.
+  NcclCommunicator* nccl() const { return nccl_.get(); }
+
+  // Collective: every rank passes its own error (empty when fine). If any rank failed, every rank throws a
+  // CollectiveError whose message names each failing rank and its error, prefixed by `what`.
+  void agree(const std::string& local_error, const std::string& what) const;
+
+  // Ends the whole job from this rank: prints "rank R: message" and calls MPI_Abort.
+  [[noreturn]] void abort(const std::string& message, int exit_code = 1) const;
+
+ private:
+  void bind_device(const WorldOptions& options);
+
+  bool owns_mpi_ = false;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  std::string node_name_;
+  Device device_ = Device::cpu();
+  std::unique_ptr<NcclCommunicator> nccl_;
+};
+
+// Runs `body`; an exception that escapes it is printed with the rank and ends the job on every rank
+// (MPI_Abort), unless all ranks raised it together, in which case rank 0 prints it and all exit with 1.
+int run_main(const std::function<int()>& body);
+
+}  // namespace ddp
