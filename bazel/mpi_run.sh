@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs a test binary as N MPI ranks on this machine: `mpi_run.sh N BINARY [ARGS...]`.
+# Used by the mpi_test macro so multi-rank tests are ordinary `bazel test` targets. More ranks than cores are
+# allowed (CI has 2 cores and runs 4 ranks), and so is root (CI runs as root).
+set -euo pipefail
+ranks="$1"
+binary="$2"
+shift 2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI puts its session directory (with Unix sockets) under TMPDIR; Bazel's test TMPDIR can exceed the
+# 108-byte socket path limit.
+export TMPDIR=/tmp
+# Each rank writing the same gtest XML file would corrupt it; Bazel writes its own report from the exit code.
+unset XML_OUTPUT_FILE GTEST_OUTPUT
+exec mpirun -np "$ranks" --oversubscribe --bind-to none --tag-output \
+  --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
+  "$binary" "$@"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs, on a GPU machine without Bazel, what tools/gpu_bundle.sh put in .gpu/: every GPU test binary, then
+# every job of tools/gpu_jobs.txt (multi-rank runs, examples, benchmarks). Prints each result and a summary;
+# logs go to $OUT (or .gpu/logs) when set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export NCCL_NVLS_ENABLE=0   # NVLink multicast stays off on shared hosts
+logs="${OUT:-.gpu/logs}"
+mkdir -p "$logs"
+nvidia-smi -L || true
+passed=0
+failed=0
+failures=()
+
+record() {  # name status
+  if [ "$2" -eq 0 ]; then
+    passed=$((passed + 1)); echo "PASS $1"
+  else
+    failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1 (exit $2): last lines of $logs/$1.log:"; tail -20 "$logs/$1.log"
+  fi
+}
+
+for t in $(cat .gpu/tests.txt); do
+  [ -x ".gpu/bin/$t" ] || continue
+  timeout 600 ".gpu/bin/$t" </dev/null >"$logs/$t.log" 2>&1
+  s=$?
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/$t.log" | sed "s/^/  $t: /"
+  record "$t" "$s"
+done
+
+# Jobs: "name<TAB>command" lines; the command runs in bash with B=.gpu/bin.
+export B="$PWD/.gpu/bin"
+while IFS=$'\t' read -r name command; do
+  [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue
+  if [ -n "${GPU_JOBS:-}" ] && ! grep -qE "$GPU_JOBS" <<<"$name"; then continue; fi
+  timeout 600 bash -c "$command" </dev/null >"$logs/$name.log" 2>&1
+  s=$?
+  tail -5 "$logs/$name.log" | sed "s/^/  $name: /"
+  record "$name" "$s"
+done <tools/gpu_jobs.txt
+
+echo "gpu: $passed passed, $failed failed ${failures[*]:-}"
+[ "$failed" -eq 0 ]

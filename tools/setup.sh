@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build, the examples and the tests need. Idempotent: packages already
+# present are skipped and apt is not touched. Uses sudo when not root.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap bazel-rules-java bazel-platforms bazel-skylib   # Bazel 4.2.3 and the repositories it needs
+  g++ clang libclang-rt-14-dev                                    # compilers; clang + runtime for fuzzers
+  openmpi-bin libopenmpi-dev                                      # MPI bootstrap and the CPU backend
+  libopenblas-dev zlib1g-dev                                      # CPU GEMM; gzip for the dataset and CRC32
+  nlohmann-json3-dev libcli11-dev libfmt-dev                      # JSON, flags, formatting
+  libgtest-dev libgmock-dev                                       # tests
+  dataset-fashion-mnist                                           # the training example's data
+  python3-torch python3-numpy                                     # PyTorch 1.13 for CPU comparisons and checks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: the CUDA 13 toolkit is expected under /usr/local/cuda (nvcc, cuBLAS, NCCL); it is not a Debian" \
+       "package: install NVIDIA's CUDA toolkit and NCCL there first." >&2
+  exit 1
+fi
+echo "setup: all packages present"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets up the machine and runs every test it can run: all of them on a GPU machine, and everything but the
+# `gpu`/`multigpu`-tagged tests where there is no GPU (detected here, not configured by hand).
+# Extra arguments go to `bazel test` (for example a target pattern or --config=asan).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh
+
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+fi
+filter=()
+if [ "$gpus" -eq 0 ]; then
+  echo "test: no GPU on this machine: gpu and multigpu tests are filtered out (run them with tools/gpu_bundle.sh)"
+  filter=(--test_tag_filters=-gpu,-multigpu)
+elif [ "$gpus" -lt 2 ]; then
+  echo "test: one GPU: multigpu tests are filtered out"
+  filter=(--test_tag_filters=-multigpu)
+fi
+
+targets=("$@")
+[ "${#targets[@]}" -eq 0 ] && targets=(//...)
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+bazel test "${filter[@]}" --test_output=errors --test_summary=short "${targets[@]}" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+
+# One closing line for CI: counts from Bazel's per-target summary.
+passed=$(grep -cE '^//.* (PASSED|\(cached\) PASSED)' "$log" || true)
+failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|INCOMPLETE|FAILED TO BUILD)' "$log" || true)
+echo "$passed passed, $failed failed"
+exit "$status"
