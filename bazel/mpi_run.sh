@@ -7,11 +7,14 @@ ranks="$1"
 binary="$2"
 shift 2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Open MPI puts its session directory (with Unix sockets) under TMPDIR; Bazel's test TMPDIR can exceed the
-# 108-byte socket path limit.
-export TMPDIR=/tmp
+# Open MPI puts its session directory (Unix sockets, shared-memory segments) under TMPDIR, named after
+# mpirun's pid. Bazel's test TMPDIR can exceed the 108-byte socket path limit, and tests run side by side in
+# PID namespaces where every mpirun may have the same pid: each run gets its own short directory.
+session=$(mktemp -d /tmp/ddp-mpi.XXXXXX)
+trap 'rm -rf "$session"' EXIT
+export TMPDIR="$session"
 # Each rank writing the same gtest XML file would corrupt it; Bazel writes its own report from the exit code.
 unset XML_OUTPUT_FILE GTEST_OUTPUT
-exec mpirun -np "$ranks" --oversubscribe --bind-to none --tag-output \
+mpirun -np "$ranks" --oversubscribe --bind-to none --tag-output \
   --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
   "$binary" "$@"

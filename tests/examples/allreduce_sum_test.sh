@@ -3,7 +3,11 @@
 # on a machine without a GPU end every rank with one clear message and a non-zero exit.
 set -uo pipefail
 binary="$1"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TMPDIR=/tmp
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# A session directory of its own (see bazel/mpi_run.sh).
+TMPDIR=$(mktemp -d /tmp/ddp-mpi.XXXXXX)
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 run() { mpirun -np "$1" --oversubscribe --bind-to none --mca btl self,vader "${@:2}"; }
 fail() { echo "FAIL: $*"; exit 1; }
 

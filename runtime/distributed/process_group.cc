@@ -1,0 +1,66 @@
+#include "runtime/distributed/process_group.h"
+
+#include <cstdlib>
+
+#include "runtime/core/check.h"
+#include "runtime/distributed/process_group_mpi.h"
+#include "runtime/distributed/process_group_nccl.h"
+#include "runtime/distributed/world.h"
+
+namespace ddp {
+
+std::size_t scalar_size(ScalarType type) {
+  switch (type) {
+    case ScalarType::kFloat32:
+    case ScalarType::kInt32:
+      return 4;
+    case ScalarType::kBFloat16:
+      return 2;
+    case ScalarType::kInt64:
+      return 8;
+  }
+  return 0;
+}
+
+std::string scalar_name(ScalarType type) {
+  switch (type) {
+    case ScalarType::kFloat32:
+      return "float32";
+    case ScalarType::kBFloat16:
+      return "bfloat16";
+    case ScalarType::kInt32:
+      return "int32";
+    case ScalarType::kInt64:
+      return "int64";
+  }
+  return "unknown";
+}
+
+Backend parse_backend(const std::string& text) {
+  if (text == "nccl") return Backend::kNccl;
+  if (text == "mpi") return Backend::kMpi;
+  throw InvalidArgument("unknown backend '" + text + "': choose nccl (CUDA tensors, one GPU per rank) or mpi");
+}
+
+std::string backend_name(Backend backend) { return backend == Backend::kNccl ? "nccl" : "mpi"; }
+
+Backend default_backend(const Device& device) {
+  if (const char* env = std::getenv("DDP_BACKEND")) {
+    if (*env != '\0') return parse_backend(env);
+  }
+  return device.is_cuda() ? Backend::kNccl : Backend::kMpi;
+}
+
+std::unique_ptr<ProcessGroup> make_process_group(World& world, const Device& device, Backend backend) {
+  if (backend == Backend::kNccl) {
+    DDP_CHECK(device.is_cuda(), "the NCCL backend communicates CUDA buffers; this rank runs on " + device.str() +
+                                    ": use the MPI backend (--backend mpi)");
+    DDP_CHECK(world.nccl() != nullptr,
+              "the NCCL backend needs the world's NCCL communicator, but the world was created without one "
+              "(WorldOptions.nccl = false, or DDP_BACKEND=mpi)");
+    return std::make_unique<ProcessGroupNccl>(*world.nccl());
+  }
+  return std::make_unique<ProcessGroupMpi>(world.comm(), device);
+}
+
+}  // namespace ddp

@@ -1,0 +1,92 @@
+// Collectives over the world's ranks, each returning a Work handle, with one interface and two backends:
+// NCCL for CUDA buffers (on its own communication stream) and MPI for CPU buffers (on one communication
+// thread that makes every MPI call; CUDA buffers go through pinned host staging, or straight to MPI where it
+// is CUDA-aware). The MPI backend is how several ranks share one GPU.
+//
+// Ordering: a collective on a CUDA buffer starts only after the work already queued on the caller's `stream`
+// (device-side wait, no host block), and Work::wait(stream) makes `stream` wait for the collective the same
+// way. On the CPU, `stream` is the calling thread: the collective reads the buffer once it is queued, so the
+// caller must not touch the buffer until wait() returns.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "ops/kernels.h"
+#include "runtime/core/device.h"
+#include "runtime/core/stream.h"
+
+namespace ddp {
+
+class World;
+
+using kernels::ScalarType;
+
+enum class ReduceOp { kSum, kAverage, kMax };
+
+std::size_t scalar_size(ScalarType type);
+std::string scalar_name(ScalarType type);
+
+// A contiguous buffer to communicate: `count` elements of `dtype` on `device`.
+struct CommBuffer {
+  void* data = nullptr;
+  std::int64_t count = 0;
+  ScalarType dtype = ScalarType::kFloat32;
+  Device device = Device::cpu();
+
+  std::size_t bytes() const { return static_cast<std::size_t>(count) * scalar_size(dtype); }
+};
+
+// What a collective returns: completion, waiting, and its error.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // True once the collective finished (successfully or not). Never blocks.
+  virtual bool is_completed() = 0;
+  // Orders `stream` after the collective: device-side for CUDA streams, blocking for the CPU. Throws the
+  // collective's error, if it had one.
+  virtual void wait(const Stream& stream) = 0;
+  // Blocks the calling thread until the collective finished; throws its error.
+  virtual void synchronize() = 0;
+  // The error the collective ended with, if any (null while running or after success).
+  virtual std::exception_ptr exception() = 0;
+  // Milliseconds the collective itself took (from its start on the communication stream or thread to its
+  // end); available once completed, negative when unknown.
+  virtual double duration_ms() = 0;
+};
+
+enum class Backend { kNccl, kMpi };
+
+// "nccl" | "mpi"; anything else is an InvalidArgument naming the choices.
+Backend parse_backend(const std::string& text);
+std::string backend_name(Backend backend);
+// The backend for `device`: NCCL for CUDA and MPI for the CPU, unless DDP_BACKEND says otherwise.
+Backend default_backend(const Device& device);
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Backend backend() const = 0;
+
+  // In place over every rank's `buffer`. kAverage divides the sum by size().
+  virtual std::shared_ptr<Work> all_reduce(const CommBuffer& buffer, ReduceOp op, const Stream& stream) = 0;
+  // In place: every rank receives `root`'s buffer.
+  virtual std::shared_ptr<Work> broadcast(const CommBuffer& buffer, int root, const Stream& stream) = 0;
+  // `output` holds size() * input.count elements, rank r's input at offset r * input.count.
+  virtual std::shared_ptr<Work> all_gather(const CommBuffer& input, const CommBuffer& output,
+                                           const Stream& stream) = 0;
+  // `input` holds size() * output.count elements; rank r receives the reduction of every rank's slice r.
+  virtual std::shared_ptr<Work> reduce_scatter(const CommBuffer& input, const CommBuffer& output, ReduceOp op,
+                                               const Stream& stream) = 0;
+  virtual std::shared_ptr<Work> barrier() = 0;
+};
+
+// The process group of `world` for buffers on `device` with `backend`. Throws InvalidArgument for NCCL on a
+// CPU device, or NCCL when the world was created without a communicator.
+std::unique_ptr<ProcessGroup> make_process_group(World& world, const Device& device, Backend backend);
+
+}  // namespace ddp

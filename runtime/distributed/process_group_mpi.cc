@@ -1,0 +1,352 @@
+#include "runtime/distributed/process_group_mpi.h"
+
+#include <cuda_runtime.h>
+#include <mpi-ext.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// bfloat16 is the top half of a float32: widening is a shift, narrowing rounds to nearest even.
+float bf16_to_float(std::uint16_t v) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+std::uint16_t float_to_bf16(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+// MPI has no bfloat16: a 2-byte type with user-defined sum and max, accumulating each pair in float.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    if (bf16_to_float(a[i]) > bf16_to_float(b[i])) b[i] = a[i];
+  }
+}
+
+struct MpiTypes {
+  MPI_Datatype bf16 = MPI_DATATYPE_NULL;
+  MPI_Op bf16_sum_op = MPI_OP_NULL;
+  MPI_Op bf16_max_op = MPI_OP_NULL;
+};
+
+const MpiTypes& mpi_types() {
+  static const MpiTypes types = [] {
+    MpiTypes t;
+    DDP_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &t.bf16));
+    DDP_MPI_CHECK(MPI_Type_commit(&t.bf16));
+    DDP_MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &t.bf16_sum_op));
+    DDP_MPI_CHECK(MPI_Op_create(&bf16_max, 1, &t.bf16_max_op));
+    return t;
+  }();
+  return types;
+}
+
+MPI_Datatype mpi_type(ScalarType type) {
+  switch (type) {
+    case ScalarType::kFloat32:
+      return MPI_FLOAT;
+    case ScalarType::kBFloat16:
+      return mpi_types().bf16;
+    case ScalarType::kInt32:
+      return MPI_INT32_T;
+    case ScalarType::kInt64:
+      return MPI_INT64_T;
+  }
+  return MPI_FLOAT;
+}
+
+MPI_Op mpi_op(ReduceOp op, ScalarType type) {
+  if (type == ScalarType::kBFloat16) return op == ReduceOp::kMax ? mpi_types().bf16_max_op : mpi_types().bf16_sum_op;
+  return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
+}
+
+// kAverage is a sum followed by this division, on the host copy of the buffer.
+void divide(void* data, std::int64_t count, ScalarType type, int size) {
+  switch (type) {
+    case ScalarType::kFloat32: {
+      auto* p = static_cast<float*>(data);
+      const float inv = 1.0f / static_cast<float>(size);
+      for (std::int64_t i = 0; i < count; ++i) p[i] *= inv;
+      break;
+    }
+    case ScalarType::kBFloat16: {
+      auto* p = static_cast<std::uint16_t*>(data);
+      for (std::int64_t i = 0; i < count; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / size);
+      break;
+    }
+    case ScalarType::kInt32: {
+      auto* p = static_cast<std::int32_t*>(data);
+      for (std::int64_t i = 0; i < count; ++i) p[i] /= size;
+      break;
+    }
+    case ScalarType::kInt64: {
+      auto* p = static_cast<std::int64_t*>(data);
+      for (std::int64_t i = 0; i < count; ++i) p[i] /= size;
+      break;
+    }
+  }
+}
+
+bool query_cuda_aware() {
+// The compile-time macro describes the MPI we built against; the run-time query describes the one we run on.
+#if defined(MPIX_CUDA_AWARE_SUPPORT)
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
+int checked_count(std::int64_t count, const char* what) {
+  DDP_CHECK(count >= 0 && count <= INT32_MAX,
+            std::string(what) + ": the MPI backend takes at most 2^31-1 elements per collective, got " +
+                std::to_string(count));
+  return static_cast<int>(count);
+}
+
+}  // namespace
+
+// Pinned host memory and a copy stream, for CUDA buffers when MPI is not CUDA-aware. Grows, never shrinks.
+struct ProcessGroupMpi::Staging {
+  Device device = Device::cpu();
+  Stream copy_stream;
+  void* host = nullptr;
+  std::size_t capacity = 0;
+
+  ~Staging() {
+    if (host != nullptr) DDP_CUDA_WARN(cudaFreeHost(host));
+  }
+
+  void* reserve(std::size_t bytes) {
+    if (bytes > capacity) {
+      if (host != nullptr) DDP_CUDA_CHECK(cudaFreeHost(host));
+      host = nullptr;
+      DDP_CUDA_CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
+      capacity = bytes;
+    }
+    return host;
+  }
+
+  // Copies between device and host on the copy stream and waits: the communication thread owns this.
+  void copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+    CudaDeviceGuard guard(device);
+    DDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream.handle()));
+    copy_stream.synchronize();
+  }
+};
+
+class ProcessGroupMpi::MpiWork : public Work {
+ public:
+  MpiWork() { done_.reset(); }
+
+  bool is_completed() override { return done_.done(); }
+  void wait(const Stream&) override { synchronize(); }
+  void synchronize() override {
+    done_.wait();
+    if (error_) std::rethrow_exception(error_);
+  }
+  std::exception_ptr exception() override { return done_.done() ? error_ : nullptr; }
+  double duration_ms() override { return done_.done() ? duration_ms_ : -1.0; }
+
+  void finish(std::exception_ptr error, double duration_ms) {
+    error_ = error;
+    duration_ms_ = duration_ms;
+    done_.signal();
+  }
+
+ private:
+  CpuCompletion done_;
+  std::exception_ptr error_;
+  double duration_ms_ = -1.0;
+};
+
+ProcessGroupMpi::ProcessGroupMpi(MPI_Comm comm, const Device& device)
+    : device_(device), staging_(std::make_unique<Staging>()) {
+  int provided = 0;
+  DDP_MPI_CHECK(MPI_Query_thread(&provided));
+  DDP_CHECK(provided == MPI_THREAD_MULTIPLE,
+            "the MPI backend runs collectives on its own thread and needs MPI_THREAD_MULTIPLE; this MPI provides "
+            "level " + std::to_string(provided));
+  DDP_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  DDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  DDP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  mpi_types();
+  if (device_.is_cuda()) {
+    cuda_aware_ = query_cuda_aware();
+    staging_->device = device_;
+    staging_->copy_stream = Stream::create(device_);
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+ProcessGroupMpi::~ProcessGroupMpi() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  staging_.reset();
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void ProcessGroupMpi::loop() {
+  // Collectives already queued still run at shutdown: the other ranks are waiting for them.
+  while (true) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+std::shared_ptr<Work> ProcessGroupMpi::enqueue(const char* what, const Stream& stream,
+                                               std::function<void(Staging&)> body) {
+  auto work = std::make_shared<MpiWork>();
+  // A CUDA producer's work must be complete before the thread reads the buffer.
+  std::shared_ptr<Event> ready;
+  if (stream.handle() != nullptr) {
+    ready = std::make_shared<Event>(Event::create(stream.device()));
+    ready->record(stream);
+  }
+  Task task = [this, work, ready, what, body = std::move(body)] {
+    const auto start = Clock::now();
+    std::exception_ptr error;
+    try {
+      if (ready) ready->synchronize();
+      body(*staging_);
+    } catch (const std::exception& e) {
+      error = std::make_exception_ptr(Error(std::string("rank ") + std::to_string(rank_) + ": MPI backend " +
+                                            what + " failed: " + e.what()));
+    }
+    work->finish(error, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DDP_CHECK(!stopping_, "the MPI process group is shutting down");
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  return work;
+}
+
+namespace {
+
+// Where MPI reads and writes `buffer`: the buffer itself (CPU, or CUDA-aware MPI) or the staging area.
+struct HostView {
+  void* data;
+  bool staged;
+};
+
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp op, const Stream& stream) {
+  const int count = checked_count(b.count, "all_reduce");
+  const bool stage = b.device.is_cuda() && !cuda_aware_;
+  const int size = size_;
+  return enqueue("all_reduce", stream, [=](Staging& staging) {
+    void* data = b.data;
+    if (stage) {
+      data = staging.reserve(b.bytes());
+      staging.copy(data, b.data, b.bytes(), cudaMemcpyDeviceToHost);
+    }
+    DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type(b.dtype), mpi_op(op, b.dtype), comm_));
+    if (op == ReduceOp::kAverage) {
+      DDP_CHECK(!b.device.is_cuda() || stage, "averaging on CUDA-aware MPI needs a device kernel");
+      divide(data, b.count, b.dtype, size);
+    }
+    if (stage) staging.copy(b.data, data, b.bytes(), cudaMemcpyHostToDevice);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupMpi::broadcast(const CommBuffer& b, int root, const Stream& stream) {
+  const int count = checked_count(b.count, "broadcast");
+  DDP_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " is not a rank");
+  const bool stage = b.device.is_cuda() && !cuda_aware_;
+  return enqueue("broadcast", stream, [=](Staging& staging) {
+    void* data = b.data;
+    if (stage) {
+      data = staging.reserve(b.bytes());
+      if (rank_ == root) staging.copy(data, b.data, b.bytes(), cudaMemcpyDeviceToHost);
+    }
+    DDP_MPI_CHECK(MPI_Bcast(data, count, mpi_type(b.dtype), root, comm_));
+    if (stage && rank_ != root) staging.copy(b.data, data, b.bytes(), cudaMemcpyHostToDevice);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupMpi::all_gather(const CommBuffer& in, const CommBuffer& out,
+                                                  const Stream& stream) {
+  const int count = checked_count(in.count, "all_gather");
+  DDP_CHECK(out.count == in.count * size_ && out.dtype == in.dtype,
+            "all_gather: output must hold size() * input.count elements of the input's type");
+  const bool stage = in.device.is_cuda() && !cuda_aware_;
+  return enqueue("all_gather", stream, [=](Staging& staging) {
+    const void* send = in.data;
+    void* recv = out.data;
+    if (stage) {
+      auto* host = static_cast<char*>(staging.reserve(in.bytes() + out.bytes()));
+      staging.copy(host, in.data, in.bytes(), cudaMemcpyDeviceToHost);
+      send = host;
+      recv = host + in.bytes();
+    }
+    DDP_MPI_CHECK(MPI_Allgather(send, count, mpi_type(in.dtype), recv, count, mpi_type(in.dtype), comm_));
+    if (stage) staging.copy(out.data, recv, out.bytes(), cudaMemcpyHostToDevice);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, const CommBuffer& out, ReduceOp op,
+                                                      const Stream& stream) {
+  const int count = checked_count(out.count, "reduce_scatter");
+  DDP_CHECK(in.count == out.count * size_ && out.dtype == in.dtype,
+            "reduce_scatter: input must hold size() * output.count elements of the output's type");
+  const bool stage = in.device.is_cuda() && !cuda_aware_;
+  const int size = size_;
+  return enqueue("reduce_scatter", stream, [=](Staging& staging) {
+    const void* send = in.data;
+    void* recv = out.data;
+    if (stage) {
+      auto* host = static_cast<char*>(staging.reserve(in.bytes() + out.bytes()));
+      staging.copy(host, in.data, in.bytes(), cudaMemcpyDeviceToHost);
+      send = host;
+      recv = host + in.bytes();
+    }
+    DDP_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, count, mpi_type(in.dtype), mpi_op(op, in.dtype), comm_));
+    if (op == ReduceOp::kAverage) divide(recv, out.count, out.dtype, size);
+    if (stage) staging.copy(out.data, recv, out.bytes(), cudaMemcpyHostToDevice);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupMpi::barrier() {
+  auto work = enqueue("barrier", Stream(), [this](Staging&) { DDP_MPI_CHECK(MPI_Barrier(comm_)); });
+  work->synchronize();
+  return work;
+}
+
+}  // namespace ddp

@@ -1,0 +1,169 @@
+#include "runtime/distributed/process_group_nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <thread>
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+namespace {
+
+ncclDataType_t nccl_type(ScalarType type) {
+  switch (type) {
+    case ScalarType::kFloat32:
+      return ncclFloat32;
+    case ScalarType::kBFloat16:
+      return ncclBfloat16;
+    case ScalarType::kInt32:
+      return ncclInt32;
+    case ScalarType::kInt64:
+      return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAverage:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+}  // namespace
+
+class ProcessGroupNccl::NcclWork : public Work {
+ public:
+  NcclWork(NcclCommunicator& comm, Event start, Event done, const char* what)
+      : comm_(comm), start_(std::move(start)), done_(std::move(done)), what_(what) {}
+
+  bool is_completed() override { return done_.query(); }
+
+  void wait(const Stream& stream) override {
+    if (stream.handle() == nullptr) {
+      synchronize();
+      return;
+    }
+    done_.wait(stream);
+  }
+
+  void synchronize() override {
+    // Polls instead of cudaEventSynchronize so that an NCCL asynchronous error surfaces instead of a hang.
+    while (!done_.query()) {
+      ncclResult_t state = ncclSuccess;
+      if (comm_.handle() == nullptr) throw NcclError("NCCL", ncclInvalidUsage, what_, "communicator aborted", __FILE__, __LINE__);
+      DDP_NCCL_CHECK(ncclCommGetAsyncError(comm_.handle(), &state));
+      if (state != ncclSuccess && state != ncclInProgress) {
+        detail::throw_nccl(state, what_, __FILE__, __LINE__);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  std::exception_ptr exception() override { return nullptr; }
+
+  double duration_ms() override { return done_.query() ? done_.elapsed_ms_since(start_) : -1.0; }
+
+ private:
+  NcclCommunicator& comm_;
+  Event start_;
+  Event done_;
+  const char* what_;
+};
+
+ProcessGroupNccl::ProcessGroupNccl(NcclCommunicator& communicator) : comm_(communicator) {
+  CudaDeviceGuard guard(comm_.device());
+  int least = 0;
+  int greatest = 0;
+  DDP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  // Communication gets the highest priority so a bucket's all-reduce is not starved by backward kernels.
+  comm_stream_ = Stream::create(comm_.device(), greatest);
+  DDP_CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
+}
+
+ProcessGroupNccl::~ProcessGroupNccl() {
+  if (barrier_buffer_ != nullptr) DDP_CUDA_WARN(cudaFree(barrier_buffer_));
+}
+
+void ProcessGroupNccl::check_buffer(const CommBuffer& buffer, const char* what) const {
+  DDP_CHECK(buffer.device == comm_.device(), std::string(what) + ": the NCCL backend on " + comm_.device().str() +
+                                                 " got a buffer on " + buffer.device.str());
+  DDP_CHECK(buffer.count >= 0, std::string(what) + ": negative element count");
+}
+
+template <typename Launch>
+std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const char* what, Launch&& launch) {
+  DDP_CHECK(comm_.handle() != nullptr, std::string(what) + ": the NCCL communicator was aborted");
+  CudaDeviceGuard guard(comm_.device());
+  if (stream.handle() != nullptr) {
+    Event ready = Event::create(comm_.device());
+    ready.record(stream);
+    ready.wait(comm_stream_);
+  }
+  Event start = Event::create(comm_.device(), /*timing=*/true);
+  Event done = Event::create(comm_.device(), /*timing=*/true);
+  start.record(comm_stream_);
+  launch();
+  done.record(comm_stream_);
+  return std::make_shared<NcclWork>(comm_, std::move(start), std::move(done), what);
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::all_reduce(const CommBuffer& b, ReduceOp op, const Stream& stream) {
+  check_buffer(b, "all_reduce");
+  return run(stream, "ncclAllReduce", [&] {
+    DDP_NCCL_CALL(&comm_, ncclAllReduce(b.data, b.data, b.count, nccl_type(b.dtype), nccl_op(op), comm_.handle(),
+                                        comm_stream_.handle()));
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::broadcast(const CommBuffer& b, int root, const Stream& stream) {
+  check_buffer(b, "broadcast");
+  DDP_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) + " is not a rank");
+  return run(stream, "ncclBroadcast", [&] {
+    DDP_NCCL_CALL(&comm_, ncclBroadcast(b.data, b.data, b.count, nccl_type(b.dtype), root, comm_.handle(),
+                                        comm_stream_.handle()));
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::all_gather(const CommBuffer& in, const CommBuffer& out,
+                                                   const Stream& stream) {
+  check_buffer(in, "all_gather");
+  check_buffer(out, "all_gather");
+  DDP_CHECK(out.count == in.count * size() && out.dtype == in.dtype,
+            "all_gather: output must hold size() * input.count elements of the input's type");
+  return run(stream, "ncclAllGather", [&] {
+    DDP_NCCL_CALL(&comm_, ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm_.handle(),
+                                        comm_stream_.handle()));
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, const CommBuffer& out, ReduceOp op,
+                                                       const Stream& stream) {
+  check_buffer(in, "reduce_scatter");
+  check_buffer(out, "reduce_scatter");
+  DDP_CHECK(in.count == out.count * size() && out.dtype == in.dtype,
+            "reduce_scatter: input must hold size() * output.count elements of the output's type");
+  return run(stream, "ncclReduceScatter", [&] {
+    DDP_NCCL_CALL(&comm_, ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.dtype), nccl_op(op),
+                                            comm_.handle(), comm_stream_.handle()));
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::barrier() {
+  // NCCL has no barrier: a one-element all-reduce that every rank must join is one.
+  auto work = run(comm_stream_, "barrier (ncclAllReduce)", [&] {
+    DDP_NCCL_CALL(&comm_, ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum,
+                                        comm_.handle(), comm_stream_.handle()));
+  });
+  work->synchronize();
+  return work;
+}
+
+}  // namespace ddp

@@ -1,0 +1,43 @@
+// The NCCL backend: every collective runs on one high-priority communication stream, ordered after the
+// caller's stream with an event, so compute and communication overlap and the host never blocks.
+#pragma once
+
+#include <memory>
+
+#include "runtime/core/stream.h"
+#include "runtime/distributed/nccl_communicator.h"
+#include "runtime/distributed/process_group.h"
+
+namespace ddp {
+
+class ProcessGroupNccl : public ProcessGroup {
+ public:
+  explicit ProcessGroupNccl(NcclCommunicator& communicator);
+  ~ProcessGroupNccl() override;
+
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  Backend backend() const override { return Backend::kNccl; }
+  const Stream& comm_stream() const { return comm_stream_; }
+
+  std::shared_ptr<Work> all_reduce(const CommBuffer& buffer, ReduceOp op, const Stream& stream) override;
+  std::shared_ptr<Work> broadcast(const CommBuffer& buffer, int root, const Stream& stream) override;
+  std::shared_ptr<Work> all_gather(const CommBuffer& input, const CommBuffer& output,
+                                   const Stream& stream) override;
+  std::shared_ptr<Work> reduce_scatter(const CommBuffer& input, const CommBuffer& output, ReduceOp op,
+                                       const Stream& stream) override;
+  std::shared_ptr<Work> barrier() override;
+
+ private:
+  class NcclWork;
+  // Orders the communication stream after `stream`, runs `launch` there between timing events.
+  template <typename Launch>
+  std::shared_ptr<Work> run(const Stream& stream, const char* what, Launch&& launch);
+  void check_buffer(const CommBuffer& buffer, const char* what) const;
+
+  NcclCommunicator& comm_;
+  Stream comm_stream_;
+  float* barrier_buffer_ = nullptr;
+};
+
+}  // namespace ddp

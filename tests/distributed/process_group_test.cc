@@ -1,0 +1,215 @@
+// Every collective of the ProcessGroup, on the world's device and its default backend (DDP_BACKEND overrides:
+// the GPU bundle runs this binary with NCCL at one rank and with MPI for 4 ranks sharing one GPU), against
+// values computed here. Collectives on CUDA buffers must wait for work queued on the caller's stream: the
+// ordering test queues a long chain before the buffer's final write, so a missing wait gives a wrong sum.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "runtime/core/check.h"
+#include "runtime/distributed/process_group.h"
+#include "tests/distributed/test_world.h"
+
+namespace ddp {
+namespace {
+
+using ddp::testing::test_world;
+
+// A buffer on the world's device with host upload/download.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const Device& device, std::size_t n) : device_(device), n_(n) {
+    if (device.is_cuda()) {
+      DDP_CUDA_CHECK(cudaMalloc(&data_, n * sizeof(T)));
+    } else {
+      host_.resize(n);
+      data_ = host_.data();
+    }
+  }
+  ~DeviceBuffer() {
+    if (device_.is_cuda()) cudaFree(data_);
+  }
+  void upload(const std::vector<T>& v, const Stream& s) {
+    if (device_.is_cuda()) {
+      DDP_CUDA_CHECK(cudaMemcpyAsync(data_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, s.handle()));
+    } else {
+      host_ = v;
+      data_ = host_.data();
+    }
+  }
+  std::vector<T> download(const Stream& s) {
+    std::vector<T> v(n_);
+    if (device_.is_cuda()) {
+      DDP_CUDA_CHECK(cudaMemcpyAsync(v.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost, s.handle()));
+      s.synchronize();
+    } else {
+      v = host_;
+    }
+    return v;
+  }
+  CommBuffer comm(ScalarType t) const { return CommBuffer{data_, static_cast<std::int64_t>(n_), t, device_}; }
+
+ private:
+  Device device_;
+  std::size_t n_;
+  std::vector<T> host_;
+  T* data_ = nullptr;
+};
+
+class ProcessGroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    World& w = test_world();
+    device_ = w.device();
+    stream_ = Stream::create(device_);
+    pg_ = make_process_group(w, device_, default_backend(device_));
+    rank_ = pg_->rank();
+    size_ = pg_->size();
+  }
+  Device device_;
+  Stream stream_;
+  std::unique_ptr<ProcessGroup> pg_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+TEST_F(ProcessGroupTest, DescribesTheWorld) {
+  EXPECT_EQ(pg_->rank(), test_world().rank());
+  EXPECT_EQ(pg_->size(), test_world().size());
+  EXPECT_EQ(pg_->backend(), default_backend(device_));
+}
+
+TEST_F(ProcessGroupTest, AllReduceSumAverageMaxFloat32) {
+  const std::size_t n = 100003;  // odd, not a multiple of any vector width
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 97) + 0.25f * rank_;
+    DeviceBuffer<float> buf(device_, n);
+    buf.upload(v, stream_);
+    auto work = pg_->all_reduce(buf.comm(ScalarType::kFloat32), op, stream_);
+    work->wait(stream_);
+    const std::vector<float> got = buf.download(stream_);
+    EXPECT_TRUE(work->is_completed());
+    EXPECT_EQ(work->exception(), nullptr);
+    const float rank_sum = 0.25f * size_ * (size_ - 1) / 2.0f;
+    for (std::size_t i = 0; i < n; i += 1009) {
+      const float base = static_cast<float>(i % 97);
+      const float expected = op == ReduceOp::kSum       ? size_ * base + rank_sum
+                             : op == ReduceOp::kAverage ? base + rank_sum / size_
+                                                        : base + 0.25f * (size_ - 1);
+      ASSERT_NEAR(got[i], expected, 1e-5f * (1.0f + std::abs(expected))) << "op " << static_cast<int>(op) << " i " << i;
+    }
+  }
+}
+
+TEST_F(ProcessGroupTest, AllReduceBFloat16AndInt64) {
+  // Small integers are exact in bfloat16.
+  const std::size_t n = 4099;
+  std::vector<std::uint16_t> v(n, static_cast<std::uint16_t>(0x3f80));  // 1.0 in bfloat16
+  DeviceBuffer<std::uint16_t> b(device_, n);
+  b.upload(v, stream_);
+  pg_->all_reduce(b.comm(ScalarType::kBFloat16), ReduceOp::kSum, stream_)->wait(stream_);
+  const std::vector<std::uint16_t> got = b.download(stream_);
+  float f;
+  const std::uint32_t bits = static_cast<std::uint32_t>(got[n - 1]) << 16;
+  std::memcpy(&f, &bits, 4);
+  EXPECT_EQ(f, static_cast<float>(size_));
+
+  std::vector<std::int64_t> w(17, (std::int64_t{1} << 40) + rank_);
+  DeviceBuffer<std::int64_t> c(device_, w.size());
+  c.upload(w, stream_);
+  pg_->all_reduce(c.comm(ScalarType::kInt64), ReduceOp::kSum, stream_)->wait(stream_);
+  EXPECT_EQ(c.download(stream_)[16], size_ * (std::int64_t{1} << 40) + size_ * (size_ - 1) / 2);
+}
+
+TEST_F(ProcessGroupTest, BroadcastFromLastRank) {
+  const int root = size_ - 1;
+  std::vector<float> v(1000, static_cast<float>(rank_ + 1));
+  DeviceBuffer<float> b(device_, v.size());
+  b.upload(v, stream_);
+  pg_->broadcast(b.comm(ScalarType::kFloat32), root, stream_)->wait(stream_);
+  for (float x : b.download(stream_)) ASSERT_EQ(x, static_cast<float>(root + 1));
+}
+
+TEST_F(ProcessGroupTest, AllGatherPlacesRankRAtOffsetR) {
+  const std::size_t n = 333;
+  std::vector<std::int32_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = rank_ * 1000 + static_cast<int>(i);
+  DeviceBuffer<std::int32_t> in(device_, n);
+  DeviceBuffer<std::int32_t> out(device_, n * size_);
+  in.upload(v, stream_);
+  pg_->all_gather(in.comm(ScalarType::kInt32), out.comm(ScalarType::kInt32), stream_)->wait(stream_);
+  const auto got = out.download(stream_);
+  for (int r = 0; r < size_; ++r) {
+    for (std::size_t i = 0; i < n; i += 37) ASSERT_EQ(got[r * n + i], r * 1000 + static_cast<int>(i));
+  }
+}
+
+TEST_F(ProcessGroupTest, ReduceScatterGivesRankItsReducedSlice) {
+  const std::size_t n = 257;
+  std::vector<float> v(n * size_);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) + rank_;
+  DeviceBuffer<float> in(device_, v.size());
+  DeviceBuffer<float> out(device_, n);
+  in.upload(v, stream_);
+  pg_->reduce_scatter(in.comm(ScalarType::kFloat32), out.comm(ScalarType::kFloat32), ReduceOp::kSum, stream_)
+      ->wait(stream_);
+  const auto got = out.download(stream_);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float expected = size_ * static_cast<float>(rank_ * n + i) + size_ * (size_ - 1) / 2.0f;
+    ASSERT_EQ(got[i], expected) << i;
+  }
+}
+
+TEST_F(ProcessGroupTest, ManyCollectivesCompleteInIssueOrder) {
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> bufs;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int k = 0; k < 16; ++k) {
+    bufs.push_back(std::make_unique<DeviceBuffer<float>>(device_, 1 << 12));
+    bufs.back()->upload(std::vector<float>(1 << 12, static_cast<float>(k)), stream_);
+    works.push_back(pg_->all_reduce(bufs.back()->comm(ScalarType::kFloat32), ReduceOp::kSum, stream_));
+  }
+  for (auto& w : works) w->synchronize();
+  for (int k = 0; k < 16; ++k) {
+    EXPECT_TRUE(works[k]->is_completed());
+    EXPECT_GE(works[k]->duration_ms(), 0.0);
+    EXPECT_EQ(bufs[k]->download(stream_)[7], static_cast<float>(k * size_));
+  }
+  EXPECT_NO_THROW(pg_->barrier());
+}
+
+TEST_F(ProcessGroupTest, CollectiveWaitsForWorkQueuedOnTheCallersStream) {
+  if (!device_.is_cuda()) GTEST_SKIP() << "ordering against a device stream needs a GPU";
+  const std::size_t big = 256 << 20;
+  char* busy = nullptr;
+  DDP_CUDA_CHECK(cudaMalloc(&busy, big));
+  DeviceBuffer<float> b(device_, 1 << 20);
+  b.upload(std::vector<float>(1 << 20, 0.0f), stream_);
+  // ~10 ms of memsets, then the real value: a collective that does not wait would reduce zeros.
+  for (int i = 0; i < 40; ++i) DDP_CUDA_CHECK(cudaMemsetAsync(busy, i, big, stream_.handle()));
+  b.upload(std::vector<float>(1 << 20, 1.0f), stream_);
+  pg_->all_reduce(b.comm(ScalarType::kFloat32), ReduceOp::kSum, stream_)->wait(stream_);
+  const auto got = b.download(stream_);
+  EXPECT_EQ(got[0], static_cast<float>(size_));
+  EXPECT_EQ(got.back(), static_cast<float>(size_));
+  DDP_CUDA_CHECK(cudaFree(busy));
+}
+
+TEST_F(ProcessGroupTest, BadArgumentsAreRefusedClearly) {
+  DeviceBuffer<float> in(device_, 10);
+  DeviceBuffer<float> wrong(device_, 10 * size_ + 1);
+  EXPECT_THROW(pg_->all_gather(in.comm(ScalarType::kFloat32), wrong.comm(ScalarType::kFloat32), stream_),
+               InvalidArgument);
+  EXPECT_THROW(pg_->reduce_scatter(wrong.comm(ScalarType::kFloat32), in.comm(ScalarType::kFloat32), ReduceOp::kSum,
+                                   stream_),
+               InvalidArgument);
+  EXPECT_THROW(pg_->broadcast(in.comm(ScalarType::kFloat32), size_, stream_), InvalidArgument);
+  EXPECT_THROW(parse_backend("gloo"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace ddp
