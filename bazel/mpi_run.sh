@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs a test binary as N MPI ranks on this machine: `mpi_run.sh N BINARY [ARGS...]`.
+# Runs a test binary as N MPI ranks on this machine: `mpi_run.sh N BINARY [ARGS...]`; N = "singleton" starts
+# the binary without mpirun (Open MPI's singleton mode, a world of one).
 # Used by the mpi_test macro so multi-rank tests are ordinary `bazel test` targets. More ranks than cores are
 # allowed (CI has 2 cores and runs 4 ranks), and so is root (CI runs as root).
 set -euo pipefail
@@ -15,6 +16,11 @@ trap 'rm -rf "$session"' EXIT
 export TMPDIR="$session"
 # Each rank writing the same gtest XML file would corrupt it; Bazel writes its own report from the exit code.
 unset XML_OUTPUT_FILE GTEST_OUTPUT
+export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_backing_directory="$session"
+if [ "$ranks" = singleton ]; then
+  "$binary" "$@"
+  exit
+fi
 mpirun -np "$ranks" --oversubscribe --bind-to none --tag-output \
-  --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
+  --mca btl_vader_single_copy_mechanism none \
   "$binary" "$@"

@@ -8,7 +8,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TMPDIR=$(mktemp -d /tmp/ddp-mpi.XXXXXX)
 export TMPDIR
 trap 'rm -rf "$TMPDIR"' EXIT
-run() { mpirun -np "$1" --oversubscribe --bind-to none --mca btl self,vader "${@:2}"; }
+run() {
+  mpirun -np "$1" --oversubscribe --bind-to none --mca btl self,vader --mca btl_vader_backing_directory "$TMPDIR" "${@:2}"
+}
 fail() { echo "FAIL: $*"; exit 1; }
 
 out=$(run 4 "$binary" 2>&1) || fail "4 ranks exited non-zero: $out"
