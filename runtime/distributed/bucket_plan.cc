@@ -1,0 +1,62 @@
+#include "runtime/distributed/bucket_plan.h"
+
+#include "runtime/core/check.h"
+#include "runtime/distributed/process_group.h"
+
+namespace ddp {
+
+std::int64_t ParameterSpec::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ParameterSpec::describe() const {
+  std::string s = name + " " + scalar_name(dtype) + " [";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::vector<std::size_t> BucketPlan::layout_order() const {
+  std::vector<std::size_t> order;
+  for (const GradientBucket& b : buckets) order.insert(order.end(), b.parameters.begin(), b.parameters.end());
+  return order;
+}
+
+BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const BucketOptions& options) {
+  DDP_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0,
+            "bucket caps must be positive (got " + std::to_string(options.bucket_cap_mb) + " MB and " +
+                std::to_string(options.first_bucket_cap_mb) + " MB)");
+  const double mb = 1024.0 * 1024.0;
+  BucketPlan plan;
+  plan.offsets.assign(parameters.size(), 0);
+  plan.bucket_of.assign(parameters.size(), 0);
+  GradientBucket current;
+  double current_bytes = 0;
+  auto cap = [&] { return (plan.buckets.empty() ? options.first_bucket_cap_mb : options.bucket_cap_mb) * mb; };
+  auto close = [&] {
+    if (current.parameters.empty()) return;
+    plan.buckets.push_back(current);
+    current = GradientBucket{};
+    current.offset = plan.total;
+    current_bytes = 0;
+  };
+  for (std::size_t k = parameters.size(); k-- > 0;) {
+    const ParameterSpec& p = parameters[k];
+    // One flat float32 gradient buffer: bfloat16 models keep FP32 master weights, and so FP32 gradients.
+    DDP_CHECK(p.dtype == kernels::ScalarType::kFloat32,
+              "parameter " + p.describe() + ": DDP reduces float32 gradients (keep FP32 master weights)");
+    const double bytes = static_cast<double>(p.numel()) * scalar_size(p.dtype);
+    if (!current.parameters.empty() && current_bytes + bytes > cap()) close();
+    plan.offsets[k] = plan.total;
+    plan.bucket_of[k] = plan.buckets.size();
+    current.parameters.push_back(k);
+    current.count += p.numel();
+    current_bytes += bytes;
+    plan.total += p.numel();
+  }
+  close();
+  return plan;
+}
+
+}  // namespace ddp

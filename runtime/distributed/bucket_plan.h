@@ -1,0 +1,50 @@
+// Which gradients travel together: PyTorch DDP's bucketing. Parameters are taken in reverse registration order
+// (the order backward produces their gradients), the first bucket capped small (1 MB) so communication starts
+// early, the rest at the cap (25 MB). The plan also lays the flat gradient buffer out in bucket order, so each
+// bucket is one contiguous slice of it — a view, never a copy. Every rank computes the same plan from the same
+// parameter list; DistributedDataParallel verifies the lists match before the first step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops/kernels.h"
+
+namespace ddp {
+
+struct ParameterSpec {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  kernels::ScalarType dtype = kernels::ScalarType::kFloat32;
+
+  std::int64_t numel() const;
+  std::string describe() const;  // "2.weight float32 [10, 1024]"
+};
+
+struct GradientBucket {
+  std::vector<std::size_t> parameters;  // indices into the registration-order list, in bucket order
+  std::int64_t offset = 0;              // first element in the flat gradient buffer
+  std::int64_t count = 0;               // elements
+};
+
+struct BucketPlan {
+  std::vector<GradientBucket> buckets;
+  std::vector<std::int64_t> offsets;  // per parameter (registration index): its element offset in the flat buffer
+  std::vector<std::size_t> bucket_of;  // per parameter: its bucket
+  std::int64_t total = 0;              // elements in the flat buffer
+
+  // The parameters in flat-buffer order (bucket by bucket).
+  std::vector<std::size_t> layout_order() const;
+};
+
+struct BucketOptions {
+  double bucket_cap_mb = 25.0;
+  double first_bucket_cap_mb = 1.0;
+};
+
+// Deterministic: depends only on the specs and options. A parameter larger than the cap gets a bucket of its own.
+BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const BucketOptions& options = {});
+
+}  // namespace ddp

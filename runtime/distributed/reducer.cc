@@ -1,0 +1,130 @@
+#include "runtime/distributed/reducer.h"
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+
+Reducer::Reducer(ProcessGroup& group, BucketPlan plan, CommBuffer gradients, const Stream& compute,
+                 ReducerOptions options)
+    : group_(group), plan_(std::move(plan)), gradients_(gradients), compute_(compute), options_(options) {
+  DDP_CHECK(gradients_.dtype == ScalarType::kFloat32, "the flat gradient buffer must be float32");
+  DDP_CHECK(gradients_.count == plan_.total, "the flat gradient buffer has " + std::to_string(gradients_.count) +
+                                                 " elements, the bucket plan lays out " +
+                                                 std::to_string(plan_.total));
+  pending_.assign(plan_.buckets.size(), 0);
+  ready_.assign(plan_.offsets.size(), false);
+  if (compute_.device().is_cuda()) {
+    backward_end_ = Event::create(compute_.device(), /*timing=*/true);
+    comm_done_ = Event::create(compute_.device(), /*timing=*/true);
+  }
+}
+
+Reducer::~Reducer() {
+  // Collectives in flight read and write the gradient buffer: let them finish before it can go away.
+  for (auto& w : works_) {
+    if (!w) continue;
+    try {
+      w->synchronize();
+    } catch (...) {
+    }
+  }
+}
+
+double Reducer::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - backward_start_).count();
+}
+
+void Reducer::prepare_for_backward() {
+  DDP_CHECK(!in_backward_, "prepare_for_backward called twice without finalize");
+  for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
+    pending_[b] = static_cast<int>(plan_.buckets[b].parameters.size());
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_bucket_ = 0;
+  works_.assign(plan_.buckets.size(), nullptr);
+  stats_ = ReducerStats{};
+  stats_pending_ = false;
+  stats_.buckets = static_cast<int>(plan_.buckets.size());
+  backward_start_ = std::chrono::steady_clock::now();
+  in_backward_ = true;
+}
+
+CommBuffer Reducer::bucket_view(std::size_t bucket) const {
+  const GradientBucket& b = plan_.buckets[bucket];
+  CommBuffer view = gradients_;
+  view.data = static_cast<float*>(gradients_.data) + b.offset;
+  view.count = b.count;
+  return view;
+}
+
+void Reducer::mark_ready(std::size_t index) {
+  DDP_CHECK(in_backward_, "a gradient became ready outside backward (call prepare_for_backward first)");
+  DDP_CHECK(index < ready_.size(), "gradient hook for parameter " + std::to_string(index) + " of " +
+                                       std::to_string(ready_.size()));
+  DDP_CHECK(!ready_[index], "the gradient of parameter " + std::to_string(index) +
+                                " was marked ready twice in one backward");
+  ready_[index] = true;
+  --pending_[plan_.bucket_of[index]];
+  if (sync_) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  // Strictly in order: a later bucket that is complete waits for the earlier ones, so every rank issues the
+  // same collectives in the same order whatever order its gradients became ready in.
+  while (next_bucket_ < plan_.buckets.size() && pending_[next_bucket_] == 0) launch(next_bucket_++);
+}
+
+void Reducer::launch(std::size_t bucket) {
+  stats_.issue_us.push_back(now_us());
+  const CommBuffer view = bucket_view(bucket);
+  if (options_.hook != nullptr) {
+    works_[bucket] = options_.hook->start(group_, bucket, view, compute_);
+  } else {
+    works_[bucket] = group_.all_reduce(view, options_.average ? ReduceOp::kAverage : ReduceOp::kSum, compute_);
+  }
+}
+
+void Reducer::finalize() {
+  DDP_CHECK(in_backward_, "finalize without prepare_for_backward");
+  in_backward_ = false;
+  for (std::size_t k = 0; k < ready_.size(); ++k) {
+    DDP_CHECK(ready_[k], "parameter " + std::to_string(k) +
+                             " got no gradient in this backward: every parameter must take part in the loss "
+                             "(unused parameters are not supported)");
+  }
+  stats_.backward_end_us = now_us();
+  stats_.backward_ms = stats_.backward_end_us / 1000.0;
+  if (!sync_) return;
+  launch_ready_buckets();
+
+  if (compute_.device().is_cuda()) backward_end_.record(compute_);
+  const auto wait_start = std::chrono::steady_clock::now();
+  for (std::size_t b = 0; b < works_.size(); ++b) {
+    works_[b]->wait(compute_);
+    if (options_.hook != nullptr) options_.hook->finish(b, bucket_view(b), compute_);
+  }
+  if (compute_.device().is_cuda()) {
+    // Exposed time is measured on the device, when asked for: how long the compute stream sat waiting.
+    comm_done_.record(compute_);
+  } else {
+    stats_.exposed_comm_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wait_start).count();
+  }
+  stats_pending_ = true;
+}
+
+const ReducerStats& Reducer::last_stats() {
+  if (!stats_pending_) return stats_;
+  stats_pending_ = false;
+  if (compute_.device().is_cuda()) {
+    comm_done_.synchronize();
+    stats_.exposed_comm_ms = comm_done_.elapsed_ms_since(backward_end_);
+  }
+  stats_.allreduce_ms = 0;
+  for (auto& w : works_) {
+    if (w) stats_.allreduce_ms += std::max(0.0, w->duration_ms());
+  }
+  return stats_;
+}
+
+}  // namespace ddp

@@ -1,0 +1,101 @@
+// The gradient reducer: launches each bucket's all-reduce the moment its last gradient is final, while
+// backward is still running, strictly in bucket order on every rank (so all ranks issue the same sequence of
+// collectives), and makes the compute stream wait for them before the optimizer — device-side on GPUs.
+//
+// Data model (after PyTorch's c10d reducer): one flat float32 gradient buffer laid out by a BucketPlan; a
+// bucket is a slice of it; a pending count per bucket; a cursor to the next bucket to launch.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "runtime/core/stream.h"
+#include "runtime/distributed/bucket_plan.h"
+#include "runtime/distributed/process_group.h"
+
+namespace ddp {
+
+// How a bucket is communicated, as PyTorch's DDP communication hooks: `start` issues the collective for the
+// bucket (a slice of the flat gradient buffer) after the work queued on `compute`; `finish` runs once the
+// compute stream waits for it and may post-process the bucket (e.g. decompress). The default all-reduces in
+// float32 and averages.
+class CommHook {
+ public:
+  virtual ~CommHook() = default;
+  virtual std::shared_ptr<Work> start(ProcessGroup& group, std::size_t bucket, const CommBuffer& gradients,
+                                      const Stream& compute) = 0;
+  virtual void finish(std::size_t bucket, const CommBuffer& gradients, const Stream& compute) = 0;
+};
+
+struct ReducerOptions {
+  // Average (PyTorch DDP's behaviour) or sum the gradients; used by the default hook.
+  bool average = true;
+  // Replaces the default all-reduce (for example bfloat16 compression); the reducer does not own it.
+  CommHook* hook = nullptr;
+};
+
+// Per-step timing, in milliseconds. `exposed_comm_ms` is the time the compute stream (or thread) waited for
+// communication after backward ended: zero when all of it was hidden under backward.
+struct ReducerStats {
+  double backward_ms = 0;
+  double allreduce_ms = 0;  // sum over buckets of each all-reduce's own duration
+  double exposed_comm_ms = 0;
+  int buckets = 0;
+  // Host times (microseconds since backward began) at which each bucket's all-reduce was issued, and when
+  // backward ended: the overlap test reads these.
+  std::vector<double> issue_us;
+  double backward_end_us = 0;
+};
+
+class Reducer {
+ public:
+  // `gradients` is the flat buffer laid out by `plan` (plan.total float32 elements on the process group's
+  // device); `compute` is the stream backward runs on.
+  Reducer(ProcessGroup& group, BucketPlan plan, CommBuffer gradients, const Stream& compute,
+          ReducerOptions options = {});
+  ~Reducer();
+
+  const BucketPlan& plan() const { return plan_; }
+
+  // Starts a step: every bucket pending again. Call before backward.
+  void prepare_for_backward();
+  // The autograd hook: parameter `index` (registration order) has its final gradient for this backward.
+  void mark_ready(std::size_t index);
+  // After backward: launches what is left, then orders the compute stream after every bucket's all-reduce.
+  // Throws if some parameter never got a gradient (a parameter unused in forward), naming it.
+  void finalize();
+  // Skips communication for the next backward(s): gradients accumulate locally (DDP's no_sync).
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+
+  // Timing of the last step. On a GPU the first call after a step waits for that step's communication to
+  // finish (the step itself never blocks the host): read it when logging, not every step.
+  const ReducerStats& last_stats();
+
+ private:
+  void launch_ready_buckets();
+  void launch(std::size_t bucket);
+  CommBuffer bucket_view(std::size_t bucket) const;
+  double now_us() const;
+
+  ProcessGroup& group_;
+  BucketPlan plan_;
+  CommBuffer gradients_;
+  const Stream& compute_;
+  ReducerOptions options_;
+  bool sync_ = true;
+  bool in_backward_ = false;
+
+  std::vector<int> pending_;           // per bucket: gradients not yet final
+  std::vector<bool> ready_;            // per parameter, this backward
+  std::size_t next_bucket_ = 0;        // buckets launch strictly in order
+  std::vector<std::shared_ptr<Work>> works_;
+  Event backward_end_;
+  Event comm_done_;
+  std::chrono::steady_clock::time_point backward_start_;
+  ReducerStats stats_;
+  bool stats_pending_ = false;  // device-side timings not read yet
+};
+
+}  // namespace ddp
