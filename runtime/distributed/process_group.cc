@@ -36,6 +36,14 @@ std::string scalar_name(ScalarType type) {
   return "unknown";
 }
 
+std::string ProcessGroup::describe(const char* collective, const CommBuffer& buffer) const {
+  std::string s = "rank " + std::to_string(rank()) + "'s " + collective;
+  if (buffer.count > 0) s += " of " + std::to_string(buffer.count) + " " + scalar_name(buffer.dtype) + " elements";
+  s += " (" + backend_name(backend()) + ")";
+  if (!context_.empty()) s += " for " + context_;
+  return s;
+}
+
 Backend parse_backend(const std::string& text) {
   if (text == "nccl") return Backend::kNccl;
   if (text == "mpi") return Backend::kMpi;

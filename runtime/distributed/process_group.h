@@ -83,6 +83,16 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> reduce_scatter(const CommBuffer& input, const CommBuffer& output, ReduceOp op,
                                                const Stream& stream) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
+
+  // What the next collectives are for ("bucket 2 of step 40"): the watchdog's message names it.
+  void set_context(std::string context) { context_ = std::move(context); }
+  const std::string& context() const { return context_; }
+
+ protected:
+  std::string describe(const char* collective, const CommBuffer& buffer) const;
+
+ private:
+  std::string context_;
 };
 
 // The process group of `world` for buffers on `device` with `backend`. Throws InvalidArgument for NCCL on a

@@ -181,7 +181,7 @@ class ProcessGroupMpi::MpiWork : public Work {
   double duration_ms_ = -1.0;
 };
 
-ProcessGroupMpi::ProcessGroupMpi(MPI_Comm comm, const Device& device)
+ProcessGroupMpi::ProcessGroupMpi(MPI_Comm comm, const Device& device, double timeout_s)
     : device_(device), staging_(std::make_unique<Staging>()) {
   int provided = 0;
   DDP_MPI_CHECK(MPI_Query_thread(&provided));
@@ -199,9 +199,11 @@ ProcessGroupMpi::ProcessGroupMpi(MPI_Comm comm, const Device& device)
     staging_->copy_stream = Stream::create(device_);
   }
   thread_ = std::thread([this] { loop(); });
+  watchdog_ = std::make_unique<Watchdog>(rank_, timeout_s, nullptr, nullptr);
 }
 
 ProcessGroupMpi::~ProcessGroupMpi() {
+  watchdog_.reset();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -227,7 +229,7 @@ void ProcessGroupMpi::loop() {
   }
 }
 
-std::shared_ptr<Work> ProcessGroupMpi::enqueue(const char* what, const Stream& stream,
+std::shared_ptr<Work> ProcessGroupMpi::enqueue(std::string what, const Stream& stream,
                                                std::function<void(Staging&)> body) {
   auto work = std::make_shared<MpiWork>();
   // A CUDA producer's work must be complete before the thread reads the buffer.
@@ -243,8 +245,7 @@ std::shared_ptr<Work> ProcessGroupMpi::enqueue(const char* what, const Stream& s
       if (ready) ready->synchronize();
       body(*staging_);
     } catch (const std::exception& e) {
-      error = std::make_exception_ptr(Error(std::string("rank ") + std::to_string(rank_) + ": MPI backend " +
-                                            what + " failed: " + e.what()));
+      error = std::make_exception_ptr(Error(what + " failed: " + e.what()));
     }
     work->finish(error, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   };
@@ -254,6 +255,7 @@ std::shared_ptr<Work> ProcessGroupMpi::enqueue(const char* what, const Stream& s
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
+  watchdog_->watch(work, std::move(what));
   return work;
 }
 
@@ -271,7 +273,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp 
   const int count = checked_count(b.count, "all_reduce");
   const bool stage = b.device.is_cuda() && !cuda_aware_;
   const int size = size_;
-  return enqueue("all_reduce", stream, [=](Staging& staging) {
+  return enqueue(describe("MPI_Allreduce", b), stream, [=](Staging& staging) {
     void* data = b.data;
     if (stage) {
       data = staging.reserve(b.bytes());
@@ -290,7 +292,7 @@ std::shared_ptr<Work> ProcessGroupMpi::broadcast(const CommBuffer& b, int root, 
   const int count = checked_count(b.count, "broadcast");
   DDP_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " is not a rank");
   const bool stage = b.device.is_cuda() && !cuda_aware_;
-  return enqueue("broadcast", stream, [=](Staging& staging) {
+  return enqueue(describe("MPI_Bcast", b), stream, [=](Staging& staging) {
     void* data = b.data;
     if (stage) {
       data = staging.reserve(b.bytes());
@@ -307,7 +309,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_gather(const CommBuffer& in, const Co
   DDP_CHECK(out.count == in.count * size_ && out.dtype == in.dtype,
             "all_gather: output must hold size() * input.count elements of the input's type");
   const bool stage = in.device.is_cuda() && !cuda_aware_;
-  return enqueue("all_gather", stream, [=](Staging& staging) {
+  return enqueue(describe("MPI_Allgather", in), stream, [=](Staging& staging) {
     const void* send = in.data;
     void* recv = out.data;
     if (stage) {
@@ -328,7 +330,7 @@ std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, cons
             "reduce_scatter: input must hold size() * output.count elements of the output's type");
   const bool stage = in.device.is_cuda() && !cuda_aware_;
   const int size = size_;
-  return enqueue("reduce_scatter", stream, [=](Staging& staging) {
+  return enqueue(describe("MPI_Reduce_scatter_block", out), stream, [=](Staging& staging) {
     const void* send = in.data;
     void* recv = out.data;
     if (stage) {
@@ -344,7 +346,7 @@ std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, cons
 }
 
 std::shared_ptr<Work> ProcessGroupMpi::barrier() {
-  auto work = enqueue("barrier", Stream(), [this](Staging&) { DDP_MPI_CHECK(MPI_Barrier(comm_)); });
+  auto work = enqueue(describe("MPI_Barrier", CommBuffer{}), Stream(), [this](Staging&) { DDP_MPI_CHECK(MPI_Barrier(comm_)); });
   work->synchronize();
   return work;
 }

@@ -14,13 +14,14 @@
 #include <thread>
 
 #include "runtime/distributed/process_group.h"
+#include "runtime/distributed/watchdog.h"
 
 namespace ddp {
 
 class ProcessGroupMpi : public ProcessGroup {
  public:
   // Duplicates `comm` for its own traffic. `device` is where the buffers it will be given live.
-  ProcessGroupMpi(MPI_Comm comm, const Device& device);
+  ProcessGroupMpi(MPI_Comm comm, const Device& device, double timeout_s = default_collective_timeout_s());
   ~ProcessGroupMpi() override;
 
   int rank() const override { return rank_; }
@@ -41,7 +42,7 @@ class ProcessGroupMpi : public ProcessGroup {
   struct Staging;
   using Task = std::function<void()>;
 
-  std::shared_ptr<Work> enqueue(const char* what, const Stream& stream, std::function<void(Staging&)> body);
+  std::shared_ptr<Work> enqueue(std::string what, const Stream& stream, std::function<void(Staging&)> body);
   void loop();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -56,6 +57,7 @@ class ProcessGroupMpi : public ProcessGroup {
   std::deque<Task> queue_;
   bool stopping_ = false;
   std::thread thread_;
+  std::unique_ptr<Watchdog> watchdog_;  // MPI cannot cancel a collective: on a timeout it ends the job
 };
 
 }  // namespace ddp

@@ -41,8 +41,8 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 class ProcessGroupNccl::NcclWork : public Work {
  public:
-  NcclWork(NcclCommunicator& comm, Event start, Event done, const char* what)
-      : comm_(comm), start_(std::move(start)), done_(std::move(done)), what_(what) {}
+  NcclWork(NcclCommunicator& comm, Event start, Event done, std::string what)
+      : comm_(comm), start_(std::move(start)), done_(std::move(done)), what_(std::move(what)) {}
 
   bool is_completed() override { return done_.query(); }
 
@@ -58,10 +58,12 @@ class ProcessGroupNccl::NcclWork : public Work {
     // Polls instead of cudaEventSynchronize so that an NCCL asynchronous error surfaces instead of a hang.
     while (!done_.query()) {
       ncclResult_t state = ncclSuccess;
-      if (comm_.handle() == nullptr) throw NcclError("NCCL", ncclInvalidUsage, what_, "communicator aborted", __FILE__, __LINE__);
+      if (comm_.handle() == nullptr) {
+        throw NcclError("NCCL", ncclInvalidUsage, what_, "communicator aborted", __FILE__, __LINE__);
+      }
       DDP_NCCL_CHECK(ncclCommGetAsyncError(comm_.handle(), &state));
       if (state != ncclSuccess && state != ncclInProgress) {
-        detail::throw_nccl(state, what_, __FILE__, __LINE__);
+        detail::throw_nccl(state, what_.c_str(), __FILE__, __LINE__);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -75,10 +77,10 @@ class ProcessGroupNccl::NcclWork : public Work {
   NcclCommunicator& comm_;
   Event start_;
   Event done_;
-  const char* what_;
+  std::string what_;
 };
 
-ProcessGroupNccl::ProcessGroupNccl(NcclCommunicator& communicator) : comm_(communicator) {
+ProcessGroupNccl::ProcessGroupNccl(NcclCommunicator& communicator, double timeout_s) : comm_(communicator) {
   CudaDeviceGuard guard(comm_.device());
   int least = 0;
   int greatest = 0;
@@ -86,9 +88,19 @@ ProcessGroupNccl::ProcessGroupNccl(NcclCommunicator& communicator) : comm_(commu
   // Communication gets the highest priority so a bucket's all-reduce is not starved by backward kernels.
   comm_stream_ = Stream::create(comm_.device(), greatest);
   DDP_CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
+  watchdog_ = std::make_unique<Watchdog>(
+      comm_.rank(), timeout_s, [this] { comm_.abort(); },
+      [this]() -> std::string {
+        if (comm_.handle() == nullptr) return "";
+        ncclResult_t state = ncclSuccess;
+        if (ncclCommGetAsyncError(comm_.handle(), &state) != ncclSuccess) return "ncclCommGetAsyncError failed";
+        if (state == ncclSuccess || state == ncclInProgress) return "";
+        return detail::nccl_error_string(state);
+      });
 }
 
 ProcessGroupNccl::~ProcessGroupNccl() {
+  watchdog_.reset();
   if (barrier_buffer_ != nullptr) DDP_CUDA_WARN(cudaFree(barrier_buffer_));
 }
 
@@ -99,8 +111,8 @@ void ProcessGroupNccl::check_buffer(const CommBuffer& buffer, const char* what) 
 }
 
 template <typename Launch>
-std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const char* what, Launch&& launch) {
-  DDP_CHECK(comm_.handle() != nullptr, std::string(what) + ": the NCCL communicator was aborted");
+std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, std::string what, Launch&& launch) {
+  DDP_CHECK(comm_.handle() != nullptr, what + ": the NCCL communicator was aborted");
   CudaDeviceGuard guard(comm_.device());
   if (stream.handle() != nullptr) {
     Event ready = Event::create(comm_.device());
@@ -112,12 +124,14 @@ std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const char* wh
   start.record(comm_stream_);
   launch();
   done.record(comm_stream_);
-  return std::make_shared<NcclWork>(comm_, std::move(start), std::move(done), what);
+  auto work = std::make_shared<NcclWork>(comm_, std::move(start), std::move(done), what);
+  watchdog_->watch(work, std::move(what));
+  return work;
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::all_reduce(const CommBuffer& b, ReduceOp op, const Stream& stream) {
   check_buffer(b, "all_reduce");
-  return run(stream, "ncclAllReduce", [&] {
+  return run(stream, describe("ncclAllReduce", b), [&] {
     DDP_NCCL_CALL(&comm_, ncclAllReduce(b.data, b.data, b.count, nccl_type(b.dtype), nccl_op(op), comm_.handle(),
                                         comm_stream_.handle()));
   });
@@ -126,7 +140,7 @@ std::shared_ptr<Work> ProcessGroupNccl::all_reduce(const CommBuffer& b, ReduceOp
 std::shared_ptr<Work> ProcessGroupNccl::broadcast(const CommBuffer& b, int root, const Stream& stream) {
   check_buffer(b, "broadcast");
   DDP_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) + " is not a rank");
-  return run(stream, "ncclBroadcast", [&] {
+  return run(stream, describe("ncclBroadcast", b), [&] {
     DDP_NCCL_CALL(&comm_, ncclBroadcast(b.data, b.data, b.count, nccl_type(b.dtype), root, comm_.handle(),
                                         comm_stream_.handle()));
   });
@@ -138,7 +152,7 @@ std::shared_ptr<Work> ProcessGroupNccl::all_gather(const CommBuffer& in, const C
   check_buffer(out, "all_gather");
   DDP_CHECK(out.count == in.count * size() && out.dtype == in.dtype,
             "all_gather: output must hold size() * input.count elements of the input's type");
-  return run(stream, "ncclAllGather", [&] {
+  return run(stream, describe("ncclAllGather", in), [&] {
     DDP_NCCL_CALL(&comm_, ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm_.handle(),
                                         comm_stream_.handle()));
   });
@@ -150,7 +164,7 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
   check_buffer(out, "reduce_scatter");
   DDP_CHECK(in.count == out.count * size() && out.dtype == in.dtype,
             "reduce_scatter: input must hold size() * output.count elements of the output's type");
-  return run(stream, "ncclReduceScatter", [&] {
+  return run(stream, describe("ncclReduceScatter", out), [&] {
     DDP_NCCL_CALL(&comm_, ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.dtype), nccl_op(op),
                                             comm_.handle(), comm_stream_.handle()));
   });
@@ -158,7 +172,7 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
 
 std::shared_ptr<Work> ProcessGroupNccl::barrier() {
   // NCCL has no barrier: a one-element all-reduce that every rank must join is one.
-  auto work = run(comm_stream_, "barrier (ncclAllReduce)", [&] {
+  auto work = run(comm_stream_, describe("barrier", CommBuffer{barrier_buffer_, 1, ScalarType::kFloat32, comm_.device()}), [&] {
     DDP_NCCL_CALL(&comm_, ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum,
                                         comm_.handle(), comm_stream_.handle()));
   });

@@ -7,12 +7,13 @@
 #include "runtime/core/stream.h"
 #include "runtime/distributed/nccl_communicator.h"
 #include "runtime/distributed/process_group.h"
+#include "runtime/distributed/watchdog.h"
 
 namespace ddp {
 
 class ProcessGroupNccl : public ProcessGroup {
  public:
-  explicit ProcessGroupNccl(NcclCommunicator& communicator);
+  explicit ProcessGroupNccl(NcclCommunicator& communicator, double timeout_s = default_collective_timeout_s());
   ~ProcessGroupNccl() override;
 
   int rank() const override { return comm_.rank(); }
@@ -32,12 +33,13 @@ class ProcessGroupNccl : public ProcessGroup {
   class NcclWork;
   // Orders the communication stream after `stream`, runs `launch` there between timing events.
   template <typename Launch>
-  std::shared_ptr<Work> run(const Stream& stream, const char* what, Launch&& launch);
+  std::shared_ptr<Work> run(const Stream& stream, std::string what, Launch&& launch);
   void check_buffer(const CommBuffer& buffer, const char* what) const;
 
   NcclCommunicator& comm_;
   Stream comm_stream_;
   float* barrier_buffer_ = nullptr;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 }  // namespace ddp

@@ -47,6 +47,7 @@ void Reducer::prepare_for_backward() {
   stats_.buckets = static_cast<int>(plan_.buckets.size());
   backward_start_ = std::chrono::steady_clock::now();
   in_backward_ = true;
+  ++steps_;
 }
 
 CommBuffer Reducer::bucket_view(std::size_t bucket) const {
@@ -77,6 +78,8 @@ void Reducer::launch_ready_buckets() {
 void Reducer::launch(std::size_t bucket) {
   stats_.issue_us.push_back(now_us());
   const CommBuffer view = bucket_view(bucket);
+  group_.set_context("bucket " + std::to_string(bucket) + " of " + std::to_string(plan_.buckets.size()) +
+                     " (" + std::to_string(view.bytes() >> 10) + " KiB) in backward " + std::to_string(steps_));
   if (options_.hook != nullptr) {
     works_[bucket] = options_.hook->start(group_, bucket, view, compute_);
   } else {

@@ -72,6 +72,8 @@ class Reducer {
   // Timing of the last step. On a GPU the first call after a step waits for that step's communication to
   // finish (the step itself never blocks the host): read it when logging, not every step.
   const ReducerStats& last_stats();
+  // Backward passes started so far (the step number in error messages).
+  long long steps() const { return steps_; }
 
  private:
   void launch_ready_buckets();
@@ -96,6 +98,7 @@ class Reducer {
   std::chrono::steady_clock::time_point backward_start_;
   ReducerStats stats_;
   bool stats_pending_ = false;  // device-side timings not read yet
+  long long steps_ = 0;
 };
 
 }  // namespace ddp

@@ -1,0 +1,92 @@
+#include "runtime/distributed/watchdog.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime/core/check.h"
+#include "runtime/distributed/process_group.h"
+
+namespace ddp {
+
+double default_collective_timeout_s() {
+  if (const char* env = std::getenv("DDP_COLLECTIVE_TIMEOUT_S")) {
+    char* end = nullptr;
+    const double value = std::strtod(env, &end);
+    if (end == env || *end != '\0' || !(value > 0)) {
+      throw InvalidArgument(std::string("DDP_COLLECTIVE_TIMEOUT_S must be a positive number of seconds, got '") +
+                            env + "'");
+    }
+    return value;
+  }
+  return 300.0;
+}
+
+Watchdog::Watchdog(int rank, double timeout_s, std::function<void()> abort,
+                   std::function<std::string()> poll_error)
+    : rank_(rank), timeout_s_(timeout_s), abort_(std::move(abort)), poll_error_(std::move(poll_error)) {
+  DDP_CHECK(timeout_s > 0, "the collective timeout must be positive");
+  thread_ = std::thread([this] { loop(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::watch(std::shared_ptr<Work> work, std::string what) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s_));
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.push_back(Entry{std::move(work), std::move(what), deadline});
+}
+
+void Watchdog::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(50));
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      Work& work = *it->work;
+      if (work.is_completed()) {
+        if (std::exception_ptr error = work.exception()) {
+          std::string text = "unknown error";
+          try {
+            std::rethrow_exception(error);
+          } catch (const std::exception& e) {
+            text = e.what();
+          }
+          fail(it->what + " failed: " + text);
+        }
+        it = entries_.erase(it);
+        continue;
+      }
+      if (now > it->deadline) {
+        fail(it->what + " did not complete within " + std::to_string(static_cast<int>(timeout_s_)) +
+             " s (DDP_COLLECTIVE_TIMEOUT_S); another rank has probably died or stalled before it");
+      }
+      ++it;
+    }
+    if (!entries_.empty() && poll_error_) {
+      const std::string error = poll_error_();
+      if (!error.empty()) fail(entries_.front().what + ": communicator error: " + error);
+    }
+  }
+}
+
+void Watchdog::fail(const std::string& message) {
+  std::fprintf(stderr, "rank %d: fatal: %s; aborting the job\n", rank_, message.c_str());
+  std::fflush(stderr);
+  if (abort_) abort_();
+  // Ends every rank: mpirun tears the job down when one process aborts.
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+}  // namespace ddp

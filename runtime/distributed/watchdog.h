@@ -1,0 +1,56 @@
+// Every collective has a deadline. A watchdog thread per process group follows the collectives in flight; when
+// one outlives its deadline, or NCCL reports an asynchronous error, it aborts the communicators and ends the
+// job from this rank with a message naming the rank, the collective, and what it was doing (bucket, step).
+// Without it a dead or stalled peer leaves every other rank waiting forever.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace ddp {
+
+class Work;
+
+// The deadline of every collective: DDP_COLLECTIVE_TIMEOUT_S when set (seconds, > 0), else 300.
+double default_collective_timeout_s();
+
+class Watchdog {
+ public:
+  // `abort` tears the communicators down (ncclCommAbort); `poll_error` returns a non-empty description of an
+  // asynchronous communicator error, if any. Both are called from the watchdog thread.
+  Watchdog(int rank, double timeout_s, std::function<void()> abort, std::function<std::string()> poll_error);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  double timeout_s() const { return timeout_s_; }
+  // Follows `work` until it completes; `what` names it in the message if it does not.
+  void watch(std::shared_ptr<Work> work, std::string what);
+
+ private:
+  struct Entry {
+    std::shared_ptr<Work> work;
+    std::string what;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  void loop();
+  [[noreturn]] void fail(const std::string& message);
+
+  int rank_;
+  double timeout_s_;
+  std::function<void()> abort_;
+  std::function<std::string()> poll_error_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::list<Entry> entries_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ddp
