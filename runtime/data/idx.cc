@@ -1,0 +1,214 @@
+// IDX parsing with every length checked, gzip through zlib, and the Fashion-MNIST split loader.
+#include "runtime/data/idx.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+namespace data {
+namespace {
+
+constexpr uint8_t kUnsignedByte = 0x08;
+constexpr int kMaxDims = 8;
+
+[[noreturn]] void fail(const std::string& source, const std::string& what) {
+  throw InvalidArgument("IDX file " + source + ": " + what);
+}
+
+uint32_t big_endian_u32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+std::string dims_text(const std::vector<uint32_t>& dims) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < dims.size(); ++i) out << (i ? "," : "") << dims[i];
+  out << "]";
+  return out.str();
+}
+
+}  // namespace
+
+IdxArray parse_idx(const uint8_t* bytes, size_t size, const std::string& source) {
+  if (size < 4) fail(source, "file is " + std::to_string(size) + " bytes, too short for the 4-byte IDX magic number");
+  const uint32_t magic = big_endian_u32(bytes);
+  if (bytes[0] != 0 || bytes[1] != 0 || bytes[2] != kUnsignedByte || bytes[3] == 0 || bytes[3] > kMaxDims) {
+    char text[16];
+    std::snprintf(text, sizeof text, "0x%08x", magic);
+    fail(source, std::string("bad magic number ") + text +
+                     " (expected 0x000008NN: unsigned bytes in NN = 1.." + std::to_string(kMaxDims) +
+                     " dimensions); the file is not an IDX file of unsigned bytes");
+  }
+  const size_t ndims = bytes[3];
+  const size_t header = 4 + 4 * ndims;
+  if (size < header) {
+    fail(source, "truncated: the header needs " + std::to_string(header) + " bytes for " +
+                     std::to_string(ndims) + " dimensions, file has " + std::to_string(size));
+  }
+  IdxArray array;
+  uint64_t elements = 1;
+  for (size_t i = 0; i < ndims; ++i) {
+    const uint32_t d = big_endian_u32(bytes + 4 + 4 * i);
+    array.dims.push_back(d);
+    if (d == 0) fail(source, "dimension " + std::to_string(i) + " is zero");
+    // Each factor is below 2^32, so checking against the cap before every multiplication keeps it exact.
+    if (elements > kMaxIdxBytes / d) {
+      fail(source, "dimensions " + dims_text(array.dims) + " describe more than " + std::to_string(kMaxIdxBytes) +
+                       " bytes; the header is corrupt");
+    }
+    elements *= d;
+  }
+  const uint64_t expected = header + elements;
+  if (size != expected) {
+    fail(source, std::string(size < expected ? "truncated" : "wrong length") + ": dimensions " +
+                     dims_text(array.dims) + " need " + std::to_string(expected) + " bytes, file has " +
+                     std::to_string(size));
+  }
+  array.values.assign(bytes + header, bytes + size);
+  return array;
+}
+
+std::vector<uint8_t> gunzip(const uint8_t* bytes, size_t size, const std::string& source, size_t max_bytes) {
+  z_stream stream;
+  std::memset(&stream, 0, sizeof stream);
+  // 16 + MAX_WBITS: expect a gzip header and trailer (the trailer's CRC catches corruption).
+  if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) fail(source, "zlib inflateInit2 failed");
+  std::vector<uint8_t> out;
+  uint8_t chunk[1 << 16];
+  stream.next_in = const_cast<Bytef*>(bytes);
+  int status = Z_OK;
+  size_t consumed = 0;
+  while (status != Z_STREAM_END) {
+    if (stream.avail_in == 0) {
+      const size_t take = std::min<size_t>(size - consumed, std::numeric_limits<uInt>::max());
+      if (take == 0) break;
+      stream.next_in = const_cast<Bytef*>(bytes + consumed);
+      stream.avail_in = static_cast<uInt>(take);
+      consumed += take;
+    }
+    stream.next_out = chunk;
+    stream.avail_out = sizeof chunk;
+    status = inflate(&stream, Z_NO_FLUSH);
+    if (status != Z_OK && status != Z_STREAM_END) {
+      const std::string why = stream.msg ? stream.msg : ("zlib status " + std::to_string(status));
+      inflateEnd(&stream);
+      fail(source, "corrupt gzip data: " + why);
+    }
+    const size_t produced = sizeof chunk - stream.avail_out;
+    if (out.size() + produced > max_bytes) {
+      inflateEnd(&stream);
+      fail(source, "decompresses to more than " + std::to_string(max_bytes) + " bytes");
+    }
+    out.insert(out.end(), chunk, chunk + produced);
+  }
+  inflateEnd(&stream);
+  if (status != Z_STREAM_END) fail(source, "truncated gzip data: the stream ends before its trailer");
+  return out;
+}
+
+IdxArray read_idx_file(const std::string& path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) fail(path, "not a regular file");
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  gzbuffer(file, 1 << 18);
+  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> chunk(1 << 20);
+  std::string error;
+  for (;;) {
+    const int n = gzread(file, chunk.data(), static_cast<unsigned>(chunk.size()));
+    int code = Z_OK;
+    const char* message = gzerror(file, &code);
+    if (n < 0 || (code != Z_OK && code != Z_STREAM_END)) {
+      error = std::string(code == Z_BUF_ERROR ? "truncated gzip data: " : "corrupt gzip data: ") +
+              (message ? message : "zlib error");
+      break;
+    }
+    if (n == 0) break;
+    if (bytes.size() + static_cast<size_t>(n) > kMaxIdxBytes) {
+      error = "decompresses to more than " + std::to_string(kMaxIdxBytes) + " bytes";
+      break;
+    }
+    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + n);
+  }
+  gzclose(file);
+  if (!error.empty()) fail(path, error);
+  return parse_idx(bytes.data(), bytes.size(), path);
+}
+
+std::string fashion_mnist_images_file(Split split) {
+  return split == Split::kTrain ? "train-images-idx3-ubyte.gz" : "t10k-images-idx3-ubyte.gz";
+}
+
+std::string fashion_mnist_labels_file(Split split) {
+  return split == Split::kTrain ? "train-labels-idx1-ubyte.gz" : "t10k-labels-idx1-ubyte.gz";
+}
+
+Dataset make_image_dataset(const IdxArray& images, const std::string& images_source, const IdxArray& labels,
+                           const std::string& labels_source, int num_classes, float mean, float std_dev) {
+  DDP_CHECK(num_classes > 0 && num_classes <= 256, "num_classes must be in 1..256");
+  DDP_CHECK(std_dev > 0.0f, "std_dev must be positive");
+  if (images.dims.size() < 2) {
+    fail(images_source, "expected an images array [N, rows, cols], got dimensions " + dims_text(images.dims));
+  }
+  if (labels.dims.size() != 1) {
+    fail(labels_source, "expected a labels array [N], got dimensions " + dims_text(labels.dims));
+  }
+  if (images.dims[0] != labels.dims[0]) {
+    throw InvalidArgument("IDX files " + images_source + " and " + labels_source + " disagree: " +
+                          std::to_string(images.dims[0]) + " images but " + std::to_string(labels.dims[0]) +
+                          " labels; the two files come from different splits or downloads");
+  }
+  Dataset d;
+  d.size = images.count();
+  d.feature_count = static_cast<int64_t>(images.values.size()) / d.size;
+  d.num_classes = num_classes;
+  d.labels.resize(static_cast<size_t>(d.size));
+  for (int64_t i = 0; i < d.size; ++i) {
+    const int label = labels.values[static_cast<size_t>(i)];
+    if (label >= num_classes) {
+      fail(labels_source, "label " + std::to_string(label) + " of sample " + std::to_string(i) +
+                              " is outside [0, " + std::to_string(num_classes) + ")");
+    }
+    d.labels[static_cast<size_t>(i)] = label;
+  }
+  // A 256-entry table gives every rank bit-identical features, computed once.
+  float table[256];
+  for (int v = 0; v < 256; ++v) table[v] = (static_cast<float>(v) / 255.0f - mean) / std_dev;
+  d.features.resize(images.values.size());
+  for (size_t i = 0; i < images.values.size(); ++i) d.features[i] = table[images.values[i]];
+  return d;
+}
+
+Dataset load_fashion_mnist(const std::string& dir, Split split) {
+  const std::string hint =
+      "; install the data set (apt-get install dataset-fashion-mnist, which fills " +
+      std::string(kDefaultFashionMnistDir) + ") or pass --data DIR naming a directory with the four " +
+      "Fashion-MNIST .gz files";
+  const std::string images_path = dir + "/" + fashion_mnist_images_file(split);
+  const std::string labels_path = dir + "/" + fashion_mnist_labels_file(split);
+  try {
+    const IdxArray images = read_idx_file(images_path);
+    const IdxArray labels = read_idx_file(labels_path);
+    if (images.dims.size() != 3 || images.dims[1] != 28 || images.dims[2] != 28) {
+      fail(images_path, "expected Fashion-MNIST images [N, 28, 28], got dimensions " + dims_text(images.dims));
+    }
+    return make_image_dataset(images, images_path, labels, labels_path, kFashionMnistClasses, kFashionMnistMean,
+                              kFashionMnistStd);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(e.what() + hint);
+  }
+}
+
+}  // namespace data
+}  // namespace ddp

@@ -1,0 +1,122 @@
+// The deterministic permutation and PyTorch's DistributedSampler layout (see sampler.h for the rules).
+#include "runtime/data/sampler.h"
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+namespace data {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, bound) without modulo bias: reject the raw values below 2^64 mod bound.
+uint64_t bounded(std::mt19937_64& rng, uint64_t bound) {
+  const uint64_t threshold = (0 - bound) % bound;
+  for (;;) {
+    const uint64_t r = rng();
+    if (r >= threshold) return r % bound;
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
+  DDP_CHECK(n >= 0, "epoch_permutation: n must be non-negative, got " + std::to_string(n));
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+  if (!shuffle || n < 2) return p;
+  std::mt19937_64 rng(splitmix64(seed ^ splitmix64(static_cast<uint64_t>(epoch))));
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(bounded(rng, static_cast<uint64_t>(i) + 1));
+    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(j)]);
+  }
+  return p;
+}
+
+DistributedSampler::DistributedSampler(const SamplerOptions& options) : options_(options) {
+  if (options.dataset_size <= 0) {
+    throw InvalidArgument("DistributedSampler: the data set is empty (" + std::to_string(options.dataset_size) +
+                          " samples)");
+  }
+  if (options.num_replicas < 1) {
+    throw InvalidArgument("DistributedSampler: num_replicas must be at least 1, got " +
+                          std::to_string(options.num_replicas));
+  }
+  if (options.rank < 0 || options.rank >= options.num_replicas) {
+    throw InvalidArgument("DistributedSampler: rank " + std::to_string(options.rank) + " is outside [0, " +
+                          std::to_string(options.num_replicas) + ")");
+  }
+  if (options.drop_last && options.even && options.dataset_size < options.num_replicas) {
+    throw InvalidArgument("DistributedSampler: drop_last with " + std::to_string(options.dataset_size) +
+                          " samples and " + std::to_string(options.num_replicas) +
+                          " ranks leaves no sample for any rank");
+  }
+  set_epoch(0);
+}
+
+void DistributedSampler::set_epoch(int64_t epoch) {
+  epoch_ = epoch;
+  position_ = 0;
+  const int64_t n = options_.dataset_size;
+  const int64_t r = options_.num_replicas;
+  std::vector<int64_t> perm = epoch_permutation(n, options_.seed, epoch, options_.shuffle);
+  if (!options_.even) {
+    total_size_ = n;
+  } else if (options_.drop_last) {
+    total_size_ = (n / r) * r;
+    perm.resize(static_cast<size_t>(total_size_));
+  } else {
+    total_size_ = (n + r - 1) / r * r;
+    // Like PyTorch: repeat the head of the permutation (several times over when the padding exceeds n).
+    for (int64_t i = n; i < total_size_; ++i) perm.push_back(perm[static_cast<size_t>(i % n)]);
+  }
+  indices_.clear();
+  for (int64_t i = options_.rank; i < total_size_; i += r) indices_.push_back(perm[static_cast<size_t>(i)]);
+}
+
+void DistributedSampler::set_local_position(int64_t position) {
+  if (position < 0 || position > num_samples()) {
+    throw InvalidArgument("DistributedSampler: position " + std::to_string(position) + " is outside [0, " +
+                          std::to_string(num_samples()) + "] for this rank's epoch");
+  }
+  position_ = position;
+}
+
+void DistributedSampler::set_global_position(int64_t position) {
+  const int64_t r = options_.num_replicas;
+  if (position < 0 || position % r != 0) {
+    throw InvalidArgument("DistributedSampler: cannot resume at global sample position " + std::to_string(position) +
+                          " with " + std::to_string(r) + " ranks: it is not a non-negative multiple of the rank " +
+                          "count, so ranks would skip or repeat samples; resume with a number of ranks that " +
+                          "divides it, or from a checkpoint taken at an epoch boundary");
+  }
+  set_local_position(std::min(position / r, num_samples()));
+}
+
+bool DistributedSampler::next_batch(int64_t batch_size, std::vector<int64_t>* out, bool drop_partial) {
+  DDP_CHECK(batch_size > 0, "batch size must be positive, got " + std::to_string(batch_size));
+  out->clear();
+  const int64_t left = num_samples() - position_;
+  if (left <= 0 || (drop_partial && left < batch_size)) return false;
+  const int64_t take = std::min(left, batch_size);
+  out->assign(indices_.begin() + position_, indices_.begin() + position_ + take);
+  position_ += take;
+  return true;
+}
+
+int64_t DistributedSampler::batches_per_epoch(int64_t batch_size, bool drop_partial) const {
+  DDP_CHECK(batch_size > 0, "batch size must be positive, got " + std::to_string(batch_size));
+  return drop_partial ? num_samples() / batch_size : (num_samples() + batch_size - 1) / batch_size;
+}
+
+}  // namespace data
+}  // namespace ddp

@@ -1,0 +1,328 @@
+// safetensors writing (streamed, with checksums) and hostile-input-safe reading.
+#include "runtime/io/safetensors.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "runtime/core/check.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors data is little-endian; this writer copies host bytes as they are"
+#endif
+
+namespace ddp {
+namespace io {
+namespace {
+
+using nlohmann::json;
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {
+    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},    {DType::kI8, "I8", 1},     {DType::kI16, "I16", 2},
+    {DType::kI32, "I32", 4},   {DType::kI64, "I64", 8},  {DType::kF16, "F16", 2},   {DType::kBF16, "BF16", 2},
+    {DType::kF32, "F32", 4},   {DType::kF64, "F64", 8},
+};
+
+const DTypeInfo& info(DType dtype) {
+  for (const DTypeInfo& i : kDTypes) {
+    if (i.dtype == dtype) return i;
+  }
+  throw Error("unknown DType value " + std::to_string(static_cast<int>(dtype)));
+}
+
+// product(shape) * element size, or false on a negative dimension or overflow past `limit`.
+bool byte_count(const std::vector<int64_t>& shape, size_t element, size_t limit, size_t* out) {
+  size_t n = element;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+    const auto u = static_cast<uint64_t>(d);
+    if (u != 0 && n > limit / u) return false;
+    n *= static_cast<size_t>(u);
+  }
+  *out = n;
+  return true;
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+size_t dtype_size(DType dtype) { return info(dtype).size; }
+const char* dtype_name(DType dtype) { return info(dtype).name; }
+
+bool parse_dtype(const std::string& name, DType* dtype) {
+  for (const DTypeInfo& i : kDTypes) {
+    if (name == i.name) {
+      *dtype = i.dtype;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string crc32_hex(const void* data, size_t bytes) {
+  const uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), static_cast<const Bytef*>(data), bytes);
+  char text[9];
+  std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  return text;
+}
+
+void write_safetensors(const ByteSink& sink, const std::vector<TensorSource>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  json meta = json::object();
+  for (const auto& [key, value] : metadata) {
+    if (starts_with(key, kCrc32KeyPrefix)) {
+      throw InvalidArgument("safetensors metadata key '" + key + "' uses the reserved prefix " + kCrc32KeyPrefix);
+    }
+    meta[key] = value;
+  }
+  std::set<std::string> names;
+  size_t offset = 0;
+  for (const TensorSource& t : tensors) {
+    if (t.name.empty() || t.name == "__metadata__") {
+      throw InvalidArgument("safetensors: invalid tensor name '" + t.name + "'");
+    }
+    if (!names.insert(t.name).second) throw InvalidArgument("safetensors: tensor " + t.name + " appears twice");
+    size_t expected = 0;
+    if (!byte_count(t.shape, dtype_size(t.dtype), std::numeric_limits<size_t>::max() / 2, &expected) ||
+        expected != t.bytes) {
+      throw InvalidArgument("safetensors: tensor " + t.name + ": " + std::to_string(t.bytes) +
+                            " bytes given for shape " + shape_text(t.shape) + " of " + dtype_name(t.dtype));
+    }
+    if (t.bytes > 0 && t.data == nullptr) throw InvalidArgument("safetensors: tensor " + t.name + ": no data");
+    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
+    meta[kCrc32KeyPrefix + t.name] = crc32_hex(t.data, t.bytes);
+    offset += t.bytes;
+  }
+  header["__metadata__"] = meta;
+  std::string text = header.dump();
+  // Pad with spaces (valid JSON) so the data section starts 8-byte aligned, as safetensors' own writer does.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  uint8_t length[8];
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(n >> (8 * i));
+  sink(length, sizeof length);
+  sink(text.data(), text.size());
+  for (const TensorSource& t : tensors) {
+    if (t.bytes > 0) sink(t.data, t.bytes);
+  }
+}
+
+std::string encode_safetensors(const std::vector<TensorSource>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  std::string out;
+  write_safetensors([&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }, tensors,
+                    metadata);
+  return out;
+}
+
+void save_safetensors(const std::string& path, const std::vector<TensorSource>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  write_file_atomically(path, [&](const ByteSink& sink) { write_safetensors(sink, tensors, metadata); });
+}
+
+SafetensorsFile parse_safetensors(std::string bytes, const std::string& source, const ReadOptions& options) {
+  SafetensorsFile file;
+  file.source_ = source;
+  file.kind_ = options.kind;
+  const std::string where = options.kind + " " + source + ": ";
+  auto fail = [&](const std::string& what) -> void { throw InvalidArgument(where + what); };
+  const size_t size = bytes.size();
+  if (size < 8) {
+    fail("truncated: " + std::to_string(size) + " bytes, too short for the 8-byte header length");
+  }
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
+  if (header_len > options.max_header_bytes) {
+    fail("header length " + std::to_string(header_len) + " exceeds the limit of " +
+         std::to_string(options.max_header_bytes) + " bytes; the file is corrupt or not a safetensors file");
+  }
+  if (header_len > size - 8) {
+    fail("truncated: header says " + std::to_string(header_len) + " bytes of header, file has " +
+         std::to_string(size - 8) + " after the length");
+  }
+  const size_t data_start = 8 + static_cast<size_t>(header_len);
+  const size_t data_size = size - data_start;
+  json header;
+  try {
+    header = json::parse(bytes.begin() + 8, bytes.begin() + static_cast<std::ptrdiff_t>(data_start));
+  } catch (const json::exception& e) {
+    fail(std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail("header is not a JSON object");
+
+  std::map<std::string, std::string> metadata;
+  std::vector<TensorEntry> tensors;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& value = it.value();
+    if (name == "__metadata__") {
+      if (!value.is_object()) fail("__metadata__ is not a JSON object");
+      for (auto m = value.begin(); m != value.end(); ++m) {
+        if (!m.value().is_string()) fail("__metadata__ value of '" + m.key() + "' is not a string");
+        metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string tensor = "tensor " + name + ": ";
+    if (!value.is_object()) fail(tensor + "header entry is not a JSON object");
+    const auto dtype = value.find("dtype");
+    const auto shape = value.find("shape");
+    const auto offsets = value.find("data_offsets");
+    if (dtype == value.end() || shape == value.end() || offsets == value.end()) {
+      fail(tensor + "header entry needs dtype, shape and data_offsets");
+    }
+    TensorEntry entry;
+    entry.name = name;
+    if (!dtype->is_string() || !parse_dtype(dtype->get<std::string>(), &entry.dtype)) {
+      fail(tensor + "unknown dtype " + dtype->dump());
+    }
+    if (!shape->is_array() || shape->size() > 64) fail(tensor + "shape is not an array of at most 64 sizes");
+    for (const json& d : *shape) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        fail(tensor + "shape " + shape->dump() + " holds something other than a non-negative integer");
+      }
+      entry.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+    }
+    if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+        !(*offsets)[1].is_number_unsigned()) {
+      fail(tensor + "data_offsets " + offsets->dump() + " is not a pair of non-negative integers");
+    }
+    const uint64_t begin = (*offsets)[0].get<uint64_t>();
+    const uint64_t end = (*offsets)[1].get<uint64_t>();
+    if (begin > end) fail(tensor + "data_offsets " + offsets->dump() + " end before they begin");
+    entry.begin = static_cast<size_t>(begin);
+    entry.end = static_cast<size_t>(end);
+    size_t expected = 0;
+    if (!byte_count(entry.shape, dtype_size(entry.dtype), std::numeric_limits<size_t>::max() / 2, &expected) ||
+        expected != entry.bytes()) {
+      fail(tensor + "shape " + shape_text(entry.shape) + " of " + dtype_name(entry.dtype) + " does not fit its " +
+           std::to_string(entry.bytes()) + " bytes of data");
+    }
+    tensors.push_back(std::move(entry));
+  }
+  const TensorEntry* last = nullptr;
+  for (const TensorEntry& t : tensors) {
+    if (last == nullptr || t.end > last->end) last = &t;
+  }
+  if (last != nullptr && last->end > data_size) {
+    fail("truncated: header says " + std::to_string(last->end) + " bytes of data, file has " +
+         std::to_string(data_size) + " (tensor " + last->name + " lies past the end); the write was interrupted " +
+         "or the file was cut short");
+  }
+  // The tensors must tile the data section: a gap or an overlap means the header and the data disagree.
+  std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  size_t covered = 0;
+  for (const TensorEntry& t : tensors) {
+    if (t.begin != covered) {
+      fail("tensor " + t.name + ": data starts at byte " + std::to_string(t.begin) + " of the data section, " +
+           (t.begin < covered ? "overlapping the tensor before it" : "leaving a gap after the tensor before it") +
+           " (expected " + std::to_string(covered) + ")");
+    }
+    covered = t.end;
+  }
+  if (covered < data_size) {
+    fail("wrong length: header says " + std::to_string(covered) + " bytes of data, file has " +
+         std::to_string(data_size));
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorEntry& t = tensors[i];
+    names.insert(t.name);
+    const auto crc = metadata.find(kCrc32KeyPrefix + t.name);
+    if (crc == metadata.end()) {
+      if (options.require_checksums) {
+        fail("tensor " + t.name + ": no checksum (" + kCrc32KeyPrefix + t.name +
+             ") in __metadata__; the file was not written by this runtime's checkpoint writer");
+      }
+      continue;
+    }
+    const std::string actual = crc32_hex(bytes.data() + data_start + t.begin, t.bytes());
+    if (crc->second != actual) {
+      fail("tensor " + t.name + ": checksum mismatch (stored crc32 " + crc->second + ", data has " + actual +
+           "): the file is corrupt; use an older checkpoint");
+    }
+  }
+  for (const auto& [key, value] : metadata) {
+    if (starts_with(key, kCrc32KeyPrefix) && names.count(key.substr(std::strlen(kCrc32KeyPrefix))) == 0) {
+      fail("__metadata__ has a checksum for tensor " + key.substr(std::strlen(kCrc32KeyPrefix)) +
+           ", which the header does not list: the header is damaged");
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) file.by_name_[tensors[i].name] = i;
+  file.tensors_ = std::move(tensors);
+  file.metadata_ = std::move(metadata);
+  file.data_start_ = data_start;
+  file.bytes_ = std::move(bytes);
+  return file;
+}
+
+SafetensorsFile load_safetensors(const std::string& path, const ReadOptions& options) {
+  std::string bytes;
+  try {
+    bytes = read_file(path);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(options.kind + " " + path + ": " + e.what());
+  }
+  return parse_safetensors(std::move(bytes), path, options);
+}
+
+const TensorEntry* SafetensorsFile::find(const std::string& name) const {
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorEntry& SafetensorsFile::at(const std::string& name) const {
+  const TensorEntry* entry = find(name);
+  if (entry == nullptr) {
+    std::string held;
+    for (size_t i = 0; i < tensors_.size() && i < 8; ++i) held += (i ? ", " : "") + tensors_[i].name;
+    if (tensors_.size() > 8) held += ", ...";
+    throw InvalidArgument(where() + "tensor " + name + ": missing from the file (it holds " +
+                          std::to_string(tensors_.size()) + " tensors: " + held +
+                          "); the checkpoint is from a different model");
+  }
+  return *entry;
+}
+
+const uint8_t* SafetensorsFile::data(const TensorEntry& entry) const {
+  return reinterpret_cast<const uint8_t*>(bytes_.data()) + data_start_ + entry.begin;
+}
+
+void SafetensorsFile::copy_to(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                              void* out) const {
+  const TensorEntry& entry = at(name);
+  if (entry.dtype != dtype) {
+    throw InvalidArgument(where() + "tensor " + name + ": dtype " + dtype_name(entry.dtype) +
+                          " does not match the model's " + dtype_name(dtype));
+  }
+  if (entry.shape != shape) {
+    throw InvalidArgument(where() + "tensor " + name + ": shape " + shape_text(entry.shape) +
+                          " does not match the model's " + shape_text(shape) +
+                          "; the checkpoint is from a model of another size");
+  }
+  if (entry.bytes() > 0) std::memcpy(out, data(entry), entry.bytes());
+}
+
+}  // namespace io
+}  // namespace ddp
