@@ -16,6 +16,9 @@ trap 'rm -rf "$session"' EXIT
 export TMPDIR="$session"
 # Each rank writing the same gtest XML file would corrupt it; Bazel writes its own report from the exit code.
 unset XML_OUTPUT_FILE GTEST_OUTPUT
+if [ -n "${DDP_SANITIZER_MPI_NO_LEAKS:-}" ]; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_backing_directory="$session"
 if [ "$ranks" = singleton ]; then
   "$binary" "$@"
