@@ -1,0 +1,175 @@
+// Checkpoint directories: names, metadata, retention, and the newest-complete scan skipping damaged files.
+#include "runtime/io/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "runtime/core/check.h"
+#include "runtime/io/atomic_file.h"
+
+namespace ddp {
+namespace io {
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(t ? t : "/tmp") + "/" + name;
+  std::string cmd = "rm -rf '" + dir + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return dir;  // save_checkpoint creates it
+}
+
+struct Model {
+  std::vector<float> w0 = std::vector<float>(12, 1.5f);
+  std::vector<float> b0 = {0.1f, 0.2f, 0.3f};
+  std::vector<float> m0 = std::vector<float>(12, -1.0f);
+  std::vector<TensorSource> tensors() const {
+    return {{"0.weight", DType::kF32, {3, 4}, w0.data(), 48},
+            {"0.bias", DType::kF32, {3}, b0.data(), 12},
+            {optimizer_tensor_name("momentum_buffer", "0.weight"), DType::kF32, {3, 4}, m0.data(), 48}};
+  }
+};
+
+CheckpointMetadata meta(int64_t step) {
+  CheckpointMetadata m;
+  m.step = step;
+  m.epoch = step / 10;
+  m.sampler_position = 128 * (step % 10);
+  m.world_size = 2;
+  m.seed = 18446744073709551615ull;
+  m.rng_state = "mt19937 1 2 3";
+  m.extra = {{"model", "784-256-10"}};
+  return m;
+}
+
+TEST(Checkpoint, Names) {
+  EXPECT_EQ(checkpoint_file_name(100), "ckpt-00000100.safetensors");
+  EXPECT_EQ(checkpoint_file_name(123456789), "ckpt-123456789.safetensors");
+  EXPECT_EQ(parse_checkpoint_file_name("ckpt-00000100.safetensors"), 100);
+  EXPECT_EQ(parse_checkpoint_file_name("ckpt-123456789.safetensors"), 123456789);
+  EXPECT_FALSE(parse_checkpoint_file_name(".ckpt-00000100.safetensors.tmp-abcdef"));
+  EXPECT_FALSE(parse_checkpoint_file_name("ckpt-.safetensors"));
+  EXPECT_FALSE(parse_checkpoint_file_name("ckpt-12a.safetensors"));
+  EXPECT_EQ(optimizer_tensor_name("exp_avg", "0.weight"), "optimizer.exp_avg.0.weight");
+  EXPECT_TRUE(is_optimizer_tensor("optimizer.exp_avg.0.weight"));
+  EXPECT_FALSE(is_optimizer_tensor("0.weight"));
+}
+
+TEST(Checkpoint, SaveAndLoadRoundTrip) {
+  const std::string dir = fresh_dir("ckpt-roundtrip") + "/nested/dir";
+  Model model;
+  const std::string path = save_checkpoint(dir, meta(100), model.tensors());
+  EXPECT_EQ(path, dir + "/ckpt-00000100.safetensors");
+  const LoadedCheckpoint c = load_checkpoint(path);
+  EXPECT_EQ(c.metadata.step, 100);
+  EXPECT_EQ(c.metadata.epoch, 10);
+  EXPECT_EQ(c.metadata.sampler_position, 0);
+  EXPECT_EQ(c.metadata.world_size, 2);
+  EXPECT_EQ(c.metadata.seed, 18446744073709551615ull);
+  EXPECT_EQ(c.metadata.rng_state, "mt19937 1 2 3");
+  EXPECT_EQ(c.metadata.extra.at("model"), "784-256-10");
+  EXPECT_EQ(c.file.metadata().at("ddp.format"), kCheckpointFormat);
+  std::vector<float> w(12);
+  c.file.copy_to("0.weight", DType::kF32, {3, 4}, w.data());
+  EXPECT_EQ(w, model.w0);
+  std::vector<float> wrong(100);
+  try {
+    c.file.copy_to("0.weight", DType::kF32, {3, 8}, wrong.data());
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint " + path +
+                                         ": tensor 0.weight: shape [3,4] does not match the model's [3,8]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Checkpoint, LatestCompleteSkipsCorruptAndTemporaryFiles) {
+  const std::string dir = fresh_dir("ckpt-latest");
+  Model model;
+  EXPECT_FALSE(latest_complete_checkpoint(dir));  // no directory yet: no checkpoint
+  save_checkpoint(dir, meta(10), model.tensors());
+  save_checkpoint(dir, meta(20), model.tensors());
+  const std::string newest = save_checkpoint(dir, meta(30), model.tensors());
+  // Damage the newest: flip a byte of its data.
+  std::string bytes = read_file(newest);
+  bytes[bytes.size() - 3] ^= 0x40;
+  write_file_atomically(newest, bytes);
+  // A write killed midway leaves a temporary file; it must be ignored.
+  write_file_atomically(dir + "/.ckpt-00000040.safetensors.tmp-AbCdEf", std::string("half"));
+  std::vector<std::string> warnings;
+  const auto latest = latest_complete_checkpoint(dir, [&](const std::string& w) { warnings.push_back(w); });
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(latest->metadata.step, 20);
+  EXPECT_EQ(latest->path, dir + "/ckpt-00000020.safetensors");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("skipping checkpoint " + newest), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("checksum mismatch"), std::string::npos) << warnings[0];
+}
+
+TEST(Checkpoint, TruncatedAndForeignFilesAreRefused) {
+  const std::string dir = fresh_dir("ckpt-refuse");
+  Model model;
+  const std::string path = save_checkpoint(dir, meta(5), model.tensors());
+  const std::string bytes = read_file(path);
+  write_file_atomically(path, bytes.substr(0, bytes.size() - 20));
+  try {
+    load_checkpoint(path);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint " + path + ": truncated: header says 108 bytes of data, file has 88"),
+              std::string::npos)
+        << e.what();
+  }
+  // A safetensors file without our metadata (as PyTorch would write it) is not a resumable checkpoint.
+  const std::string foreign = dir + "/ckpt-00000006.safetensors";
+  save_safetensors(foreign, model.tensors(), {});
+  try {
+    load_checkpoint(foreign);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("ddp.format is missing"), std::string::npos) << e.what();
+  }
+  // A renamed file: the step in the name and in the metadata disagree.
+  const std::string renamed = dir + "/ckpt-00000007.safetensors";
+  save_safetensors(renamed, model.tensors(), meta(3).encode());
+  EXPECT_THROW(load_checkpoint(renamed), InvalidArgument);
+  EXPECT_FALSE(latest_complete_checkpoint(dir, [](const std::string&) {}));
+}
+
+TEST(Checkpoint, KeepsTheLastK) {
+  const std::string dir = fresh_dir("ckpt-keep");
+  Model model;
+  write_file_atomically((::mkdir(dir.c_str(), 0755), dir + "/.ckpt-00000001.safetensors.tmp-zzzzzz"), std::string("x"));
+  for (int64_t step = 1; step <= 5; ++step) save_checkpoint(dir, meta(step), model.tensors(), /*keep_last=*/2);
+  const auto files = list_checkpoints(dir);
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0].step, 4);
+  EXPECT_EQ(files[1].step, 5);
+  struct stat info;
+  EXPECT_NE(::stat((dir + "/.ckpt-00000001.safetensors.tmp-zzzzzz").c_str(), &info), 0);
+}
+
+TEST(Checkpoint, MetadataValidation) {
+  CheckpointMetadata m = meta(1);
+  m.extra["ddp.mine"] = "x";
+  EXPECT_THROW(m.encode(), InvalidArgument);
+  auto encoded = meta(1).encode();
+  encoded["ddp.step"] = "12x";
+  EXPECT_THROW(CheckpointMetadata::decode(encoded, "f"), InvalidArgument);
+  encoded = meta(1).encode();
+  encoded.erase("ddp.epoch");
+  EXPECT_THROW(CheckpointMetadata::decode(encoded, "f"), InvalidArgument);
+  encoded = meta(1).encode();
+  encoded["ddp.world_size"] = "0";
+  EXPECT_THROW(CheckpointMetadata::decode(encoded, "f"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace io
+}  // namespace ddp
