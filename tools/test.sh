@@ -25,8 +25,26 @@ targets=("$@")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
+echo "test: bazel test ${targets[*]}"
 bazel test "${filter[@]}" --test_output=errors --test_summary=short "${targets[@]}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The same CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer (skip with DDP_TEST_ASAN=0).
+if [ "${DDP_TEST_ASAN:-1}" = 1 ] && [ "$#" -eq 0 ]; then
+  echo "test: the CPU tests again under --config=asan"
+  bazel test --config=asan --test_tag_filters=-gpu,-multigpu,-no_asan --test_output=errors --test_summary=short \
+    //... 2>&1 | sed 's/^\(\/\/.* \)\(PASSED\|FAILED\)/\1\2 (asan)/' | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+# Fuzzers over the checkpoint and IDX readers, bounded in time (skip with DDP_TEST_FUZZ=0).
+if [ "${DDP_TEST_FUZZ:-1}" = 1 ] && [ "$#" -eq 0 ] && [ -x tests/fuzz/run_fuzzers.sh ]; then
+  echo "test: fuzzing"
+  if tests/fuzz/run_fuzzers.sh 2>&1 | tail -20; then
+    echo "//tests/fuzz PASSED" | tee -a "$log"
+  else
+    echo "//tests/fuzz FAILED" | tee -a "$log"
+    status=1
+  fi
+fi
 set -e
 
 # One closing line for CI: counts from Bazel's per-target summary.
