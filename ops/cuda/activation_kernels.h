@@ -1,0 +1,25 @@
+// The activation and bias kernels that ops/cuda/linear.cu composes around its GEMMs, where a cuBLASLt epilogue
+// cannot do the job (exact-erf GELU, gradients from y or pre_activation, bias gradients that accumulate).
+// Host-callable launchers; every one enqueues on `stream` and checks its launch.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "ops/kernels.h"
+
+namespace ddp::kernels::cuda::detail {
+
+// Over a row-major [rows, cols] matrix of `dtype` (float32 or bfloat16), with z = z_in + bias (bias per column,
+// may be null): pre_out = z when pre_out is non-null, then y = act(z). z_in may alias pre_out or y.
+void bias_activation(ScalarType dtype, Activation act, const void* z_in, const void* bias, void* pre_out, void* y,
+                     std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+
+// dz = dy ⊙ act'(saved) (saved is y for kRelu, pre_activation for kGelu; dz not written for kNone, where dz is dy)
+// and, when dbias is non-null, dbias (+)= Σ_rows dz, in float with a fixed summation order.
+// dz may alias dy.
+void activation_grad_bias(ScalarType dtype, Activation act, const void* dy, const void* saved, void* dz,
+                          void* dbias, bool accumulate, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+
+}  // namespace ddp::kernels::cuda::detail

@@ -1,0 +1,243 @@
+// Elementwise activations: the standalone float32 kernels of the contract (activation_forward/backward) and the
+// bias/activation kernels linear.cu places around its GEMMs (activation_kernels.h).
+//
+// GELU is the exact erf form (torch.nn.GELU() default). cuBLASLt's GELU epilogues compute the tanh
+// approximation, which differs by up to ~1e-3 relative, so the GELU of a Linear is done here, not in the GEMM.
+#include <algorithm>
+
+#include "ops/cuda/activation_kernels.h"
+#include "ops/cuda/blas_handle.h"
+#include "ops/cuda/device_utils.cuh"
+
+namespace ddp::kernels::cuda {
+namespace detail {
+namespace {
+
+// ---- standalone float32 activations, float4 when every pointer allows it ----
+// No __restrict__: callers may run them in place (y == x, dx == dy); each element is read before it is written.
+
+__global__ void activation_forward_kernel(Activation act, const float* x, float* y,
+                                          std::int64_t n, bool vectorized) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float4* y4 = reinterpret_cast<float4*>(y);
+    for (std::int64_t v = start; v < n4; v += stride) {
+      float4 a = x4[v];
+      a.x = apply_activation(act, a.x);
+      a.y = apply_activation(act, a.y);
+      a.z = apply_activation(act, a.z);
+      a.w = apply_activation(act, a.w);
+      y4[v] = a;
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + start; i < n; i += stride) y[i] = apply_activation(act, x[i]);
+}
+
+__global__ void activation_backward_kernel(Activation act, const float* x, const float* dy,
+                                           float* dx, std::int64_t n, bool accumulate, bool vectorized) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const float4* dy4 = reinterpret_cast<const float4*>(dy);
+    float4* dx4 = reinterpret_cast<float4*>(dx);
+    for (std::int64_t v = start; v < n4; v += stride) {
+      const float4 a = x4[v];
+      const float4 g = dy4[v];
+      float4 r;
+      r.x = g.x * activation_grad(act, a.x);
+      r.y = g.y * activation_grad(act, a.y);
+      r.z = g.z * activation_grad(act, a.z);
+      r.w = g.w * activation_grad(act, a.w);
+      if (accumulate) {
+        const float4 o = dx4[v];
+        r.x += o.x;
+        r.y += o.y;
+        r.z += o.z;
+        r.w += o.w;
+      }
+      dx4[v] = r;
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + start; i < n; i += stride) {
+    const float r = dy[i] * activation_grad(act, x[i]);
+    dx[i] = accumulate ? dx[i] + r : r;
+  }
+}
+
+// ---- Linear helpers ----
+
+template <typename T>
+__global__ void bias_activation_kernel(Activation act, const T* z_in, const T* __restrict__ bias, T* pre_out, T* y,
+                                       std::int64_t rows, std::int64_t cols) {
+  // No __restrict__ on z_in/pre_out/y: they may alias (in-place); each element is read before it is written.
+  const std::int64_t n = rows * cols;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float z = to_float(z_in[i]);
+    if (bias != nullptr) z += to_float(bias[i % cols]);
+    // bf16: pre_activation is stored rounded, and the activation is computed from the rounded value, so the
+    // backward (which reads the stored value) differentiates exactly the function the forward applied.
+    const T z_stored = from_float<T>(z);
+    if (pre_out != nullptr) pre_out[i] = z_stored;
+    y[i] = from_float<T>(apply_activation(act, to_float(z_stored)));
+  }
+}
+
+constexpr int kColTile = 32;  // columns per block: one warp reads 32 consecutive elements of a row
+constexpr int kRowLanes = 8;  // rows processed concurrently per block
+
+// Block (bx, by) covers columns [32·bx, 32·bx + 32) and rows [by·rows_per_chunk, ...). It writes dz (unless kNone)
+// and the chunk's column sums: directly into dbias when there is one chunk, else into partials[by][col].
+template <typename T>
+__global__ void activation_grad_bias_kernel(Activation act, const T* dy, const T* __restrict__ saved, T* dz,
+                                            T* __restrict__ dbias, float* __restrict__ partials, bool accumulate,
+                                            std::int64_t rows, std::int64_t cols, std::int64_t rows_per_chunk) {
+  __shared__ float sums[kRowLanes][kColTile + 1];
+  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
+  const std::int64_t row_end = min(rows, row_begin + rows_per_chunk);
+  float sum = 0.0f;
+  if (col < cols) {
+    for (std::int64_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes) {
+      const std::int64_t i = r * cols + col;
+      float g = to_float(dy[i]);
+      if (act != Activation::kNone) {
+        g *= activation_grad(act, to_float(saved[i]));
+        const T stored = from_float<T>(g);
+        dz[i] = stored;
+        g = to_float(stored);  // the bias gradient sums exactly the dz the weight GEMM will read
+      }
+      sum += g;
+    }
+  }
+  const bool want_sums = dbias != nullptr || partials != nullptr;
+  if (!want_sums) return;
+  sums[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+    for (int k = 0; k < kRowLanes; ++k) total += sums[k][threadIdx.x];
+    if (partials != nullptr) {
+      partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
+    } else {
+      if (accumulate) total += to_float(dbias[col]);
+      dbias[col] = from_float<T>(total);
+    }
+  }
+}
+
+template <typename T>
+__global__ void bias_grad_finalize_kernel(const float* __restrict__ partials, std::int64_t chunks, std::int64_t cols,
+                                          T* __restrict__ dbias, bool accumulate) {
+  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  float total = 0.0f;
+  for (std::int64_t c = 0; c < chunks; ++c) total += partials[c * cols + col];
+  if (accumulate) total += to_float(dbias[col]);
+  dbias[col] = from_float<T>(total);
+}
+
+template <typename T>
+void activation_grad_bias_typed(Activation act, const void* dy, const void* saved, void* dz, void* dbias,
+                                bool accumulate, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) {
+    // An empty batch still owes a defined bias gradient: zero (or unchanged when accumulating).
+    if (dbias != nullptr && !accumulate && cols > 0)
+      DDP_CUDA_CHECK(cudaMemsetAsync(dbias, 0, static_cast<std::size_t>(cols) * sizeof(T), stream));
+    return;
+  }
+  if (act == Activation::kNone && dbias == nullptr) return;  // nothing to do: dz is dy
+  // Enough row chunks to fill the GPU; with a bias gradient, bounded by the scratch for the partial sums.
+  constexpr std::int64_t kRowsPerChunkMin = 64;
+  std::int64_t chunks = (rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin;
+  if (dbias != nullptr) {
+    const std::int64_t by_scratch =
+        static_cast<std::int64_t>(kReductionScratchBytes / (sizeof(float) * static_cast<std::size_t>(cols)));
+    chunks = std::min<std::int64_t>({chunks, 64, std::max<std::int64_t>(by_scratch, 1)});
+  } else {
+    chunks = std::min<std::int64_t>(chunks, 65535);
+  }
+  const std::int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  float* partials = nullptr;
+  if (dbias != nullptr && chunks > 1) partials = static_cast<float*>(reduction_scratch(stream));
+  const dim3 block(kColTile, kRowLanes);
+  const dim3 grid(static_cast<unsigned int>((cols + kColTile - 1) / kColTile), static_cast<unsigned int>(chunks));
+  activation_grad_bias_kernel<T><<<grid, block, 0, stream>>>(
+      act, static_cast<const T*>(dy), static_cast<const T*>(saved), static_cast<T*>(dz),
+      partials == nullptr ? static_cast<T*>(dbias) : nullptr, partials, accumulate, rows, cols, rows_per_chunk);
+  DDP_CUDA_CHECK_LAUNCH();
+  if (partials != nullptr) {
+    bias_grad_finalize_kernel<T><<<blocks_for(cols), kThreads, 0, stream>>>(partials, chunks, cols,
+                                                                            static_cast<T*>(dbias), accumulate);
+    DDP_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void check_float_type(ScalarType dtype, const char* what) {
+  DDP_CHECK(dtype == ScalarType::kFloat32 || dtype == ScalarType::kBFloat16,
+            std::string(what) + ": dtype must be float32 or bfloat16");
+}
+
+}  // namespace
+
+void bias_activation(ScalarType dtype, Activation act, const void* z_in, const void* bias, void* pre_out, void* y,
+                     std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  check_float_type(dtype, "bias_activation");
+  const std::int64_t n = rows * cols;
+  if (n <= 0) return;
+  if (dtype == ScalarType::kFloat32) {
+    bias_activation_kernel<float><<<blocks_for(n), kThreads, 0, stream>>>(
+        act, static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
+        static_cast<float*>(y), rows, cols);
+  } else {
+    bias_activation_kernel<__nv_bfloat16><<<blocks_for(n), kThreads, 0, stream>>>(
+        act, static_cast<const __nv_bfloat16*>(z_in), static_cast<const __nv_bfloat16*>(bias),
+        static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), rows, cols);
+  }
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void activation_grad_bias(ScalarType dtype, Activation act, const void* dy, const void* saved, void* dz,
+                          void* dbias, bool accumulate, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  check_float_type(dtype, "activation_grad_bias");
+  if (act != Activation::kNone) {
+    DDP_CHECK(saved != nullptr, "linear_backward: the activation's saved tensor (y or pre_activation) is null");
+    DDP_CHECK(dz != nullptr, "linear_backward: scratch_dz is required when the activation is not kNone");
+  }
+  if (dtype == ScalarType::kFloat32) {
+    activation_grad_bias_typed<float>(act, dy, saved, dz, dbias, accumulate, rows, cols, stream);
+  } else {
+    activation_grad_bias_typed<__nv_bfloat16>(act, dy, saved, dz, dbias, accumulate, rows, cols, stream);
+  }
+}
+
+}  // namespace detail
+
+void activation_forward(Activation act, const float* x, float* y, std::int64_t n, StreamHandle stream) {
+  if (n <= 0) return;
+  const bool vectorized = detail::aligned16(x) && detail::aligned16(y);
+  detail::activation_forward_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0,
+                                      stream>>>(act, x, y, n, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void activation_backward(Activation act, const float* x, const float* dy, float* dx, std::int64_t n,
+                         bool accumulate, StreamHandle stream) {
+  if (n <= 0) return;
+  const bool vectorized = detail::aligned16(x) && detail::aligned16(dy) && detail::aligned16(dx);
+  detail::activation_backward_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0,
+                                       stream>>>(act, x, dy, dx, n, accumulate, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ddp::kernels::cuda

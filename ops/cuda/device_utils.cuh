@@ -1,0 +1,121 @@
+// Device-side building blocks shared by the .cu files of ops/cuda: launch shapes, bf16/float conversion,
+// activation math, and fixed-order (hence deterministic) warp and block reductions.
+//
+// Determinism matters beyond tidiness: DESIGN.md promises bitwise-identical losses for the same seed, so no
+// reduction here depends on scheduling (no float atomics; shuffles and shared memory in a fixed order; launch
+// shapes that depend only on the problem size, never on the GPU's SM count).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "ops/kernels.h"
+#include "runtime/core/check.h"
+
+namespace ddp::kernels::cuda::detail {
+
+inline constexpr int kThreads = 256;
+// Grid-stride loops cover the rest; this cap keeps launch shapes independent of the device.
+inline constexpr std::int64_t kMaxBlocks = 4096;
+
+inline unsigned int blocks_for(std::int64_t work_items, int threads = kThreads) {
+  std::int64_t blocks = (work_items + threads - 1) / threads;
+  if (blocks < 1) blocks = 1;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  return static_cast<unsigned int>(blocks);
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// ---- scalar types ----
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// ---- activations (exact GELU, as torch.nn.GELU()) ----
+__device__ __forceinline__ float relu(float z) {
+  // NaN propagates, as in torch.relu, so a non-finite check downstream still sees it.
+  return z > 0.0f ? z : (z != z ? z : 0.0f);
+}
+__device__ __forceinline__ float gelu(float z) { return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f)); }
+// d/dz [z·Φ(z)] = Φ(z) + z·φ(z)
+__device__ __forceinline__ float gelu_grad(float z) {
+  const float cdf = 0.5f * (1.0f + erff(z * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * expf(-0.5f * z * z);
+  return cdf + z * pdf;
+}
+__device__ __forceinline__ float apply_activation(Activation act, float z) {
+  switch (act) {
+    case Activation::kRelu:
+      return relu(z);
+    case Activation::kGelu:
+      return gelu(z);
+    default:
+      return z;
+  }
+}
+// For kRelu `saved` is the activation's output or input (the same sign test works for both); for kGelu it is the
+// input. As torch's threshold_backward: the gradient is 0 where the input is ≤ 0.
+__device__ __forceinline__ float activation_grad(Activation act, float saved) {
+  switch (act) {
+    case Activation::kRelu:
+      return saved > 0.0f ? 1.0f : 0.0f;
+    case Activation::kGelu:
+      return gelu_grad(saved);
+    default:
+      return 1.0f;
+  }
+}
+
+// ---- reductions: butterfly shuffles and a fixed shared-memory order ----
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over a 1-D block whose size is a multiple of 32 (≤ 1024). Result valid in thread 0.
+// `shared` must hold 32 values. Contains __syncthreads: call from every thread of the block.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* shared) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  T total = T(0);
+  if (warp == 0) {
+    total = lane < warps ? shared[lane] : T(0);
+    total = warp_sum(total);
+  }
+  __syncthreads();  // `shared` may be reused right after
+  return total;
+}
+
+// out[0] (+)= Σ partials[0..count) in index order, by one block. `Acc` is the accumulation type.
+template <typename Acc, typename Out>
+__global__ void sum_partials_kernel(const Acc* __restrict__ partials, int count, Out* __restrict__ out, double scale) {
+  __shared__ Acc shared[32];
+  Acc v = Acc(0);
+  for (int i = threadIdx.x; i < count; i += blockDim.x) v += partials[i];
+  const Acc total = block_sum(v, shared);
+  if (threadIdx.x == 0) out[0] = static_cast<Out>(static_cast<double>(total) * scale);
+}
+
+}  // namespace ddp::kernels::cuda::detail

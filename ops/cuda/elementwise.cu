@@ -1,0 +1,261 @@
+// Elementwise utilities of the kernel contract: fill, axpby, scale, cast, sum_squares, flag_nonfinite.
+//
+// Each is one grid-stride kernel, using 16-byte vector accesses when every pointer involved is 16-byte aligned
+// (tensor views into a flat parameter buffer need not be). sum_squares is the one reduction: a fixed number of
+// per-block partials (a function of n only) summed in index order by a second kernel, so the result is the same
+// bits on every run, which gradient-norm clipping needs for reproducible training.
+#include <cstring>
+
+#include "ops/cuda/blas_handle.h"
+#include "ops/cuda/device_utils.cuh"
+
+namespace ddp::kernels::cuda {
+namespace {
+
+using detail::aligned16;
+using detail::blocks_for;
+using detail::kThreads;
+
+
+__device__ __forceinline__ std::int64_t thread_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+
+// ---- fill: the value's bit pattern is computed on the host, the kernel only stores it ----
+template <typename U>
+__global__ void fill_kernel(U* data, std::int64_t n, U pattern, bool vectorized) {
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    constexpr int kPer = 16 / sizeof(U);
+    union Pack {
+      uint4 v;
+      U e[kPer];
+    } pack;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) pack.e[j] = pattern;
+    const std::int64_t nv = n / kPer;
+    uint4* d = reinterpret_cast<uint4*>(data);
+    for (std::int64_t v = thread_index(); v < nv; v += grid_stride()) d[v] = pack.v;
+    scalar_from = nv * kPer;
+  }
+  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) data[i] = pattern;
+}
+
+template <typename U>
+void launch_fill(void* data, std::int64_t n, U pattern, cudaStream_t stream) {
+  const bool vectorized = aligned16(data);
+  const std::int64_t work = vectorized ? (n * static_cast<std::int64_t>(sizeof(U)) + 15) / 16 : n;
+  fill_kernel<U><<<blocks_for(work), kThreads, 0, stream>>>(static_cast<U*>(data), n, pattern, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+// float → bfloat16 bits, round to nearest even (NaN stays a quiet NaN).
+std::uint16_t bf16_bits_rne(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);
+  const std::uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>((bits + rounding) >> 16);
+}
+
+// ---- axpby / scale ----
+__global__ void axpby_kernel(const float* x, float* y, std::int64_t n, float alpha, float beta, bool vectorized) {
+  const bool read_y = beta != 0.0f;  // beta == 0 overwrites y without reading it (y may hold NaN)
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float4* y4 = reinterpret_cast<float4*>(y);
+    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
+      const float4 a = x4[v];
+      float4 r = make_float4(alpha * a.x, alpha * a.y, alpha * a.z, alpha * a.w);
+      if (read_y) {
+        const float4 b = y4[v];
+        r.x += beta * b.x;
+        r.y += beta * b.y;
+        r.z += beta * b.z;
+        r.w += beta * b.w;
+      }
+      y4[v] = r;
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) {
+    const float r = alpha * x[i];
+    y[i] = read_y ? r + beta * y[i] : r;
+  }
+}
+
+__global__ void scale_kernel(float* x, std::int64_t n, float alpha, bool vectorized) {
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    float4* x4 = reinterpret_cast<float4*>(x);
+    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
+      float4 a = x4[v];
+      a.x *= alpha;
+      a.y *= alpha;
+      a.z *= alpha;
+      a.w *= alpha;
+      x4[v] = a;
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) x[i] *= alpha;
+}
+
+// ---- cast ----
+__global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst, std::int64_t n,
+                                   bool vectorized) {
+  std::int64_t scalar_from = 0;
+  if (vectorized) {  // src 16-byte aligned, dst 8-byte aligned
+    const std::int64_t n4 = n / 4;
+    const float4* s4 = reinterpret_cast<const float4*>(src);
+    __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst);
+    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
+      const float4 a = s4[v];
+      d2[2 * v] = __floats2bfloat162_rn(a.x, a.y);
+      d2[2 * v + 1] = __floats2bfloat162_rn(a.z, a.w);
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst, std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += grid_stride()) dst[i] = __bfloat162float(src[i]);
+}
+
+// ---- sum_squares: per-block double partials, then one block sums them in order ----
+constexpr int kMaxPartials = 1024;
+
+__global__ void sum_squares_partial_kernel(const float* __restrict__ x, std::int64_t n, double* __restrict__ partials,
+                                           bool vectorized) {
+  __shared__ double shared[32];
+  double acc = 0.0;
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
+      const float4 a = x4[v];
+      acc += static_cast<double>(a.x) * a.x + static_cast<double>(a.y) * a.y + static_cast<double>(a.z) * a.z +
+             static_cast<double>(a.w) * a.w;
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) {
+    const double v = x[i];
+    acc += v * v;
+  }
+  const double total = detail::block_sum(acc, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// ---- flag_nonfinite ----
+__global__ void flag_nonfinite_kernel(const float* __restrict__ x, std::int64_t n, std::int32_t* flag,
+                                      bool vectorized) {
+  bool bad = false;
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
+      const float4 a = x4[v];
+      bad |= !isfinite(a.x) || !isfinite(a.y) || !isfinite(a.z) || !isfinite(a.w);
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) bad |= !isfinite(x[i]);
+  // Every writer stores the same value, so the race is benign; one store per warp keeps it cheap.
+  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *flag = 1;
+}
+
+}  // namespace
+
+void fill(ScalarType dtype, void* data, std::int64_t n, double value, StreamHandle stream) {
+  if (n <= 0) return;
+  switch (dtype) {
+    case ScalarType::kFloat32: {
+      const float f = static_cast<float>(value);
+      std::uint32_t bits;
+      std::memcpy(&bits, &f, sizeof bits);
+      launch_fill<std::uint32_t>(data, n, bits, stream);
+      break;
+    }
+    case ScalarType::kBFloat16:
+      // double → float → bf16 (RNE), as c10::BFloat16 does for a scalar.
+      launch_fill<std::uint16_t>(data, n, bf16_bits_rne(static_cast<float>(value)), stream);
+      break;
+    case ScalarType::kInt32:
+      launch_fill<std::int32_t>(data, n, static_cast<std::int32_t>(value), stream);
+      break;
+    case ScalarType::kInt64:
+      launch_fill<std::int64_t>(data, n, static_cast<std::int64_t>(value), stream);
+      break;
+    default:
+      DDP_CHECK(false, "fill: unknown ScalarType");
+  }
+}
+
+void axpby(const float* x, float* y, std::int64_t n, float alpha, float beta, StreamHandle stream) {
+  if (n <= 0) return;
+  const bool vectorized = aligned16(x) && aligned16(y);
+  axpby_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(x, y, n, alpha, beta, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void scale(float* x, std::int64_t n, float alpha, StreamHandle stream) {
+  if (n <= 0) return;
+  const bool vectorized = aligned16(x);
+  scale_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(x, n, alpha, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void cast(ScalarType from, const void* src, ScalarType to, void* dst, std::int64_t n, StreamHandle stream) {
+  if (n <= 0) return;
+  if (from == to) {
+    const std::size_t bytes =
+        from == ScalarType::kBFloat16 ? 2 : (from == ScalarType::kInt64 ? 8 : 4);
+    if (src != dst)
+      DDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * bytes, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  if (from == ScalarType::kFloat32 && to == ScalarType::kBFloat16) {
+    const bool vectorized = aligned16(src) && (reinterpret_cast<std::uintptr_t>(dst) & 7u) == 0;
+    f32_to_bf16_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(
+        static_cast<const float*>(src), static_cast<__nv_bfloat16*>(dst), n, vectorized);
+    DDP_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (from == ScalarType::kBFloat16 && to == ScalarType::kFloat32) {
+    bf16_to_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(src),
+                                                               static_cast<float*>(dst), n);
+    DDP_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  DDP_CHECK(false, "cast: only float32 <-> bfloat16 conversions are supported");
+}
+
+void sum_squares(const float* x, std::int64_t n, double* out, StreamHandle stream) {
+  double* partials = static_cast<double*>(reduction_scratch(stream));
+  static_assert(kMaxPartials * sizeof(double) <= kReductionScratchBytes, "partials must fit the scratch");
+  const bool vectorized = aligned16(x);
+  std::int64_t blocks = n <= 0 ? 1 : ((vectorized ? (n + 3) / 4 : n) + kThreads - 1) / kThreads;
+  if (blocks > kMaxPartials) blocks = kMaxPartials;
+  sum_squares_partial_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(x, n < 0 ? 0 : n, partials,
+                                                                                       vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+  detail::sum_partials_kernel<double, double><<<1, 1024, 0, stream>>>(partials, static_cast<int>(blocks), out, 1.0);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void flag_nonfinite(const float* x, std::int64_t n, std::int32_t* flag, StreamHandle stream) {
+  if (n <= 0) return;
+  const bool vectorized = aligned16(x);
+  flag_nonfinite_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(x, n, flag, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ddp::kernels::cuda

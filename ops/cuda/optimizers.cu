@@ -1,0 +1,159 @@
+// The fused optimizer updates over flat float32 buffers: one kernel reads param, grad and state once and writes
+// param and state once (torch.optim's foreach/fused paths do the same work in several passes).
+//
+// The formulas are PyTorch's, term by term (torch.optim.SGD and torch.optim.AdamW, amsgrad off, not maximize),
+// so a run here and a run in PyTorch follow each other to float rounding. Step-dependent scalars (AdamW's bias
+// corrections) are computed on the host in double, as PyTorch does for a non-capturable step.
+#include <cmath>
+
+#include "ops/cuda/device_utils.cuh"
+
+namespace ddp::kernels::cuda {
+namespace {
+
+struct SgdScalars {
+  float lr, momentum, one_minus_dampening, weight_decay;
+  bool nesterov, first_step, use_momentum;
+};
+
+__device__ __forceinline__ float sgd_one(float p, float g, float* buf, const SgdScalars& s) {
+  if (s.weight_decay != 0.0f) g = g + s.weight_decay * p;  // d_p = d_p.add(param, alpha=weight_decay)
+  if (s.use_momentum) {
+    const float b = s.first_step ? g : s.momentum * *buf + s.one_minus_dampening * g;
+    *buf = b;
+    g = s.nesterov ? g + s.momentum * b : b;
+  }
+  return p - s.lr * g;
+}
+
+// Every array is read and written at the same index only, so no __restrict__ is needed for correctness.
+__global__ void sgd_kernel(float* param, const float* grad, float* buf, std::int64_t n, SgdScalars s,
+                           bool vectorized) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    float4* p4 = reinterpret_cast<float4*>(param);
+    const float4* g4 = reinterpret_cast<const float4*>(grad);
+    float4* b4 = reinterpret_cast<float4*>(buf);
+    for (std::int64_t v = start; v < n4; v += stride) {
+      float4 p = p4[v];
+      const float4 g = g4[v];
+      float4 b = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (s.use_momentum && !s.first_step) b = b4[v];
+      p.x = sgd_one(p.x, g.x, &b.x, s);
+      p.y = sgd_one(p.y, g.y, &b.y, s);
+      p.z = sgd_one(p.z, g.z, &b.z, s);
+      p.w = sgd_one(p.w, g.w, &b.w, s);
+      p4[v] = p;
+      if (s.use_momentum) b4[v] = b;
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + start; i < n; i += stride) {
+    float b = (s.use_momentum && !s.first_step) ? buf[i] : 0.0f;
+    param[i] = sgd_one(param[i], grad[i], &b, s);
+    if (s.use_momentum) buf[i] = b;
+  }
+}
+
+struct AdamWScalars {
+  float decay;           // 1 − lr·wd
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float step_size;       // lr / (1 − β1^t)
+  float bias_c2_sqrt;    // sqrt(1 − β2^t)
+  float eps;
+};
+
+__device__ __forceinline__ float adamw_one(float p, float g, float* m, float* v, const AdamWScalars& s) {
+  p = p * s.decay;
+  const float m_new = s.beta1 * *m + s.one_minus_beta1 * g;
+  const float v_new = s.beta2 * *v + s.one_minus_beta2 * g * g;
+  *m = m_new;
+  *v = v_new;
+  const float denom = sqrtf(v_new) / s.bias_c2_sqrt + s.eps;
+  return p - s.step_size * (m_new / denom);
+}
+
+__global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                             AdamWScalars s, bool vectorized) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    float4* p4 = reinterpret_cast<float4*>(param);
+    const float4* g4 = reinterpret_cast<const float4*>(grad);
+    float4* m4 = reinterpret_cast<float4*>(exp_avg);
+    float4* v4 = reinterpret_cast<float4*>(exp_avg_sq);
+    for (std::int64_t i = start; i < n4; i += stride) {
+      float4 p = p4[i];
+      const float4 g = g4[i];
+      float4 m = m4[i];
+      float4 v = v4[i];
+      p.x = adamw_one(p.x, g.x, &m.x, &v.x, s);
+      p.y = adamw_one(p.y, g.y, &m.y, &v.y, s);
+      p.z = adamw_one(p.z, g.z, &m.z, &v.z, s);
+      p.w = adamw_one(p.w, g.w, &m.w, &v.w, s);
+      p4[i] = p;
+      m4[i] = m;
+      v4[i] = v;
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + start; i < n; i += stride) {
+    float m = exp_avg[i];
+    float v = exp_avg_sq[i];
+    param[i] = adamw_one(param[i], grad[i], &m, &v, s);
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+  }
+}
+
+}  // namespace
+
+void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int64_t n, const SgdParams& p,
+              StreamHandle stream) {
+  if (n <= 0) return;
+  SgdScalars s;
+  s.lr = p.lr;
+  s.momentum = p.momentum;
+  s.one_minus_dampening = 1.0f - p.dampening;
+  s.weight_decay = p.weight_decay;
+  s.nesterov = p.nesterov;
+  s.first_step = p.first_step;
+  s.use_momentum = p.momentum != 0.0f;
+  DDP_CHECK(!s.use_momentum || momentum_buffer != nullptr, "sgd_step: momentum != 0 needs a momentum buffer");
+  const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) &&
+                          (!s.use_momentum || detail::aligned16(momentum_buffer));
+  sgd_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0, stream>>>(
+      param, grad, momentum_buffer, n, s, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                const AdamWParams& p, StreamHandle stream) {
+  if (n <= 0) return;
+  DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based (the count after this update)");
+  const double t = static_cast<double>(p.step);
+  const double bias_c1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
+  const double bias_c2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
+  AdamWScalars s;
+  s.decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * static_cast<double>(p.weight_decay));
+  s.beta1 = p.beta1;
+  s.one_minus_beta1 = 1.0f - p.beta1;
+  s.beta2 = p.beta2;
+  s.one_minus_beta2 = 1.0f - p.beta2;
+  s.step_size = static_cast<float>(static_cast<double>(p.lr) / bias_c1);
+  s.bias_c2_sqrt = static_cast<float>(std::sqrt(bias_c2));
+  s.eps = p.eps;
+  const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) && detail::aligned16(exp_avg) &&
+                          detail::aligned16(exp_avg_sq);
+  adamw_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0, stream>>>(
+      param, grad, exp_avg, exp_avg_sq, n, s, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ddp::kernels::cuda
