@@ -9,6 +9,7 @@
 // caller must not touch the buffer until wait() returns.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -55,6 +56,11 @@ class Work {
   // Milliseconds the collective itself took (from its start on the communication stream or thread to its
   // end); available once completed, negative when unknown.
   virtual double duration_ms() = 0;
+  // When the collective began, in milliseconds after a reference point: `device_reference`, an event recorded
+  // with timing on a stream of the same device (CUDA backends), or `host_reference` (backends on a thread).
+  // Available once completed; negative when unknown.
+  virtual double start_ms_since(const Event* device_reference,
+                                std::chrono::steady_clock::time_point host_reference) = 0;
 };
 
 enum class Backend { kNccl, kMpi };

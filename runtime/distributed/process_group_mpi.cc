@@ -169,6 +169,13 @@ class ProcessGroupMpi::MpiWork : public Work {
   std::exception_ptr exception() override { return done_.done() ? error_ : nullptr; }
   double duration_ms() override { return done_.done() ? duration_ms_ : -1.0; }
 
+  double start_ms_since(const Event*, Clock::time_point host_reference) override {
+    if (!done_.done()) return -1.0;
+    return std::chrono::duration<double, std::milli>(started_ - host_reference).count();
+  }
+
+  void start() { started_ = Clock::now(); }
+
   void finish(std::exception_ptr error, double duration_ms) {
     error_ = error;
     duration_ms_ = duration_ms;
@@ -179,6 +186,7 @@ class ProcessGroupMpi::MpiWork : public Work {
   CpuCompletion done_;
   std::exception_ptr error_;
   double duration_ms_ = -1.0;
+  Clock::time_point started_;
 };
 
 ProcessGroupMpi::ProcessGroupMpi(MPI_Comm comm, const Device& device, double timeout_s)
@@ -240,6 +248,7 @@ std::shared_ptr<Work> ProcessGroupMpi::enqueue(std::string what, const Stream& s
   }
   Task task = [this, work, ready, what, body = std::move(body)] {
     const auto start = Clock::now();
+    work->start();
     std::exception_ptr error;
     try {
       if (ready) ready->synchronize();

@@ -73,6 +73,11 @@ class ProcessGroupNccl::NcclWork : public Work {
 
   double duration_ms() override { return done_.query() ? done_.elapsed_ms_since(start_) : -1.0; }
 
+  double start_ms_since(const Event* device_reference, std::chrono::steady_clock::time_point) override {
+    if (device_reference == nullptr || device_reference->handle() == nullptr || !done_.query()) return -1.0;
+    return start_.elapsed_ms_since(*device_reference);
+  }
+
  private:
   NcclCommunicator& comm_;
   Event start_;

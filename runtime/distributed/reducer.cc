@@ -14,6 +14,7 @@ Reducer::Reducer(ProcessGroup& group, BucketPlan plan, CommBuffer gradients, con
   pending_.assign(plan_.buckets.size(), 0);
   ready_.assign(plan_.offsets.size(), false);
   if (compute_.device().is_cuda()) {
+    backward_begin_ = Event::create(compute_.device(), /*timing=*/true);
     backward_end_ = Event::create(compute_.device(), /*timing=*/true);
     comm_done_ = Event::create(compute_.device(), /*timing=*/true);
   }
@@ -46,6 +47,7 @@ void Reducer::prepare_for_backward() {
   stats_pending_ = false;
   stats_.buckets = static_cast<int>(plan_.buckets.size());
   backward_start_ = std::chrono::steady_clock::now();
+  if (compute_.device().is_cuda()) backward_begin_.record(compute_);
   in_backward_ = true;
   ++steps_;
 }
@@ -124,8 +126,14 @@ const ReducerStats& Reducer::last_stats() {
     stats_.exposed_comm_ms = comm_done_.elapsed_ms_since(backward_end_);
   }
   stats_.allreduce_ms = 0;
-  for (auto& w : works_) {
-    if (w) stats_.allreduce_ms += std::max(0.0, w->duration_ms());
+  stats_.bucket_timings.assign(works_.size(), ReducerStats::BucketTiming{});
+  for (std::size_t b = 0; b < works_.size(); ++b) {
+    if (!works_[b]) continue;
+    ReducerStats::BucketTiming& t = stats_.bucket_timings[b];
+    t.duration_ms = works_[b]->duration_ms();
+    t.start_ms = works_[b]->start_ms_since(compute_.device().is_cuda() ? &backward_begin_ : nullptr, backward_start_);
+    t.bytes = static_cast<std::size_t>(plan_.buckets[b].count) * sizeof(float);
+    stats_.allreduce_ms += std::max(0.0, t.duration_ms);
   }
   return stats_;
 }

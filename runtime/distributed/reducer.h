@@ -46,6 +46,14 @@ struct ReducerStats {
   // backward ended: the overlap test reads these.
   std::vector<double> issue_us;
   double backward_end_us = 0;
+  // Per bucket: when its all-reduce ran (ms after backward began, on the communication stream or thread),
+  // how long it took, and its size.
+  struct BucketTiming {
+    double start_ms = -1;
+    double duration_ms = -1;
+    std::size_t bytes = 0;
+  };
+  std::vector<BucketTiming> bucket_timings;
 };
 
 class Reducer {
@@ -93,6 +101,7 @@ class Reducer {
   std::vector<bool> ready_;            // per parameter, this backward
   std::size_t next_bucket_ = 0;        // buckets launch strictly in order
   std::vector<std::shared_ptr<Work>> works_;
+  Event backward_begin_;
   Event backward_end_;
   Event comm_done_;
   std::chrono::steady_clock::time_point backward_start_;

@@ -168,6 +168,11 @@ TEST_F(ReducerTest, AllReducesStartWhileBackwardIsStillRunning) {
   EXPECT_GT(stats.backward_ms, 100.0);
   EXPECT_GE(stats.allreduce_ms, 0.0);
   EXPECT_GE(stats.exposed_comm_ms, 0.0);
+  ASSERT_EQ(stats.bucket_timings.size(), 2u);
+  // The first bucket's all-reduce really ran (not only was issued) before backward ended.
+  EXPECT_GE(stats.bucket_timings[0].start_ms, 0.0);
+  EXPECT_LT(stats.bucket_timings[0].start_ms, stats.backward_end_us / 1000.0 - 40.0);
+  EXPECT_EQ(stats.bucket_timings[0].bytes, (10u + 10240u + 1024u) * 4u);
   expect_averaged(result());
 }
 
