@@ -1,0 +1,131 @@
+// CPU elementwise kernels: standalone activations, fills, axpby/scale, casts and reductions. Plain loops over
+// contiguous arrays, which -O3 vectorises.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "ops/cpu/activation_math.h"
+#include "ops/cpu/bfloat16.h"
+#include "ops/kernels.h"
+#include "runtime/core/check.h"
+
+namespace ddp::kernels::cpu {
+
+void activation_forward(Activation act, const float* x, float* y, std::int64_t n, StreamHandle /*stream*/) {
+  switch (act) {
+    case Activation::kNone:
+      if (x != y)
+        for (std::int64_t i = 0; i < n; ++i) y[i] = x[i];
+      return;
+    case Activation::kRelu:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      return;
+    case Activation::kGelu:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = detail::gelu(x[i]);
+      return;
+  }
+}
+
+void activation_backward(Activation act, const float* x, const float* dy, float* dx, std::int64_t n,
+                         bool accumulate, StreamHandle /*stream*/) {
+  switch (act) {
+    case Activation::kNone:
+      if (accumulate) {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] += dy[i];
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i];
+      }
+      return;
+    case Activation::kRelu:
+      if (accumulate) {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+      }
+      return;
+    case Activation::kGelu:
+      if (accumulate) {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] += dy[i] * detail::gelu_grad(x[i]);
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * detail::gelu_grad(x[i]);
+      }
+      return;
+  }
+}
+
+void fill(ScalarType dtype, void* data, std::int64_t n, double value, StreamHandle /*stream*/) {
+  switch (dtype) {
+    case ScalarType::kFloat32: {
+      auto* p = static_cast<float*>(data);
+      const float v = static_cast<float>(value);
+      for (std::int64_t i = 0; i < n; ++i) p[i] = v;
+      return;
+    }
+    case ScalarType::kBFloat16: {
+      auto* p = static_cast<std::uint16_t*>(data);
+      const std::uint16_t v = float_to_bf16(static_cast<float>(value));
+      for (std::int64_t i = 0; i < n; ++i) p[i] = v;
+      return;
+    }
+    case ScalarType::kInt32: {
+      auto* p = static_cast<std::int32_t*>(data);
+      const auto v = static_cast<std::int32_t>(value);
+      for (std::int64_t i = 0; i < n; ++i) p[i] = v;
+      return;
+    }
+    case ScalarType::kInt64: {
+      auto* p = static_cast<std::int64_t*>(data);
+      const auto v = static_cast<std::int64_t>(value);
+      for (std::int64_t i = 0; i < n; ++i) p[i] = v;
+      return;
+    }
+  }
+}
+
+void axpby(const float* x, float* y, std::int64_t n, float alpha, float beta, StreamHandle /*stream*/) {
+  if (beta == 0.0f) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = alpha * x[i] + beta * y[i];
+  }
+}
+
+void scale(float* x, std::int64_t n, float alpha, StreamHandle /*stream*/) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+void cast(ScalarType from, const void* src, ScalarType to, void* dst, std::int64_t n, StreamHandle /*stream*/) {
+  if (from == to) {
+    const std::size_t bytes = static_cast<std::size_t>(n) * (from == ScalarType::kBFloat16 ? 2 : 4);
+    if (src != dst) std::memcpy(dst, src, bytes);
+    return;
+  }
+  if (from == ScalarType::kFloat32 && to == ScalarType::kBFloat16) {
+    const auto* s = static_cast<const float*>(src);
+    auto* d = static_cast<std::uint16_t*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
+    return;
+  }
+  if (from == ScalarType::kBFloat16 && to == ScalarType::kFloat32) {
+    const auto* s = static_cast<const std::uint16_t*>(src);
+    auto* d = static_cast<float*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
+    return;
+  }
+  DDP_CHECK(false, "cast: only float32 <-> bfloat16 is supported");
+}
+
+void sum_squares(const float* x, std::int64_t n, double* out, StreamHandle /*stream*/) {
+  double sum = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  out[0] = sum;
+}
+
+void flag_nonfinite(const float* x, std::int64_t n, std::int32_t* flag, StreamHandle /*stream*/) {
+  bool bad = false;
+  for (std::int64_t i = 0; i < n; ++i) bad |= !std::isfinite(x[i]);
+  if (bad) flag[0] = 1;
+}
+
+}  // namespace ddp::kernels::cpu

@@ -1,0 +1,186 @@
+// CPU linear forward/backward: OpenBLAS sgemm plus the epilogue loops. bf16 tensors are widened to float in
+// per-thread scratch (no steady-state allocation), computed in float and rounded back once.
+#include <cblas.h>
+
+#include <cstdint>
+#include <string>
+
+#include "ops/cpu/activation_math.h"
+#include "ops/cpu/bfloat16.h"
+#include "ops/cpu/scratch.h"
+#include "ops/kernels.h"
+#include "runtime/core/check.h"
+
+namespace ddp::kernels::cpu {
+namespace {
+
+void check_shape(const char* op, const LinearShape& s) {
+  DDP_CHECK(s.batch >= 0 && s.in > 0 && s.out > 0,
+            std::string(op) + ": bad shape batch=" + std::to_string(s.batch) + " in=" + std::to_string(s.in) +
+                " out=" + std::to_string(s.out));
+}
+
+void check_dtype(const char* op, ScalarType dtype) {
+  DDP_CHECK(dtype == ScalarType::kFloat32 || dtype == ScalarType::kBFloat16,
+            std::string(op) + ": only float32 and bfloat16 are supported");
+}
+
+// Widens `n` values of `dtype` at `src` to float; float32 input is returned as is (no copy).
+const float* widen(ScalarType dtype, const void* src, std::int64_t n, int slot) {
+  if (src == nullptr) return nullptr;
+  if (dtype == ScalarType::kFloat32) return static_cast<const float*>(src);
+  float* dst = detail::scratch_floats(slot, static_cast<std::size_t>(n));
+  const auto* h = static_cast<const std::uint16_t*>(src);
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(h[i]);
+  return dst;
+}
+
+void narrow(const float* src, std::int64_t n, std::uint16_t* dst) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
+// y = act(x·wᵀ + b) in float; pre (optional) receives x·wᵀ + b.
+void linear_forward_f32(const LinearShape& s, const float* x, const float* w, const float* bias, Activation act,
+                        float* y, float* pre) {
+  const std::int64_t B = s.batch, I = s.in, O = s.out;
+  if (B == 0) return;
+  float* z = pre != nullptr ? pre : y;
+  if (bias != nullptr) {
+    for (std::int64_t r = 0; r < B; ++r) {
+      float* row = z + r * O;
+      for (std::int64_t c = 0; c < O; ++c) row[c] = bias[c];
+    }
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(B), static_cast<int>(O),
+              static_cast<int>(I), 1.0f, x, static_cast<int>(I), w, static_cast<int>(I),
+              bias != nullptr ? 1.0f : 0.0f, z, static_cast<int>(O));
+  const std::int64_t n = B * O;
+  switch (act) {
+    case Activation::kNone:
+      if (z != y)
+        for (std::int64_t i = 0; i < n; ++i) y[i] = z[i];
+      break;
+    case Activation::kRelu:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = z[i] > 0.0f ? z[i] : 0.0f;
+      break;
+    case Activation::kGelu:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = detail::gelu(z[i]);
+      break;
+  }
+}
+
+// dz = dy ⊙ act'; returns dz (dy itself for kNone).
+const float* activation_grad(Activation act, std::int64_t n, const float* dy, const float* y, const float* pre,
+                             float* dz) {
+  switch (act) {
+    case Activation::kNone:
+      return dy;
+    case Activation::kRelu:
+      DDP_CHECK(y != nullptr, "linear_backward: ReLU needs the forward output y");
+      for (std::int64_t i = 0; i < n; ++i) dz[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+      return dz;
+    case Activation::kGelu:
+      DDP_CHECK(pre != nullptr, "linear_backward: GELU needs pre_activation");
+      for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * detail::gelu_grad(pre[i]);
+      return dz;
+  }
+  return dy;
+}
+
+void linear_backward_f32(const LinearShape& s, const float* dz, const float* x, const float* w, float* dx,
+                         float* dw, float* dbias, bool accumulate) {
+  const std::int64_t B = s.batch, I = s.in, O = s.out;
+  if (dx != nullptr && B > 0) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(B), static_cast<int>(I),
+                static_cast<int>(O), 1.0f, dz, static_cast<int>(O), w, static_cast<int>(I), 0.0f, dx,
+                static_cast<int>(I));
+  }
+  if (dw != nullptr) {
+    if (B > 0) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(O), static_cast<int>(I),
+                  static_cast<int>(B), 1.0f, dz, static_cast<int>(O), x, static_cast<int>(I),
+                  accumulate ? 1.0f : 0.0f, dw, static_cast<int>(I));
+    } else if (!accumulate) {
+      for (std::int64_t i = 0; i < O * I; ++i) dw[i] = 0.0f;
+    }
+  }
+  if (dbias != nullptr) {
+    if (!accumulate)
+      for (std::int64_t c = 0; c < O; ++c) dbias[c] = 0.0f;
+    for (std::int64_t r = 0; r < B; ++r) {
+      const float* row = dz + r * O;
+      for (std::int64_t c = 0; c < O; ++c) dbias[c] += row[c];
+    }
+  }
+}
+
+}  // namespace
+
+void linear_forward(ScalarType dtype, MathMode /*math*/, const LinearShape& shape, const void* x, const void* w,
+                    const void* bias, Activation act, void* y, void* pre_activation, StreamHandle /*stream*/) {
+  check_shape("linear_forward", shape);
+  check_dtype("linear_forward", dtype);
+  const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
+  if (dtype == ScalarType::kFloat32) {
+    linear_forward_f32(shape, static_cast<const float*>(x), static_cast<const float*>(w),
+                       static_cast<const float*>(bias), act, static_cast<float*>(y),
+                       static_cast<float*>(pre_activation));
+    return;
+  }
+  const float* xf = widen(dtype, x, B * I, 0);
+  const float* wf = widen(dtype, w, O * I, 1);
+  const float* bf = widen(dtype, bias, O, 2);
+  float* yf = detail::scratch_floats(3, static_cast<std::size_t>(B * O));
+  float* pf = pre_activation != nullptr ? detail::scratch_floats(4, static_cast<std::size_t>(B * O)) : nullptr;
+  linear_forward_f32(shape, xf, wf, bf, act, yf, pf);
+  narrow(yf, B * O, static_cast<std::uint16_t*>(y));
+  if (pf != nullptr) narrow(pf, B * O, static_cast<std::uint16_t*>(pre_activation));
+}
+
+void linear_backward(ScalarType dtype, MathMode /*math*/, const LinearShape& shape, const void* dy, const void* x,
+                     const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
+                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle /*stream*/) {
+  check_shape("linear_backward", shape);
+  check_dtype("linear_backward", dtype);
+  const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
+  if (dtype == ScalarType::kFloat32) {
+    DDP_CHECK(act == Activation::kNone || scratch_dz != nullptr, "linear_backward: scratch_dz is required");
+    const float* dz = activation_grad(act, B * O, static_cast<const float*>(dy), static_cast<const float*>(y),
+                                      static_cast<const float*>(pre_activation), static_cast<float*>(scratch_dz));
+    linear_backward_f32(shape, dz, static_cast<const float*>(x), static_cast<const float*>(w),
+                        static_cast<float*>(dx), static_cast<float*>(dw), static_cast<float*>(dbias), accumulate);
+    return;
+  }
+  // bf16: widen everything, compute in float, round each output once (accumulation happens in float).
+  const float* dyf = widen(dtype, dy, B * O, 0);
+  const float* xf = widen(dtype, x, B * I, 1);
+  const float* wf = widen(dtype, w, O * I, 2);
+  const float* yf = act == Activation::kRelu ? widen(dtype, y, B * O, 3) : nullptr;
+  const float* pf = act == Activation::kGelu ? widen(dtype, pre_activation, B * O, 3) : nullptr;
+  float* dzf = detail::scratch_floats(4, static_cast<std::size_t>(B * O));
+  const float* dz = activation_grad(act, B * O, dyf, yf, pf, dzf);
+  if (act != Activation::kNone && scratch_dz != nullptr) narrow(dz, B * O, static_cast<std::uint16_t*>(scratch_dz));
+  float* dxf = dx != nullptr ? detail::scratch_floats(5, static_cast<std::size_t>(B * I)) : nullptr;
+  float* dwf = nullptr;
+  float* dbf = nullptr;
+  if (dw != nullptr) {
+    dwf = detail::scratch_floats(6, static_cast<std::size_t>(O * I));
+    if (accumulate) {
+      const auto* h = static_cast<const std::uint16_t*>(dw);
+      for (std::int64_t i = 0; i < O * I; ++i) dwf[i] = bf16_to_float(h[i]);
+    }
+  }
+  if (dbias != nullptr) {
+    dbf = detail::scratch_floats(7, static_cast<std::size_t>(O));
+    if (accumulate) {
+      const auto* h = static_cast<const std::uint16_t*>(dbias);
+      for (std::int64_t i = 0; i < O; ++i) dbf[i] = bf16_to_float(h[i]);
+    }
+  }
+  linear_backward_f32(shape, dz, xf, wf, dxf, dwf, dbf, accumulate);
+  if (dxf != nullptr) narrow(dxf, B * I, static_cast<std::uint16_t*>(dx));
+  if (dwf != nullptr) narrow(dwf, O * I, static_cast<std::uint16_t*>(dw));
+  if (dbf != nullptr) narrow(dbf, O, static_cast<std::uint16_t*>(dbias));
+}
+
+}  // namespace ddp::kernels::cpu

@@ -1,0 +1,51 @@
+// CPU optimizer steps over flat float32 buffers: one pass per step, the update rules of torch.optim.SGD and
+// torch.optim.AdamW written out per element.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "ops/kernels.h"
+#include "runtime/core/check.h"
+
+namespace ddp::kernels::cpu {
+
+void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int64_t n, const SgdParams& p,
+              StreamHandle /*stream*/) {
+  const float lr = p.lr, wd = p.weight_decay, mu = p.momentum, keep = 1.0f - p.dampening;
+  if (mu == 0.0f) {
+    for (std::int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + wd * param[i]);
+    return;
+  }
+  DDP_CHECK(momentum_buffer != nullptr, "sgd_step: momentum != 0 needs a momentum buffer");
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = grad[i] + wd * param[i];
+    // PyTorch: the first step initialises the buffer to the gradient itself (no dampening).
+    const float buf = p.first_step ? g : mu * momentum_buffer[i] + keep * g;
+    momentum_buffer[i] = buf;
+    const float update = p.nesterov ? g + mu * buf : buf;
+    param[i] -= lr * update;
+  }
+}
+
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                const AdamWParams& p, StreamHandle /*stream*/) {
+  DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based, got " + std::to_string(p.step));
+  const double t = static_cast<double>(p.step);
+  const float bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), t));
+  const float bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), t));
+  const float step_size = p.lr / bias_correction1;
+  const float sqrt_bc2 = std::sqrt(bias_correction2);
+  const float decay = 1.0f - p.lr * p.weight_decay;
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float m = b1 * exp_avg[i] + (1.0f - b1) * g;
+    const float v = b2 * exp_avg_sq[i] + (1.0f - b2) * g * g;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    const float denom = std::sqrt(v) / sqrt_bc2 + eps;
+    param[i] = param[i] * decay - step_size * (m / denom);
+  }
+}
+
+}  // namespace ddp::kernels::cpu
