@@ -1,0 +1,352 @@
+// The caching allocator's policy and its three backends (CUDA device memory, pinned host memory, and the
+// aligned-host fallback used when no GPU is there).
+#include "runtime/core/allocator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
+#include "runtime/core/check.h"
+#include "runtime/core/device.h"
+
+namespace ddp {
+namespace {
+
+constexpr std::size_t kSmallStep = 512;
+constexpr std::size_t kSmallLimit = std::size_t{1} << 20;
+
+void update_peaks(MemoryStats& s) {
+  s.peak_bytes_in_use = std::max(s.peak_bytes_in_use, s.bytes_in_use);
+  s.peak_bytes_reserved = std::max(s.peak_bytes_reserved, s.bytes_reserved);
+}
+
+class CudaDeviceBackend : public MemoryBackend {
+ public:
+  explicit CudaDeviceBackend(int device) : device_(device) {}
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+  void* raw_allocate(std::size_t bytes) override {
+    CudaDeviceGuard guard(Device::cuda(device_));
+    void* ptr = nullptr;
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: clear it so the retry starts clean
+      return nullptr;
+    }
+    DDP_CUDA_CHECK(status);
+    return ptr;
+  }
+  void raw_free(void* ptr) override {
+    CudaDeviceGuard guard(Device::cuda(device_));
+    DDP_CUDA_WARN(cudaFree(ptr));
+  }
+  void* create_event() override {
+    CudaDeviceGuard guard(Device::cuda(device_));
+    cudaEvent_t e = nullptr;
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void destroy_event(void* event) override { DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+  void record_event(void* event, StreamHandle stream) override {
+    CudaDeviceGuard guard(Device::cuda(device_));
+    DDP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream));
+  }
+  bool event_done(void* event) override {
+    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (status == cudaErrorNotReady) return false;
+    DDP_CUDA_CHECK(status);
+    return true;
+  }
+  void synchronize_event(void* event) override {
+    DDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
+
+ private:
+  int device_;
+};
+
+class PinnedHostBackend : public MemoryBackend {
+ public:
+  std::string name() const override { return "pinned"; }
+  void* raw_allocate(std::size_t bytes) override {
+    void* ptr = nullptr;
+    const cudaError_t status = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    DDP_CUDA_CHECK(status);
+    return ptr;
+  }
+  void raw_free(void* ptr) override { DDP_CUDA_WARN(cudaFreeHost(ptr)); }
+  void* create_event() override {
+    cudaEvent_t e = nullptr;
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void destroy_event(void* event) override { DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+  void record_event(void* event, StreamHandle stream) override {
+    DDP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream));
+  }
+  bool event_done(void* event) override {
+    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (status == cudaErrorNotReady) return false;
+    DDP_CUDA_CHECK(status);
+    return true;
+  }
+  void synchronize_event(void* event) override {
+    DDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
+};
+
+// No GPU: host memory, and every "stream" is the calling thread, so work is complete when free() is called.
+class AlignedHostBackend : public MemoryBackend {
+ public:
+  std::string name() const override { return "host (no GPU: pinned fallback)"; }
+  void* raw_allocate(std::size_t bytes) override {
+    return ::operator new(bytes, std::align_val_t{256}, std::nothrow);
+  }
+  void raw_free(void* ptr) override { ::operator delete(ptr, std::align_val_t{256}); }
+  void* create_event() override { return this; }  // any non-null marker
+  void destroy_event(void*) override {}
+  void record_event(void*, StreamHandle) override {}
+  bool event_done(void*) override { return true; }
+  void synchronize_event(void*) override {}
+};
+
+}  // namespace
+
+CachingAllocator::CachingAllocator(std::unique_ptr<MemoryBackend> backend, CachingAllocatorOptions options)
+    : backend_(std::move(backend)), options_(options) {}
+
+CachingAllocator::~CachingAllocator() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Blocks still in use belong to tensors that outlive the allocator (static destruction order): leave them.
+  release_cached_locked(/*wait_for_pending=*/true);
+  for (void* e : event_pool_) backend_->destroy_event(e);
+}
+
+std::size_t CachingAllocator::round_size(std::size_t bytes) {
+  if (bytes <= kSmallLimit) return std::max(kSmallStep, (bytes + kSmallStep - 1) / kSmallStep * kSmallStep);
+  std::size_t power = kSmallLimit;
+  while (power * 2 < bytes) power *= 2;  // power < bytes <= 2·power
+  const std::size_t step = power / 4;
+  return (bytes + step - 1) / step * step;
+}
+
+void* CachingAllocator::acquire_event() {
+  if (!event_pool_.empty()) {
+    void* e = event_pool_.back();
+    event_pool_.pop_back();
+    return e;
+  }
+  return backend_->create_event();
+}
+
+void CachingAllocator::release_events(Block& block) {
+  if (block.own_event != nullptr) event_pool_.push_back(block.own_event);
+  for (void* e : block.extra_events) event_pool_.push_back(e);
+  block.own_event = nullptr;
+  block.extra_events.clear();
+}
+
+bool CachingAllocator::reusable_on(Block& block, StreamHandle stream) {
+  for (void* e : block.extra_events)
+    if (!backend_->event_done(e)) return false;
+  const bool same = block.stream == stream && options_.reuse_on_same_stream_without_event;
+  if (!same && block.own_event != nullptr && !backend_->event_done(block.own_event)) return false;
+  return true;
+}
+
+void* CachingAllocator::allocate(std::size_t bytes, StreamHandle stream) {
+  if (bytes == 0) return nullptr;
+  const std::size_t size = round_size(bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.num_allocations;
+  auto it = free_.find(size);
+  if (it != free_.end()) {
+    std::vector<Block>& list = it->second;
+    // Prefer a block from this stream (no wait at all), then any whose pending work has completed.
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::size_t i = list.size(); i-- > 0;) {
+        Block& b = list[i];
+        if (pass == 0 && b.stream != stream) continue;
+        if (!reusable_on(b, stream)) continue;
+        Block block = std::move(b);
+        list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+        release_events(block);
+        block.stream = stream;
+        block.extra_streams.clear();
+        void* ptr = block.ptr;
+        in_use_.emplace(ptr, std::move(block));
+        ++stats_.num_cache_hits;
+        stats_.bytes_in_use += static_cast<std::int64_t>(size);
+        update_peaks(stats_);
+        return ptr;
+      }
+    }
+  }
+  void* ptr = backend_->raw_allocate(size);
+  if (ptr == nullptr) {
+    // Out of memory: give back every cached block (waiting for their pending work) and try once more.
+    release_cached_locked(/*wait_for_pending=*/true);
+    ptr = backend_->raw_allocate(size);
+  }
+  if (ptr == nullptr) {
+    throw Error(backend_->name() + ": out of memory allocating " + std::to_string(bytes) + " bytes (" +
+                std::to_string(stats_.bytes_in_use) + " bytes in use, " + std::to_string(stats_.bytes_reserved) +
+                " reserved); reduce the batch size or the model");
+  }
+  ++stats_.num_backend_allocs;
+  stats_.bytes_reserved += static_cast<std::int64_t>(size);
+  stats_.bytes_in_use += static_cast<std::int64_t>(size);
+  update_peaks(stats_);
+  Block block;
+  block.ptr = ptr;
+  block.size = size;
+  block.stream = stream;
+  in_use_.emplace(ptr, std::move(block));
+  return ptr;
+}
+
+void CachingAllocator::record_stream(void* ptr, StreamHandle stream) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = in_use_.find(ptr);
+  DDP_CHECK(it != in_use_.end(), backend_->name() + ": record_stream on a pointer this allocator does not own");
+  Block& b = it->second;
+  if (stream == b.stream) return;
+  if (std::find(b.extra_streams.begin(), b.extra_streams.end(), stream) == b.extra_streams.end())
+    b.extra_streams.push_back(stream);
+}
+
+void CachingAllocator::free(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = in_use_.find(ptr);
+  DDP_CHECK(it != in_use_.end(), backend_->name() + ": free of a pointer this allocator does not own");
+  Block block = std::move(it->second);
+  in_use_.erase(it);
+  block.own_event = acquire_event();
+  backend_->record_event(block.own_event, block.stream);
+  for (StreamHandle s : block.extra_streams) {
+    void* e = acquire_event();
+    backend_->record_event(e, s);
+    block.extra_events.push_back(e);
+  }
+  stats_.bytes_in_use -= static_cast<std::int64_t>(block.size);
+  free_[block.size].push_back(std::move(block));
+}
+
+void CachingAllocator::release_cached_locked(bool wait_for_pending) {
+  for (auto& [size, list] : free_) {
+    for (std::size_t i = list.size(); i-- > 0;) {
+      Block& b = list[i];
+      bool done = true;
+      if (b.own_event != nullptr) done = done && backend_->event_done(b.own_event);
+      for (void* e : b.extra_events) done = done && backend_->event_done(e);
+      if (!done && !wait_for_pending) continue;
+      if (!done) {
+        if (b.own_event != nullptr) backend_->synchronize_event(b.own_event);
+        for (void* e : b.extra_events) backend_->synchronize_event(e);
+      }
+      release_events(b);
+      backend_->raw_free(b.ptr);
+      ++stats_.num_backend_frees;
+      stats_.bytes_reserved -= static_cast<std::int64_t>(b.size);
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  for (auto it = free_.begin(); it != free_.end();) it = it->second.empty() ? free_.erase(it) : std::next(it);
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cached_locked(/*wait_for_pending=*/false);
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_bytes_reserved = stats_.bytes_reserved;
+}
+
+CachingAllocator& cuda_allocator(int device) {
+  const int count = cuda_device_count();
+  DDP_CHECK(device >= 0 && device < count, "cuda_allocator: device " + std::to_string(device) +
+                                               " does not exist (" + std::to_string(count) + " visible; " +
+                                               cuda_availability().reason + ")");
+  // Leaked on purpose: tensors in static objects may free into it during static destruction.
+  static std::vector<CachingAllocator*>* allocators = [count] {
+    auto* v = new std::vector<CachingAllocator*>(static_cast<std::size_t>(count), nullptr);
+    return v;
+  }();
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  CachingAllocator*& a = (*allocators)[static_cast<std::size_t>(device)];
+  if (a == nullptr) a = new CachingAllocator(std::make_unique<CudaDeviceBackend>(device));
+  return *a;
+}
+
+bool pinned_memory_available() { return cuda_device_count() > 0; }
+
+CachingAllocator& pinned_allocator() {
+  static CachingAllocator* allocator = [] {
+    CachingAllocatorOptions options;
+    options.reuse_on_same_stream_without_event = false;
+    std::unique_ptr<MemoryBackend> backend;
+    if (pinned_memory_available()) {
+      backend = std::make_unique<PinnedHostBackend>();
+    } else {
+      backend = std::make_unique<AlignedHostBackend>();
+    }
+    return new CachingAllocator(std::move(backend), options);
+  }();
+  return *allocator;
+}
+
+void* CpuAllocator::allocate(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* ptr = ::operator new(bytes, std::align_val_t{kAlignment}, std::nothrow);
+  if (ptr == nullptr) throw Error("cpu: out of memory allocating " + std::to_string(bytes) + " bytes");
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.num_allocations;
+  ++stats_.num_backend_allocs;
+  stats_.bytes_in_use += static_cast<std::int64_t>(bytes);
+  stats_.bytes_reserved += static_cast<std::int64_t>(bytes);
+  update_peaks(stats_);
+  return ptr;
+}
+
+void CpuAllocator::free(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr) return;
+  ::operator delete(ptr, std::align_val_t{kAlignment});
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.num_backend_frees;
+  stats_.bytes_in_use -= static_cast<std::int64_t>(bytes);
+  stats_.bytes_reserved -= static_cast<std::int64_t>(bytes);
+}
+
+MemoryStats CpuAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CpuAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_bytes_reserved = stats_.bytes_reserved;
+}
+
+CpuAllocator& cpu_allocator() {
+  static CpuAllocator* allocator = new CpuAllocator();
+  return *allocator;
+}
+
+}  // namespace ddp

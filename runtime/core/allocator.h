@@ -1,0 +1,135 @@
+// Memory for tensors: a caching allocator for CUDA device memory, the same cache over pinned host memory (for
+// asynchronous copies), and a plain 64-byte-aligned CPU allocator, each with statistics a user can read.
+//
+// Why a cache: cudaMalloc/cudaFree synchronise the device and cost tens of microseconds, so a training step
+// must not call them. Freed blocks go to per-size-class free lists and are handed out again.
+//
+// Why reuse is ordered by stream: a block freed by the host may still be read or written by kernels already
+// queued on its stream. A later allocation on the *same* stream is ordered after that work, so the block is
+// reusable there at once. On any other stream it is reusable only once an event recorded on the freeing stream
+// (and on every stream named through record_stream) has completed. Pinned host memory is written by the host
+// itself (staging copies), so there even same-stream reuse waits for the event.
+//
+// The caching logic talks to a MemoryBackend, so the policy is the same code for device memory, pinned memory
+// and the fake backend the CPU tests drive.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+struct CUstream_st;
+
+namespace ddp {
+
+using StreamHandle = CUstream_st*;  // nullptr: the legacy default stream (device) or the calling thread (CPU)
+
+struct MemoryStats {
+  std::int64_t bytes_in_use = 0;         // handed out and not freed (rounded to the block size)
+  std::int64_t peak_bytes_in_use = 0;
+  std::int64_t bytes_reserved = 0;       // obtained from the backend: in use + cached
+  std::int64_t peak_bytes_reserved = 0;
+  std::int64_t num_allocations = 0;      // allocate() calls
+  std::int64_t num_cache_hits = 0;       // allocate() calls served from the cache
+  std::int64_t num_backend_allocs = 0;   // cudaMalloc / cudaHostAlloc calls
+  std::int64_t num_backend_frees = 0;    // cudaFree / cudaFreeHost calls
+};
+
+// Where a CachingAllocator gets raw memory and stream-ordered completion markers from.
+class MemoryBackend {
+ public:
+  virtual ~MemoryBackend() = default;
+  virtual std::string name() const = 0;
+  // nullptr when out of memory (the cache then frees what it holds and retries).
+  virtual void* raw_allocate(std::size_t bytes) = 0;
+  virtual void raw_free(void* ptr) = 0;
+  virtual void* create_event() = 0;
+  virtual void destroy_event(void* event) = 0;
+  virtual void record_event(void* event, StreamHandle stream) = 0;
+  virtual bool event_done(void* event) = 0;
+  virtual void synchronize_event(void* event) = 0;
+};
+
+struct CachingAllocatorOptions {
+  // Device memory: true (kernels on one stream run in order). Pinned memory: false (the host writes it).
+  bool reuse_on_same_stream_without_event = true;
+};
+
+class CachingAllocator {
+ public:
+  CachingAllocator(std::unique_ptr<MemoryBackend> backend, CachingAllocatorOptions options = {});
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // A block of at least `bytes` (0 is allowed and returns nullptr), 256-byte aligned, for use on `stream`.
+  void* allocate(std::size_t bytes, StreamHandle stream);
+  // Returns `ptr` to the cache: reusable at once on its allocation stream (see the file comment), elsewhere
+  // after the work queued so far on that stream and on every record_stream stream completes.
+  void free(void* ptr);
+  // `ptr` is also used by work on `stream`: its reuse will wait for that work as well.
+  void record_stream(void* ptr, StreamHandle stream);
+  // Hands every cached block whose pending work has finished back to the backend.
+  void empty_cache();
+
+  MemoryStats stats() const;
+  void reset_peak_stats();
+  const MemoryBackend& backend() const { return *backend_; }
+
+  // Size classes: multiples of 512 B up to 1 MiB, then four classes per power of two (at most 25% slack).
+  static std::size_t round_size(std::size_t bytes);
+
+ private:
+  struct Block {
+    void* ptr = nullptr;
+    std::size_t size = 0;
+    StreamHandle stream = nullptr;
+    std::vector<StreamHandle> extra_streams;
+    void* own_event = nullptr;               // recorded on `stream` at free
+    std::vector<void*> extra_events;         // recorded on each extra stream at free
+  };
+
+  bool reusable_on(Block& block, StreamHandle stream);
+  void release_events(Block& block);
+  void* acquire_event();
+  void release_cached_locked(bool wait_for_pending);
+
+  std::unique_ptr<MemoryBackend> backend_;
+  CachingAllocatorOptions options_;
+  mutable std::mutex mutex_;
+  std::unordered_map<void*, Block> in_use_;
+  std::map<std::size_t, std::vector<Block>> free_;  // size class -> cached blocks
+  std::vector<void*> event_pool_;
+  MemoryStats stats_;
+};
+
+// The caching allocator for CUDA device `device` (created on first use, lives for the process).
+CachingAllocator& cuda_allocator(int device);
+// Pinned (page-locked) host memory through cudaHostAlloc, portable across devices. Without a usable GPU it
+// falls back to ordinary 64-byte-aligned host memory, so CPU-only code paths still work.
+CachingAllocator& pinned_allocator();
+// True when pinned_allocator() really hands out page-locked memory.
+bool pinned_memory_available();
+
+// Ordinary host memory, 64-byte aligned (one cache line, the widest vector load). No cache: malloc is cheap.
+class CpuAllocator {
+ public:
+  static constexpr std::size_t kAlignment = 64;
+  void* allocate(std::size_t bytes);
+  void free(void* ptr, std::size_t bytes);
+  MemoryStats stats() const;
+  void reset_peak_stats();
+
+ private:
+  mutable std::mutex mutex_;
+  MemoryStats stats_;
+};
+
+CpuAllocator& cpu_allocator();
+
+}  // namespace ddp
