@@ -17,8 +17,9 @@
 //     dz = dy ⊙ act' must exist before either GEMM; DRELU also needs a bit-mask aux the contract does not carry.
 //     So one kernel computes dz and, in the same pass, the bias gradient (fixed summation order, accumulates).
 //     With kNone and no accumulation, the bias gradient comes from the dw GEMM's BGRADB epilogue instead.
-//   * Any epilogue the heuristics reject for a shape falls back to a plain GEMM plus our kernel; only a plain GEMM
-//     without an algorithm is an error.
+//   * Bias epilogues are used only when the bias (or dbias) is 16-byte aligned, since cuBLASLt's alignment
+//     preferences do not cover the bias vector. Any epilogue the heuristics reject for a shape falls back to a
+//     plain GEMM plus our kernel; only a plain GEMM without an algorithm is an error.
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -280,24 +281,33 @@ void linear_forward(ScalarType dtype, MathMode math, const LinearShape& shape, c
                             out, stream);
     return;
   }
+  // Bias epilogues only with a 16-byte aligned bias: the MIN_ALIGNMENT preferences cover A, B, C and D but not the
+  // bias vector, and a bias that is a view into a flat parameter buffer need not be aligned.
+  const bool bias_fusable = bias == nullptr || alignment_of(bias) >= 16;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  if (act == Activation::kRelu) {
-    epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-  } else if (bias != nullptr) {
-    epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (bias_fusable) {
+    if (act == Activation::kRelu) {
+      epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    } else if (bias != nullptr) {
+      epilogue = CUBLASLT_EPILOGUE_BIAS;
+    }
   }
   // yᵀ[out, batch] = op_T(w)·x  (see the mapping at the top of this file)
-  const bool fused = gemm(dtype, math, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, 0.0f, z, out,
-                          epilogue, bias, stream);
-  if (!fused) {
+  bool applied = false;  // bias (and ReLU) applied by the GEMM's epilogue
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    applied = gemm(dtype, math, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, 0.0f, z, out, epilogue,
+                   bias, stream);
+  }
+  if (!applied) {
     gemm(dtype, math, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, 0.0f, z, out,
          CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
   }
   if (act == Activation::kGelu) {
-    // Bias already added when fused; pre_activation (z) is final then and only y = gelu(z) remains.
-    detail::bias_activation(dtype, act, z, fused ? nullptr : bias, fused ? nullptr : pre_activation, y, batch, out,
-                            stream);
-  } else if (!fused) {
+    // z is pre_activation (or y). If the bias is still missing, add it and store the final pre_activation.
+    const bool add_bias = !applied && bias != nullptr;
+    detail::bias_activation(dtype, act, z, add_bias ? bias : nullptr, add_bias ? pre_activation : nullptr, y, batch,
+                            out, stream);
+  } else if (!applied && (bias != nullptr || act == Activation::kRelu)) {
     detail::bias_activation(dtype, act, z, bias, nullptr, y, batch, out, stream);
   }
 }
@@ -334,7 +344,7 @@ void linear_backward(ScalarType dtype, MathMode math, const LinearShape& shape, 
     // dwᵀ[in, out] (+)= x_cm[in, batch] · op_T(dz_cm[out, batch]); with kNone and overwrite, BGRADB reduces dz
     // over the batch into dbias in the same kernel.
     bool fused_bias = false;
-    if (!dbias_done && !accumulate) {
+    if (!dbias_done && !accumulate && alignment_of(dbias) >= 16) {
       fused_bias = gemm(dtype, math, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dz, out, 0.0f, dw, in,
                         CUBLASLT_EPILOGUE_BGRADB, dbias, stream);
       dbias_done = fused_bias;

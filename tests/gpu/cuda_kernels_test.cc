@@ -368,6 +368,33 @@ TEST_F(CudaKernels, LinearForwardOnMisalignedViews) {
       ref[b * O + o] = z > 0 ? z : 0;
     }
   EXPECT_LT(rel_l2(got, ref), 1e-5);
+
+  // Backward with the same misaligned views: dy = y, dbias misaligned (no BGRADB epilogue), dw and dx views.
+  DeviceBuffer grads((O * I + O + B * I + 16) * sizeof(float));
+  float* dw = grads.get<float>() + 1;
+  float* dbias = dw + O * I;
+  float* dx = dbias + O + 1;
+  grads.poison();
+  gpu::linear_backward(ScalarType::kFloat32, MathMode::kFloat32, s, y, x, w, nullptr, nullptr, Activation::kNone,
+                       dx, dw, dbias, false, nullptr, stream_);
+  sync();
+  std::vector<float> dwh(O * I), dbh(O), dxh(B * I);
+  DDP_CUDA_CHECK(cudaMemcpy(dwh.data(), dw, dwh.size() * 4, cudaMemcpyDeviceToHost));
+  DDP_CUDA_CHECK(cudaMemcpy(dbh.data(), dbias, dbh.size() * 4, cudaMemcpyDeviceToHost));
+  DDP_CUDA_CHECK(cudaMemcpy(dxh.data(), dx, dxh.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<double> dw_ref(O * I, 0.0), db_ref(O, 0.0), dx_ref(B * I, 0.0);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t o = 0; o < O; ++o) {
+      const double g = static_cast<float>(ref[b * O + o]);  // the device's y, to float precision
+      db_ref[o] += g;
+      for (std::int64_t i = 0; i < I; ++i) {
+        dw_ref[o * I + i] += g * xh[b * I + i];
+        dx_ref[b * I + i] += g * wh[o * I + i];
+      }
+    }
+  EXPECT_LT(rel_l2(std::vector<double>(dwh.begin(), dwh.end()), dw_ref), 1e-5) << "misaligned dw";
+  EXPECT_LT(rel_l2(std::vector<double>(dbh.begin(), dbh.end()), db_ref), 1e-5) << "misaligned dbias";
+  EXPECT_LT(rel_l2(std::vector<double>(dxh.begin(), dxh.end()), dx_ref), 1e-5) << "misaligned dx";
 }
 
 TEST_F(CudaKernels, LinearSteadyStateDoesNotAllocate) {
