@@ -34,24 +34,24 @@ struct LinearShape {
   std::int64_t out;    // features out
 };
 
+// Hyperparameters are double, as PyTorch's (Python floats): derived constants such as 1 − β₂ are formed in
+// double before they are rounded to float, so the update matches torch.optim to float rounding.
 struct SgdParams {
-  float lr;
-  float momentum;      // 0 disables the buffer
-  float dampening;     // PyTorch's dampening (0 by default)
-  float weight_decay;  // L2, added to the gradient as in torch.optim.SGD
+  double lr;
+  double momentum;      // 0 disables the buffer
+  double dampening;     // PyTorch's dampening (0 by default)
+  double weight_decay;  // L2, added to the gradient as in torch.optim.SGD
   bool nesterov;
-  bool first_step;     // PyTorch initialises the momentum buffer to the gradient on the first step
+  bool first_step;      // PyTorch initialises the momentum buffer to the gradient on the first step
 };
-
 struct AdamWParams {
-  float lr;
-  float beta1;
-  float beta2;
-  float eps;
-  float weight_decay;  // decoupled: param *= 1 − lr·wd before the Adam update
-  std::int64_t step;   // 1-based step count after this update, for bias correction
+  double lr;
+  double beta1;
+  double beta2;
+  double eps;
+  double weight_decay;  // decoupled: param *= 1 − lr·wd before the Adam update
+  std::int64_t step;    // 1-based step count after this update, for bias correction
 };
-
 }  // namespace ddp::kernels
 
 namespace ddp::kernels::cpu {

@@ -11,7 +11,9 @@ namespace ddp::kernels::cpu {
 
 void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int64_t n, const SgdParams& p,
               StreamHandle /*stream*/) {
-  const float lr = p.lr, wd = p.weight_decay, mu = p.momentum, keep = 1.0f - p.dampening;
+  // Constants are derived in double (the hyperparameters' type, as in PyTorch) and rounded once.
+  const float lr = static_cast<float>(p.lr), wd = static_cast<float>(p.weight_decay);
+  const float mu = static_cast<float>(p.momentum), keep = static_cast<float>(1.0 - p.dampening);
   if (mu == 0.0f) {
     for (std::int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + wd * param[i]);
     return;
@@ -31,16 +33,19 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
                 const AdamWParams& p, StreamHandle /*stream*/) {
   DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based, got " + std::to_string(p.step));
   const double t = static_cast<double>(p.step);
-  const float bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), t));
-  const float bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), t));
-  const float step_size = p.lr / bias_correction1;
-  const float sqrt_bc2 = std::sqrt(bias_correction2);
-  const float decay = 1.0f - p.lr * p.weight_decay;
-  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
+  // Constants are derived in double (the hyperparameters' type, as in PyTorch) and rounded once, exactly as
+  // ops/cuda/optimizers.cu does, so both devices compute the same update.
+  const double bias_correction1 = 1.0 - std::pow(p.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(p.beta2, t);
+  const float step_size = static_cast<float>(p.lr / bias_correction1);
+  const float sqrt_bc2 = static_cast<float>(std::sqrt(bias_correction2));
+  const float decay = static_cast<float>(1.0 - p.lr * p.weight_decay);
+  const float b1 = static_cast<float>(p.beta1), b2 = static_cast<float>(p.beta2), eps = static_cast<float>(p.eps);
+  const float one_minus_b1 = static_cast<float>(1.0 - p.beta1), one_minus_b2 = static_cast<float>(1.0 - p.beta2);
   for (std::int64_t i = 0; i < n; ++i) {
     const float g = grad[i];
-    const float m = b1 * exp_avg[i] + (1.0f - b1) * g;
-    const float v = b2 * exp_avg_sq[i] + (1.0f - b2) * g * g;
+    const float m = b1 * exp_avg[i] + one_minus_b1 * g;
+    const float v = b2 * exp_avg_sq[i] + one_minus_b2 * g * g;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     const float denom = std::sqrt(v) / sqrt_bc2 + eps;

@@ -118,13 +118,13 @@ void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int6
               StreamHandle stream) {
   if (n <= 0) return;
   SgdScalars s;
-  s.lr = p.lr;
-  s.momentum = p.momentum;
-  s.one_minus_dampening = 1.0f - p.dampening;
-  s.weight_decay = p.weight_decay;
+  s.lr = static_cast<float>(p.lr);
+  s.momentum = static_cast<float>(p.momentum);
+  s.one_minus_dampening = static_cast<float>(1.0 - p.dampening);
+  s.weight_decay = static_cast<float>(p.weight_decay);
   s.nesterov = p.nesterov;
   s.first_step = p.first_step;
-  s.use_momentum = p.momentum != 0.0f;
+  s.use_momentum = p.momentum != 0.0;
   DDP_CHECK(!s.use_momentum || momentum_buffer != nullptr, "sgd_step: momentum != 0 needs a momentum buffer");
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) &&
                           (!s.use_momentum || detail::aligned16(momentum_buffer));
@@ -142,13 +142,13 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   const double bias_c2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
   AdamWScalars s;
   s.decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * static_cast<double>(p.weight_decay));
-  s.beta1 = p.beta1;
-  s.one_minus_beta1 = 1.0f - p.beta1;
-  s.beta2 = p.beta2;
-  s.one_minus_beta2 = 1.0f - p.beta2;
+  s.beta1 = static_cast<float>(p.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - p.beta1);
+  s.beta2 = static_cast<float>(p.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - p.beta2);
   s.step_size = static_cast<float>(static_cast<double>(p.lr) / bias_c1);
   s.bias_c2_sqrt = static_cast<float>(std::sqrt(bias_c2));
-  s.eps = p.eps;
+  s.eps = static_cast<float>(p.eps);
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) && detail::aligned16(exp_avg) &&
                           detail::aligned16(exp_avg_sq);
   adamw_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0, stream>>>(

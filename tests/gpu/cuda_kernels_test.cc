@@ -167,7 +167,10 @@ class CudaKernels : public ::testing::Test {
                    << (status != cudaSuccess ? cudaGetErrorString(status) : "cudaGetDeviceCount returned 0");
     }
     DDP_CUDA_CHECK(cudaSetDevice(0));
-    DDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // A blocking stream: the test's plain cudaMemcpy/cudaMemset calls (legacy default stream) are then ordered
+    // with the kernels on it. With a non-blocking stream a pageable upload may still be in flight when the
+    // kernel reads its destination.
+    DDP_CUDA_CHECK(cudaStreamCreate(&stream_));
   }
   void TearDown() override {
     if (stream_ != nullptr) DDP_CUDA_WARN(cudaStreamDestroy(stream_));
