@@ -1,0 +1,16 @@
+// Tensor-level ops with autograd, part 2: standalone elementwise activations (float32). Inside an MLP the
+// activation is normally fused into the preceding linear (ops/linear.h); these serve everything else.
+#pragma once
+
+#include "ops/kernels.h"
+#include "runtime/core/stream.h"
+#include "runtime/tensor/tensor.h"
+
+namespace ddp::ops {
+
+Tensor activation(const Tensor& x, kernels::Activation act, const Stream& stream);
+inline Tensor relu(const Tensor& x, const Stream& stream) { return activation(x, kernels::Activation::kRelu, stream); }
+// Exact (erf) GELU, as torch.nn.GELU().
+inline Tensor gelu(const Tensor& x, const Stream& stream) { return activation(x, kernels::Activation::kGelu, stream); }
+
+}  // namespace ddp::ops

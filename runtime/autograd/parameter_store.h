@@ -1,0 +1,90 @@
+// ParameterStore: every parameter of a model in ONE flat float32 buffer and every gradient in ONE flat
+// gradient buffer on the model's device; each parameter tensor and its .grad() are views into them.
+//
+// Why: the optimizer then updates all parameters with one fused kernel over the flat buffers, and the DDP
+// reducer all-reduces slices of the gradient buffer directly (a bucket is a view: no copy in or out). Backward
+// writes each gradient straight into its slot (linear_backward's dw/db land in the view, accumulating when the
+// gradient is already valid).
+//
+// Layout: parameters are identified by their registration index i (Module::named_parameters order). `layout`
+// lists registration indices in flat-buffer order; parameter layout[0] starts at offset 0, the next follows it
+// with no padding, and so on. Parameters and gradients use the same layout (slot(i).offset is valid in both).
+// The DDP reducer passes BucketPlan::layout_order() (reverse registration order, bucket by bucket), so
+// slot(i).offset equals BucketPlan::offsets[i] and each bucket is one contiguous slice of flat_grads().
+// relayout() changes the order later (values are preserved); do it before creating an optimizer, whose state
+// buffers follow the layout at their creation.
+//
+// Grad-ready hooks: add_grad_ready_hook(fn) makes backward call fn(i) on the calling thread as soon as
+// parameter i's gradient is final for that backward (see runtime/autograd/autograd.h for the exact rule), once
+// per parameter per backward, in the order the gradients become final.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/core/stream.h"
+#include "runtime/tensor/tensor.h"
+
+namespace ddp {
+
+struct ParameterSlot {
+  std::string name;          // state-dict key, e.g. "2.weight"
+  Shape shape;
+  std::int64_t numel = 0;
+  std::int64_t offset = 0;   // first element in flat_params() and flat_grads()
+  Tensor param;              // the model's parameter tensor (every handle of it): a view of flat_params()
+  Tensor grad;               // a view of flat_grads(); also param.grad()
+};
+
+class ParameterStore {
+ public:
+  using GradReadyHook = std::function<void(std::size_t parameter_index)>;
+
+  // Moves `parameters` (name, tensor, in registration order; float32, any device) into the flat buffers on
+  // `device`: every handle of each tensor is re-pointed at its view, requires_grad is set, gradients start
+  // zeroed. `layout`: registration indices in flat order; empty means registration order.
+  ParameterStore(std::vector<std::pair<std::string, Tensor>> parameters, const Device& device,
+                 const Stream& stream, std::vector<std::size_t> layout = {});
+  ~ParameterStore();
+  ParameterStore(const ParameterStore&) = delete;
+  ParameterStore& operator=(const ParameterStore&) = delete;
+
+  std::size_t size() const { return slots_.size(); }
+  const ParameterSlot& slot(std::size_t index) const;  // by registration index
+  const std::vector<ParameterSlot>& slots() const { return slots_; }
+  const std::vector<std::size_t>& layout() const { return layout_; }
+  std::int64_t total_numel() const { return total_; }
+  const Device& device() const { return device_; }
+  const Tensor& flat_params() const { return flat_params_; }  // float32 [total_numel]
+  const Tensor& flat_grads() const { return flat_grads_; }    // float32 [total_numel]
+  std::vector<Tensor> parameters() const;                     // registration order
+
+  // Re-lays both buffers in `layout` order, preserving parameter values and gradients.
+  void relayout(std::vector<std::size_t> layout, const Stream& stream);
+  // Zero-fills the flat gradient buffer (one kernel) and marks every gradient "to be overwritten".
+  void zero_grad(const Stream& stream);
+
+  void add_grad_ready_hook(GradReadyHook hook);
+  void clear_grad_ready_hooks();
+
+ private:
+  struct HookList {
+    std::vector<GradReadyHook> hooks;
+  };
+  void build(const std::vector<std::size_t>& layout, const Stream& stream, bool copy_grads);
+
+  Device device_;
+  std::vector<ParameterSlot> slots_;
+  std::vector<std::size_t> layout_;
+  std::int64_t total_ = 0;
+  Tensor flat_params_;
+  Tensor flat_grads_;
+  std::shared_ptr<HookList> hooks_;  // shared with the per-tensor hooks, emptied when the store goes away
+};
+
+}  // namespace ddp
