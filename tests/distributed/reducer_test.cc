@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/core/check.h"
+#include "runtime/distributed/bf16_compression_hook.h"
 #include "runtime/distributed/parameter_check.h"
 #include "runtime/distributed/reducer.h"
 #include "tests/distributed/test_world.h"
@@ -214,6 +215,24 @@ TEST_F(ReducerTest, ParameterWithoutGradientIsNamed) {
   }
   // The launched first bucket must still complete on every rank before the next test.
   pg_->barrier();
+}
+
+TEST_F(ReducerTest, BFloat16CompressionAveragesWithinBFloat16Precision) {
+  BFloat16CompressionHook hook(buffer());
+  ReducerOptions options;
+  options.hook = &hook;
+  Reducer reducer(*pg_, plan_, buffer(), stream_, options);
+  run_backward(reducer, {5, 4, 3, 2, 1, 0}, 0.0);
+  const std::vector<float> got = result();
+  const int size = pg_->size();
+  for (std::size_t k = 0; k < specs_.size(); ++k) {
+    for (std::int64_t i = 0; i < specs_[k].numel(); i += 101) {
+      const float expected = grad_value(0, k, i) + (size - 1) / 2.0f;
+      // Each rank's value and the sum are rounded to bfloat16 (8-bit mantissa): about 2^-8 relative, twice.
+      ASSERT_NEAR(got[plan_.offsets[k] + i], expected, 2.0f * std::ldexp(std::abs(expected), -8) + 1e-6f)
+          << specs_[k].name << " " << i;
+    }
+  }
 }
 
 TEST(ParameterCheck, IdenticalModelsPass) { EXPECT_NO_THROW(verify_parameters_match(test_world(), mlp_parameters())); }
