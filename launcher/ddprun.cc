@@ -1,0 +1,78 @@
+// ddprun: the one command a user types to start (and, with --max-restarts, keep restarting) a training job.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/command.h"
+#include "launcher/job.h"
+#include "runtime/core/check.h"
+
+namespace {
+
+std::string rank_text(const ddp::launcher::JobResult& r) {
+  if (!r.first_failed_rank) return "first failed rank unknown";
+  return "rank " + std::to_string(*r.first_failed_rank) + " first" +
+         (r.first_failure_how.empty() ? "" : ", " + r.first_failure_how);
+}
+
+// Our own executable, so every rank can run through the wrapper.
+std::string self_path() {
+  char path[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return "";
+  return std::string(path, static_cast<size_t>(n));
+}
+
+int launch(const ddp::launcher::LaunchOptions& options) {
+  using namespace ddp::launcher;
+  const MachineFacts facts = current_machine();
+  if (options.dry_run) {
+    std::cout << shell_join(build_mpirun_command(options, facts, {}, self_path())) << "\n";
+    return 0;
+  }
+  for (int attempt = 0;; ++attempt) {
+    std::map<std::string, std::string> extra;
+    if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
+    const JobResult result = run_job(build_mpirun_command(options, facts, extra, self_path()));
+    if (result.exit_status == 0) return 0;
+    if (result.interrupted) {
+      std::fprintf(stderr, "ddprun: interrupted; the job ended with status %d\n", result.exit_status);
+      return result.exit_status;
+    }
+    if (attempt < options.max_restarts) {
+      std::fprintf(stderr, "ddprun: job failed (%s); restart %d of %d\n", rank_text(result).c_str(),
+                   attempt + 1, options.max_restarts);
+      continue;
+    }
+    std::fprintf(stderr, "ddprun: job failed (%s) with exit status %d%s\n",
+                 rank_text(result).c_str(), result.exit_status,
+                 options.max_restarts > 0 ? (", after " + std::to_string(options.max_restarts) + " restarts").c_str()
+                                          : "");
+    return result.exit_status;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv, argv + argc);
+  if (args.size() >= 3 && args[1] == ddp::launcher::kRankWrapperFlag && args[2] == "--") {
+    return ddp::launcher::run_rank_wrapper(std::vector<std::string>(args.begin() + 3, args.end()));
+  }
+  const ddp::launcher::ParsedCommandLine parsed = ddp::launcher::parse_command_line(args, std::cout, std::cerr);
+  if (!parsed.options) return parsed.exit_code;
+  try {
+    return launch(*parsed.options);
+  } catch (const ddp::InvalidArgument& e) {
+    std::fprintf(stderr, "ddprun: error: %s\nRun ddprun --help for usage.\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+    return 1;
+  }
+}
