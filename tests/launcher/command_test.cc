@@ -1,0 +1,258 @@
+// ddprun's pure parts: command construction for each kind of machine and option, parsing and its errors,
+// output-tag rewriting, and attributing a failure to the rank that failed first.
+#include "launcher/command.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+namespace launcher {
+namespace {
+
+MachineFacts machine(int gpus, int cores, bool root, std::map<std::string, std::string> env = {}) {
+  MachineFacts f;
+  f.gpus = gpus;
+  f.cores = cores;
+  f.root = root;
+  f.env = std::move(env);
+  return f;
+}
+
+LaunchOptions program(int np = 0) {
+  LaunchOptions o;
+  o.np = np;
+  o.program = {"/bin/train", "--epochs", "1"};
+  return o;
+}
+
+std::string joined(const std::vector<std::string>& v) { return shell_join(v); }
+
+bool contains(const std::vector<std::string>& v, const std::vector<std::string>& run) {
+  return std::search(v.begin(), v.end(), run.begin(), run.end()) != v.end();
+}
+
+TEST(Command, OneNodeWithGpusNonRoot) {
+  const auto cmd = build_mpirun_command(program(), machine(4, 16, false));
+  EXPECT_EQ(joined(cmd),
+            "mpirun -np 4 --map-by slot:PE=4 --bind-to core --tag-output -x NCCL_NVLS_ENABLE=0 /bin/train --epochs 1");
+}
+
+TEST(Command, RootAddsAllowRunAsRoot) {
+  const auto cmd = build_mpirun_command(program(2), machine(0, 2, true));
+  EXPECT_EQ(joined(cmd), "mpirun -np 2 --allow-run-as-root --map-by slot:PE=1 --bind-to core --tag-output "
+                         "-x NCCL_NVLS_ENABLE=0 /bin/train --epochs 1");
+}
+
+TEST(Command, DefaultNpIsGpusOrTwo) {
+  EXPECT_EQ(resolve_np(program(), machine(8, 64, false)), 8);
+  EXPECT_EQ(resolve_np(program(), machine(0, 64, false)), 2);
+  EXPECT_EQ(resolve_np(program(3), machine(8, 64, false)), 3);
+}
+
+TEST(Command, MoreRanksThanCoresOversubscribes) {
+  const auto cmd = build_mpirun_command(program(4), machine(0, 2, false));
+  EXPECT_TRUE(contains(cmd, {"--oversubscribe", "--bind-to", "none"})) << joined(cmd);
+  EXPECT_FALSE(contains(cmd, {"--bind-to", "core"}));
+}
+
+TEST(Command, ForwardsDdpAndNcclVariables) {
+  const auto cmd = build_mpirun_command(
+      program(2), machine(0, 4, false, {{"DDP_COLLECTIVE_TIMEOUT_S", "30"}, {"NCCL_DEBUG", "WARN"}, {"HOME", "/root"},
+                                        {"NCCL_NVLS_ENABLE", "1"}, {"XDDP_NOT", "1"}}));
+  EXPECT_TRUE(contains(cmd, {"-x", "DDP_COLLECTIVE_TIMEOUT_S"}));
+  EXPECT_TRUE(contains(cmd, {"-x", "NCCL_DEBUG"}));
+  EXPECT_TRUE(contains(cmd, {"-x", "NCCL_NVLS_ENABLE"}));  // the user's own value, not overridden
+  EXPECT_FALSE(contains(cmd, {"-x", "NCCL_NVLS_ENABLE=0"}));
+  EXPECT_FALSE(contains(cmd, {"-x", "HOME"}));
+  EXPECT_FALSE(contains(cmd, {"-x", "XDDP_NOT"}));
+}
+
+TEST(Command, BackendAndRestartEnvironment) {
+  LaunchOptions o = program(2);
+  o.backend = "mpi";
+  const auto cmd = build_mpirun_command(o, machine(0, 4, false, {{"DDP_BACKEND", "nccl"}, {"DDP_RESUME", "0"}}),
+                                        {{"DDP_RESTART", "1"}, {"DDP_RESUME", "1"}});
+  EXPECT_TRUE(contains(cmd, {"-x", "DDP_BACKEND=mpi"}));
+  EXPECT_FALSE(contains(cmd, {"-x", "DDP_BACKEND"}));  // --backend wins over the environment
+  EXPECT_TRUE(contains(cmd, {"-x", "DDP_RESTART=1"}));
+  EXPECT_TRUE(contains(cmd, {"-x", "DDP_RESUME=1"}));
+  EXPECT_FALSE(contains(cmd, {"-x", "DDP_RESUME"}));
+}
+
+TEST(Command, HostsAndHostfile) {
+  LaunchOptions o = program();
+  o.hosts = "node1:4,node2:4";
+  auto cmd = build_mpirun_command(o, machine(4, 32, false));
+  EXPECT_TRUE(contains(cmd, {"mpirun", "-np", "8", "--host", "node1:4,node2:4", "--map-by", "slot", "--bind-to",
+                             "core"}))
+      << joined(cmd);
+  o.np = 12;
+  cmd = build_mpirun_command(o, machine(4, 32, false));
+  EXPECT_TRUE(contains(cmd, {"--oversubscribe"}));
+
+  const char* t = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(t ? t : "/tmp") + "/hosts.txt";
+  std::ofstream(path) << "# two nodes\nnode1 slots=2\nnode2 slots=3 max_slots=3\n\nnode3\n";
+  EXPECT_EQ(hostfile_slots(path), 6);
+  LaunchOptions f = program();
+  f.hostfile = path;
+  cmd = build_mpirun_command(f, machine(0, 8, false));
+  EXPECT_TRUE(contains(cmd, {"mpirun", "-np", "6", "--hostfile", path})) << joined(cmd);
+
+  EXPECT_EQ(parse_hosts("a,b:3").size(), 2u);
+  EXPECT_EQ(parse_hosts("a,b:3")[1].slots, 3);
+  EXPECT_THROW(parse_hosts("a:0"), InvalidArgument);
+  EXPECT_THROW(parse_hosts(":4"), InvalidArgument);
+  EXPECT_THROW(parse_hosts("a:x"), InvalidArgument);
+  EXPECT_THROW(hostfile_slots("/nonexistent/hosts"), InvalidArgument);
+  LaunchOptions both = program();
+  both.hosts = "a";
+  both.hostfile = path;
+  EXPECT_THROW(build_mpirun_command(both, machine(0, 2, false)), InvalidArgument);
+}
+
+TEST(Command, RankWrapperGoesBeforeTheProgram) {
+  const auto cmd = build_mpirun_command(program(2), machine(0, 2, false), {}, "/opt/ddprun");
+  EXPECT_TRUE(contains(cmd, {"/opt/ddprun", kRankWrapperFlag, "--", "/bin/train", "--epochs", "1"}));
+}
+
+TEST(Command, ShellQuoting) {
+  EXPECT_EQ(shell_quote("plain-word_1.txt"), "plain-word_1.txt");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
+}
+
+ParsedCommandLine parse(const std::vector<std::string>& args, std::string* err_text = nullptr) {
+  std::ostringstream out, err;
+  std::vector<std::string> argv = {"ddprun"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ParsedCommandLine p = parse_command_line(argv, out, err);
+  if (err_text) *err_text = err.str() + out.str();
+  return p;
+}
+
+TEST(CommandLine, ParsesFlagsAndProgram) {
+  const auto p = parse({"-np", "4", "--backend", "nccl", "--max-restarts", "2", "--dry-run", "--", "prog", "--np",
+                        "x", "--", "y"});
+  ASSERT_TRUE(p.options);
+  EXPECT_EQ(p.options->np, 4);
+  EXPECT_EQ(p.options->backend, "nccl");
+  EXPECT_EQ(p.options->max_restarts, 2);
+  EXPECT_TRUE(p.options->dry_run);
+  // Everything after the first -- belongs to the program, even its own -- and flags.
+  EXPECT_EQ(p.options->program, (std::vector<std::string>{"prog", "--np", "x", "--", "y"}));
+  EXPECT_EQ(parse({"-n", "3", "--", "p"}).options->np, 3);
+  EXPECT_EQ(parse({"--np=5", "--", "p"}).options->np, 5);
+}
+
+TEST(CommandLine, HelpExitsZero) {
+  std::string text;
+  const auto p = parse({"--help"}, &text);
+  EXPECT_FALSE(p.options);
+  EXPECT_EQ(p.exit_code, 0);
+  for (const char* flag : {"--np", "--hosts", "--hostfile", "--backend", "--max-restarts", "--dry-run", "PROGRAM"}) {
+    EXPECT_NE(text.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(CommandLine, BadInputIsAClearError) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"-np", "0", "--", "p"}, "-np must be a positive number of ranks, got 0"},
+      {{"-np", "-2", "--", "p"}, "-np must be a positive number of ranks"},
+      {{"-np", "2"}, "missing the program to run"},
+      {{"-np", "2", "--"}, "missing the program to run"},
+      {{"-np", "2", "prog"}, "put the program and its arguments after --"},
+      {{"--hosts", "a:1", "--hostfile", "f", "--", "p"}, "excludes"},
+      {{"--hostfile", "/nonexistent/hostfile", "--", "p"}, "--hostfile /nonexistent/hostfile: cannot be read"},
+      {{"--hosts", "a:zero", "--", "p"}, "slot count"},
+      {{"--backend", "gloo", "--", "p"}, "gloo"},
+      {{"--max-restarts", "-1", "--", "p"}, "max-restarts"},
+      {{"--bogus", "--", "p"}, "--bogus"},
+  };
+  for (const Case& c : cases) {
+    std::string text;
+    const auto p = parse(c.args, &text);
+    EXPECT_FALSE(p.options) << c.message;
+    EXPECT_NE(p.exit_code, 0) << c.message;
+    EXPECT_NE(text.find(c.message), std::string::npos) << "expected '" << c.message << "' in: " << text;
+    EXPECT_NE(text.find("--help"), std::string::npos) << text;
+  }
+}
+
+TEST(Output, RewritesTags) {
+  EXPECT_EQ(rewrite_tagged_line("[1,0]<stdout>:hello"), "[rank 0] hello");
+  EXPECT_EQ(rewrite_tagged_line("[35713,12]<stderr>:rank 12: error: x"), "[rank 12] rank 12: error: x");
+  EXPECT_EQ(rewrite_tagged_line("[1,3]<stdout>:"), "[rank 3] ");
+  EXPECT_EQ(rewrite_tagged_line("[1,3]<stdout>:[1,2]<stdout>:nested"), "[rank 3] [1,2]<stdout>:nested");
+  for (const char* untouched : {"plain", "", "[x,1]<stdout>:a", "[1,]<stdout>:a", "[1,2]stdout:a",
+                                "--------------------------------------------------------------------------"}) {
+    EXPECT_EQ(rewrite_tagged_line(untouched), untouched);
+  }
+  const TaggedLine t = parse_tagged_line("[1,7]<stderr>:oops");
+  EXPECT_TRUE(t.tagged);
+  EXPECT_EQ(t.rank, 7);
+  EXPECT_EQ(t.stream, "stderr");
+  EXPECT_EQ(t.text, "oops");
+}
+
+TEST(Failure, MpirunReports) {
+  FailureTracker t;
+  EXPECT_FALSE(t.first_failed_rank());
+  for (const char* line : {"Primary job  terminated normally, but 1 process returned",
+                           "mpirun detected that one or more processes exited with non-zero status, thus causing",
+                           "  Process name: [[3346,1],1]", "  Exit code:    3"}) {
+    t.observe(line);
+  }
+  EXPECT_EQ(t.first_failed_rank(), 1);
+  FailureTracker s;
+  s.observe("mpirun noticed that process rank 5 with PID 0 on node vm exited on signal 9 (Killed).");
+  EXPECT_EQ(s.first_failed_rank(), 5);
+  FailureTracker a;
+  a.observe("MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD");
+  EXPECT_EQ(a.first_failed_rank(), 2);
+}
+
+TEST(Failure, RuntimeLinesAreTheFallback) {
+  FailureTracker t;
+  t.observe("[1,0]<stdout>:step 10 loss 0.5 (rank 0 is fine)");
+  EXPECT_FALSE(t.first_failed_rank());
+  t.observe("[1,3]<stderr>:rank 3: fatal: NCCL watchdog: allreduce bucket 2 timed out");
+  t.observe("[1,1]<stderr>:rank 1: error: peer died");
+  EXPECT_EQ(t.first_failed_rank(), 3);
+  // mpirun's own report outranks it.
+  t.observe("  Process name: [[99,1],1]");
+  EXPECT_EQ(t.first_failed_rank(), 1);
+}
+
+TEST(Failure, EarliestExitMarkerWins) {
+  FailureTracker t;
+  t.observe("  Process name: [[99,1],0]");
+  t.observe("[1,2]<stderr>:" + exit_marker(2, 143, 2000));
+  t.observe("[1,1]<stderr>:" + exit_marker(1, 137, 1000));
+  t.observe("[1,0]<stderr>:" + exit_marker(0, 0, 500));  // status 0 is no failure
+  EXPECT_EQ(t.first_failed_rank(), 1);
+  EXPECT_EQ(t.first_failure_how(), "signal 9");
+  int rank = 0, status = 0;
+  long long time = 0;
+  EXPECT_TRUE(parse_exit_marker(exit_marker(4, 3, 123456789012345LL), &rank, &status, &time));
+  EXPECT_EQ(rank, 4);
+  EXPECT_EQ(status, 3);
+  EXPECT_EQ(time, 123456789012345LL);
+  EXPECT_FALSE(parse_exit_marker("ddprun-exit: rank=x", &rank, &status, &time));
+  EXPECT_FALSE(parse_exit_marker("ddprun-exit: rank=1 status=3 time_ns=5 trailing", &rank, &status, &time));
+}
+
+}  // namespace
+}  // namespace launcher
+}  // namespace ddp
