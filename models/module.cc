@@ -1,0 +1,113 @@
+// Module: parameter registry, state dict, device moves and flattening.
+#include "models/module.h"
+
+#include <unordered_map>
+
+#include "runtime/autograd/autograd.h"
+#include "runtime/core/check.h"
+
+namespace ddp {
+
+Tensor Module::register_parameter(std::string name, Tensor tensor) {
+  DDP_CHECK(tensor.defined(), type_name() + ": parameter " + name + " is undefined");
+  for (const auto& [n, t] : params_) DDP_CHECK(n != name, type_name() + ": parameter " + name + " registered twice");
+  tensor.set_requires_grad(true);
+  params_.emplace_back(std::move(name), tensor);
+  return tensor;
+}
+
+void Module::register_module(std::string name, std::shared_ptr<Module> module) {
+  DDP_CHECK(module != nullptr, type_name() + ": child " + name + " is null");
+  children_.emplace_back(std::move(name), std::move(module));
+}
+
+void Module::set_device(const Device& device) {
+  device_ = device;
+  for (auto& [name, child] : children_) child->set_device(device);
+}
+
+void Module::collect(const std::string& prefix, NamedTensors& out) const {
+  for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  collect("", out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+std::int64_t Module::num_parameters() const {
+  std::int64_t n = 0;
+  for (const auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::load_state_dict(const NamedTensors& state, const Stream& stream) {
+  std::unordered_map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : state) by_name[name] = &t;
+  NamedTensors mine = named_parameters();
+  for (const auto& [name, t] : mine) {
+    auto it = by_name.find(name);
+    DDP_CHECK(it != by_name.end(), "load_state_dict: " + type_name() + " expects " + name + " (" + t.describe() +
+                                       "), missing from the state dict");
+    DDP_CHECK(it->second->shape() == t.shape(), "load_state_dict: " + name + " is " +
+                                                    shape_str(it->second->shape()) + " in the state dict, " +
+                                                    shape_str(t.shape()) + " in the model");
+    Tensor dst = t;
+    if (it->second->dtype() == t.dtype()) {
+      dst.copy_from(*it->second, stream);
+    } else {
+      dst.copy_from(it->second->copy_to(t.device(), stream).to_dtype(t.dtype(), stream), stream);
+    }
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    DDP_CHECK(false, "load_state_dict: unexpected key " + by_name.begin()->first + " for " + type_name());
+  }
+}
+
+void Module::train(bool training) {
+  training_ = training;
+  for (auto& [name, child] : children_) child->train(training);
+}
+
+void Module::to(const Device& device, const Stream& stream) {
+  if (store_ != nullptr) {
+    std::vector<std::size_t> layout = store_->layout();
+    set_device(device);
+    flatten_parameters(stream, layout);
+    return;
+  }
+  for (auto& [name, t] : named_parameters()) {
+    if (t.device() == device) continue;
+    Tensor moved = t.copy_to(device, stream);
+    Tensor handle = t;
+    handle.set_data(moved);
+    handle.set_grad(Tensor());
+  }
+  set_device(device);
+}
+
+ParameterStore& Module::flatten_parameters(const Stream& stream, std::vector<std::size_t> layout) {
+  // The new store copies from wherever the parameters are now (possibly the old store's buffers).
+  auto store = std::make_shared<ParameterStore>(named_parameters(), device_, stream, std::move(layout));
+  store_ = std::move(store);
+  return *store_;
+}
+
+void Module::zero_grad(const Stream& stream) {
+  if (store_ != nullptr) {
+    store_->zero_grad(stream);
+    return;
+  }
+  autograd::zero_grad(parameters());
+}
+
+}  // namespace ddp

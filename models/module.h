@@ -1,0 +1,80 @@
+// Module: the unit a model is built from — named parameters in registration order, children, train/eval,
+// moving to a device, a state dict with PyTorch's names, and the flat parameter/gradient buffers.
+//
+// Why names matter: checkpoints and DDP's cross-rank check identify parameters by name, and the names equal
+// PyTorch's for the same nn.Sequential ("0.weight", "0.bias", "2.weight", ...), so a checkpoint loads there.
+//
+// Flat buffers: flatten_parameters() moves every parameter into one ParameterStore (runtime/autograd/
+// parameter_store.h) on the module's device; parameter tensors (every handle, including the ones inside the
+// layers) become views into it, so forward/backward need no change. Call it once the module is on its final
+// device; the optimizer and the DDP reducer then work on the store.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/autograd/parameter_store.h"
+#include "runtime/core/stream.h"
+#include "runtime/tensor/tensor.h"
+
+namespace ddp {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  virtual Tensor forward(const Tensor& x, const Stream& stream) = 0;
+  virtual std::string type_name() const = 0;
+
+  // This module's and its children's parameters, depth first in registration order, with dotted names.
+  NamedTensors named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  std::int64_t num_parameters() const;  // elements
+  // The parameters by name (the tensors themselves, not copies): PyTorch's state_dict keys.
+  NamedTensors state_dict() const { return named_parameters(); }
+  // Copies values in by name; every key must exist with the same shape, and none may be missing.
+  void load_state_dict(const NamedTensors& state, const Stream& stream);
+
+  void train(bool training = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Moves every parameter to `device` (values copied on `stream`). If the parameters are flattened, the store
+  // is rebuilt there with the same layout; gradients are reset.
+  void to(const Device& device, const Stream& stream);
+  const Device& device() const { return device_; }
+
+  // Puts all parameters into one flat buffer (and their gradients into another) on the module's device, in
+  // `layout` order (registration indices; empty: registration order). Replaces any previous store.
+  ParameterStore& flatten_parameters(const Stream& stream, std::vector<std::size_t> layout = {});
+  ParameterStore* parameter_store() const { return store_.get(); }
+  // Zeroes every parameter gradient (the flat buffer when flattened).
+  void zero_grad(const Stream& stream);
+
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+
+ protected:
+  // Registers a parameter (requires_grad is set) and returns the tensor handle the layer keeps.
+  Tensor register_parameter(std::string name, Tensor tensor);
+  void register_module(std::string name, std::shared_ptr<Module> module);
+  void set_device(const Device& device);
+
+ private:
+  void collect(const std::string& prefix, NamedTensors& out) const;
+
+  NamedTensors params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::shared_ptr<ParameterStore> store_;
+  Device device_ = Device::cpu();
+  bool training_ = true;
+};
+
+}  // namespace ddp

@@ -1,0 +1,87 @@
+// SGD and AdamW steps (one fused kernel each) and the LR schedules.
+#include "runtime/optim/optimizer.h"
+
+#include <cmath>
+
+#include "ops/dispatch.h"
+#include "runtime/core/check.h"
+
+namespace ddp {
+
+Sgd::Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream)
+    : Optimizer(store), options_(options) {
+  DDP_CHECK(options.lr >= 0.0f, "SGD: learning rate must be >= 0, got " + std::to_string(options.lr));
+  DDP_CHECK(options.momentum >= 0.0f, "SGD: momentum must be >= 0, got " + std::to_string(options.momentum));
+  DDP_CHECK(options.weight_decay >= 0.0f, "SGD: weight_decay must be >= 0");
+  DDP_CHECK(!options.nesterov || (options.momentum > 0.0f && options.dampening == 0.0f),
+            "SGD: Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
+  lr_ = options.lr;
+  if (options.momentum != 0.0f) {
+    momentum_ = Tensor::zeros({store.total_numel()}, DType::kFloat32, store.device(), stream);
+  }
+}
+
+void Sgd::step(const Stream& stream) {
+  kernels::SgdParams p{};
+  p.lr = lr_;
+  p.momentum = options_.momentum;
+  p.dampening = options_.dampening;
+  p.weight_decay = options_.weight_decay;
+  p.nesterov = options_.nesterov;
+  p.first_step = steps_ == 0;
+  DDP_DISPATCH(store_.device(), sgd_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
+               momentum_.defined() ? momentum_.data<float>() : nullptr, store_.total_numel(), p, stream.handle());
+  ++steps_;
+}
+
+std::vector<std::pair<std::string, Tensor>> Sgd::state() const {
+  if (!momentum_.defined()) return {};
+  return {{"momentum_buffer", momentum_}};
+}
+
+AdamW::AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream)
+    : Optimizer(store), options_(options) {
+  DDP_CHECK(options.lr >= 0.0f, "AdamW: learning rate must be >= 0");
+  DDP_CHECK(options.beta1 >= 0.0f && options.beta1 < 1.0f && options.beta2 >= 0.0f && options.beta2 < 1.0f,
+            "AdamW: betas must be in [0, 1), got (" + std::to_string(options.beta1) + ", " +
+                std::to_string(options.beta2) + ")");
+  DDP_CHECK(options.eps >= 0.0f, "AdamW: eps must be >= 0");
+  lr_ = options.lr;
+  exp_avg_ = Tensor::zeros({store.total_numel()}, DType::kFloat32, store.device(), stream);
+  exp_avg_sq_ = Tensor::zeros({store.total_numel()}, DType::kFloat32, store.device(), stream);
+}
+
+void AdamW::step(const Stream& stream) {
+  kernels::AdamWParams p{};
+  p.lr = lr_;
+  p.beta1 = options_.beta1;
+  p.beta2 = options_.beta2;
+  p.eps = options_.eps;
+  p.weight_decay = options_.weight_decay;
+  p.step = steps_ + 1;
+  DDP_DISPATCH(store_.device(), adamw_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
+               exp_avg_.data<float>(), exp_avg_sq_.data<float>(), store_.total_numel(), p, stream.handle());
+  ++steps_;
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::state() const {
+  return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
+}
+
+CosineWithWarmup::CosineWithWarmup(double base_lr, std::int64_t warmup_steps, std::int64_t total_steps,
+                                   double min_lr)
+    : base_(base_lr), min_(min_lr), warmup_(warmup_steps), total_(total_steps) {
+  DDP_CHECK(warmup_steps >= 0 && total_steps >= warmup_steps,
+            "CosineWithWarmup: need 0 <= warmup_steps <= total_steps, got warmup " + std::to_string(warmup_steps) +
+                ", total " + std::to_string(total_steps));
+}
+
+double CosineWithWarmup::lr_at(std::int64_t step) const {
+  if (step < warmup_) return base_ * static_cast<double>(step + 1) / static_cast<double>(warmup_);
+  if (step >= total_ || total_ == warmup_) return min_;
+  const double progress = static_cast<double>(step - warmup_) / static_cast<double>(total_ - warmup_);
+  constexpr double kPi = 3.14159265358979323846;
+  return min_ + 0.5 * (base_ - min_) * (1.0 + std::cos(kPi * progress));
+}
+
+}  // namespace ddp

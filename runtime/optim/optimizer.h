@@ -1,0 +1,120 @@
+// Optimizers over a ParameterStore's flat buffers: SGD (momentum, dampening, Nesterov, weight decay) and
+// AdamW, with torch.optim's update rules.
+//
+// Why flat: parameters, gradients and optimizer state are each one contiguous float32 buffer in the same
+// layout, so step() is ONE kernel call (kernels::{cpu,cuda}::sgd_step / adamw_step) over every parameter, on
+// the stream passed in, with no host synchronisation. State buffers follow the store's layout at the time the
+// optimizer is created: re-lay the store (ParameterStore::relayout) before creating the optimizer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/autograd/parameter_store.h"
+#include "runtime/core/stream.h"
+#include "runtime/tensor/tensor.h"
+
+namespace ddp {
+
+class Optimizer {
+ public:
+  explicit Optimizer(ParameterStore& store) : store_(store) {}
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter from its current gradient.
+  virtual void step(const Stream& stream) = 0;
+  void zero_grad(const Stream& stream) { store_.zero_grad(stream); }
+
+  float lr() const { return lr_; }
+  void set_lr(float lr) { lr_ = lr; }
+  // Updates done so far (PyTorch's `step` in the state).
+  std::int64_t steps() const { return steps_; }
+  void set_steps(std::int64_t steps) { steps_ = steps; }  // when resuming from a checkpoint
+  // Named flat state buffers (same layout as the store), for checkpoints.
+  virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
+  ParameterStore& store() const { return store_; }
+
+ protected:
+  ParameterStore& store_;
+  float lr_ = 0.0f;
+  std::int64_t steps_ = 0;
+};
+
+struct SgdOptions {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+// torch.optim.SGD: g = grad + wd·p; with momentum, buf = g on the first step, else μ·buf + (1−dampening)·g;
+// the update is g + μ·buf (Nesterov) or buf; p −= lr·update.
+class Sgd : public Optimizer {
+ public:
+  Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream);
+  void step(const Stream& stream) override;
+  std::vector<std::pair<std::string, Tensor>> state() const override;
+  const SgdOptions& options() const { return options_; }
+
+ private:
+  SgdOptions options_;
+  Tensor momentum_;  // [total] or undefined without momentum
+};
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 1e-2f;
+};
+
+// torch.optim.AdamW (amsgrad off): p *= 1 − lr·wd; m, v updated; p −= lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + eps).
+class AdamW : public Optimizer {
+ public:
+  AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream);
+  void step(const Stream& stream) override;
+  std::vector<std::pair<std::string, Tensor>> state() const override;
+  const AdamWOptions& options() const { return options_; }
+
+ private:
+  AdamWOptions options_;
+  Tensor exp_avg_, exp_avg_sq_;
+};
+
+// ---- Learning-rate schedules: lr as a function of the 0-based step about to be taken ----
+class LrSchedule {
+ public:
+  virtual ~LrSchedule() = default;
+  virtual double lr_at(std::int64_t step) const = 0;
+  // Sets optimizer.lr() for its next step.
+  void apply(Optimizer& optimizer) const { optimizer.set_lr(static_cast<float>(lr_at(optimizer.steps()))); }
+};
+
+class ConstantLr : public LrSchedule {
+ public:
+  explicit ConstantLr(double lr) : lr_(lr) {}
+  double lr_at(std::int64_t) const override { return lr_; }
+
+ private:
+  double lr_;
+};
+
+// Linear warmup from base/warmup to base over `warmup_steps` steps (step s < warmup gets base·(s+1)/warmup),
+// then cosine decay from base to `min_lr` at `total_steps`; min_lr afterwards.
+class CosineWithWarmup : public LrSchedule {
+ public:
+  CosineWithWarmup(double base_lr, std::int64_t warmup_steps, std::int64_t total_steps, double min_lr = 0.0);
+  double lr_at(std::int64_t step) const override;
+
+ private:
+  double base_, min_;
+  std::int64_t warmup_, total_;
+};
+
+}  // namespace ddp
