@@ -12,7 +12,7 @@ std::int64_t ParameterSpec::numel() const {
 }
 
 std::string ParameterSpec::describe() const {
-  std::string s = name + " " + scalar_name(dtype) + " [";
+  std::string s = name + " " + dtype_name(dtype) + " [";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
@@ -46,7 +46,7 @@ BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const Buck
     // One flat float32 gradient buffer: bfloat16 models keep FP32 master weights, and so FP32 gradients.
     DDP_CHECK(p.dtype == kernels::ScalarType::kFloat32,
               "parameter " + p.describe() + ": DDP reduces float32 gradients (keep FP32 master weights)");
-    const double bytes = static_cast<double>(p.numel()) * scalar_size(p.dtype);
+    const double bytes = static_cast<double>(p.numel()) * dtype_size(p.dtype);
     if (!current.parameters.empty() && current_bytes + bytes > cap()) close();
     plan.offsets[k] = plan.total;
     plan.bucket_of[k] = plan.buckets.size();

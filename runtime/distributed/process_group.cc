@@ -9,36 +9,9 @@
 
 namespace ddp {
 
-std::size_t scalar_size(ScalarType type) {
-  switch (type) {
-    case ScalarType::kFloat32:
-    case ScalarType::kInt32:
-      return 4;
-    case ScalarType::kBFloat16:
-      return 2;
-    case ScalarType::kInt64:
-      return 8;
-  }
-  return 0;
-}
-
-std::string scalar_name(ScalarType type) {
-  switch (type) {
-    case ScalarType::kFloat32:
-      return "float32";
-    case ScalarType::kBFloat16:
-      return "bfloat16";
-    case ScalarType::kInt32:
-      return "int32";
-    case ScalarType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
-
 std::string ProcessGroup::describe(const char* collective, const CommBuffer& buffer) const {
   std::string s = "rank " + std::to_string(rank()) + "'s " + collective;
-  if (buffer.count > 0) s += " of " + std::to_string(buffer.count) + " " + scalar_name(buffer.dtype) + " elements";
+  if (buffer.count > 0) s += " of " + std::to_string(buffer.count) + " " + dtype_name(buffer.dtype) + " elements";
   s += " (" + backend_name(backend()) + ")";
   if (!context_.empty()) s += " for " + context_;
   return s;

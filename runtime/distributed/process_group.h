@@ -18,6 +18,7 @@
 #include "ops/kernels.h"
 #include "runtime/core/device.h"
 #include "runtime/core/stream.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ddp {
 
@@ -27,8 +28,6 @@ using kernels::ScalarType;
 
 enum class ReduceOp { kSum, kAverage, kMax };
 
-std::size_t scalar_size(ScalarType type);
-std::string scalar_name(ScalarType type);
 
 // A contiguous buffer to communicate: `count` elements of `dtype` on `device`.
 struct CommBuffer {
@@ -37,7 +36,7 @@ struct CommBuffer {
   ScalarType dtype = ScalarType::kFloat32;
   Device device = Device::cpu();
 
-  std::size_t bytes() const { return static_cast<std::size_t>(count) * scalar_size(dtype); }
+  std::size_t bytes() const { return static_cast<std::size_t>(count) * dtype_size(dtype); }
 };
 
 // What a collective returns: completion, waiting, and its error.

@@ -1,0 +1,80 @@
+#include "runtime/distributed/distributed_data_parallel.h"
+
+#include "runtime/autograd/autograd.h"
+#include "runtime/core/check.h"
+#include "runtime/distributed/bf16_compression_hook.h"
+#include "runtime/distributed/parameter_check.h"
+
+namespace ddp {
+namespace {
+
+CommBuffer whole(const Tensor& t) { return CommBuffer{t.data_ptr(), t.numel(), t.dtype(), t.device()}; }
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, ProcessGroup& group,
+                                                 const World& world, const Stream& compute, DdpOptions options)
+    : parameters_(parameters), group_(group), compute_(compute), options_(options) {
+  std::vector<ParameterSpec> specs;
+  specs.reserve(parameters.size());
+  for (const ParameterSlot& slot : parameters.slots()) {
+    specs.push_back(ParameterSpec{slot.name, slot.shape, slot.param.dtype()});
+  }
+  // Before any collective that depends on the model: a mismatch ends every rank here, not in a hang later.
+  verify_parameters_match(world, specs);
+
+  BucketPlan plan = plan_buckets(specs, BucketOptions{options.bucket_cap_mb, options.first_bucket_cap_mb});
+  parameters_.relayout(plan.layout_order(), compute_);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    DDP_CHECK(parameters_.slot(i).offset == plan.offsets[i], "parameter store layout differs from the bucket plan");
+  }
+  if (options.broadcast_parameters && group_.size() > 1) {
+    group_.broadcast(whole(parameters_.flat_params()), 0, compute_)->wait(compute_);
+  }
+
+  ReducerOptions reducer_options;
+  reducer_options.average = options.average;
+  if (options.compression == GradientCompression::kBFloat16) {
+    hook_ = std::make_unique<BFloat16CompressionHook>(whole(parameters_.flat_grads()));
+    reducer_options.hook = hook_.get();
+  }
+  reducer_ = std::make_unique<Reducer>(group_, std::move(plan), whole(parameters_.flat_grads()), compute_,
+                                       reducer_options);
+  Reducer* reducer = reducer_.get();
+  parameters_.add_grad_ready_hook([reducer](std::size_t index) { reducer->mark_ready(index); });
+}
+
+DistributedDataParallel::~DistributedDataParallel() { parameters_.clear_grad_ready_hooks(); }
+
+void DistributedDataParallel::backward(const Tensor& loss) {
+  const double begin_us = options_.trace != nullptr ? options_.trace->now_us() : 0.0;
+  reducer_->prepare_for_backward();
+  try {
+    autograd::backward(loss, compute_);
+  } catch (...) {
+    // Leave the reducer consistent for the caller's error handling; the collectives already issued complete.
+    try {
+      reducer_->finalize();
+    } catch (...) {
+    }
+    throw;
+  }
+  reducer_->finalize();
+  if (options_.trace != nullptr) trace_step(begin_us);
+}
+
+void DistributedDataParallel::trace_step(double begin_us) {
+  io::TraceRecorder& trace = *options_.trace;
+  const ReducerStats& stats = reducer_->last_stats();
+  trace.complete(trace.track("compute"), "backward", "compute", begin_us, stats.backward_ms * 1000.0,
+                 {{"step", reducer_->steps()}, {"exposed_comm_ms", stats.exposed_comm_ms}});
+  const int comm = trace.track("comm");
+  for (std::size_t b = 0; b < stats.bucket_timings.size(); ++b) {
+    const auto& t = stats.bucket_timings[b];
+    if (t.start_ms < 0) continue;
+    trace.complete(comm, "allreduce", "comm", begin_us + t.start_ms * 1000.0, t.duration_ms * 1000.0,
+                   {{"bucket", b}, {"bytes", t.bytes}, {"step", reducer_->steps()}});
+  }
+}
+
+}  // namespace ddp

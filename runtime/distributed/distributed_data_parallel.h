@@ -1,0 +1,83 @@
+// DistributedDataParallel: PyTorch DDP's behaviour over a model's ParameterStore. At construction every rank
+// checks it holds the same parameters (names, shapes, dtypes, order), the store is re-laid in bucket order (so
+// each bucket is a slice of the flat gradient buffer), and rank 0's parameters are broadcast. Each
+// `backward(loss)` then all-reduces buckets as their gradients become final, averaged, overlapping the rest of
+// backward, and leaves the compute stream ordered after the last bucket: the optimizer can follow at once.
+//
+//   ddp::DistributedDataParallel ddp(model.parameters(), *group, world, stream);
+//   loss = ...forward...;
+//   ddp.backward(loss);          // instead of autograd::backward(loss, stream)
+//   optimizer.step(stream);
+//
+// `no_sync()` accumulates gradients locally for gradient accumulation; the backward after the guard ends
+// all-reduces the sum.
+#pragma once
+
+#include <memory>
+
+#include "runtime/autograd/parameter_store.h"
+#include "runtime/distributed/bucket_plan.h"
+#include "runtime/distributed/process_group.h"
+#include "runtime/distributed/reducer.h"
+#include "runtime/distributed/world.h"
+#include "runtime/io/trace.h"
+
+namespace ddp {
+
+enum class GradientCompression { kNone, kBFloat16 };
+
+struct DdpOptions {
+  double bucket_cap_mb = 25.0;
+  double first_bucket_cap_mb = 1.0;
+  bool broadcast_parameters = true;  // rank 0's initial parameters on every rank
+  bool average = true;               // average (PyTorch) or sum the gradients
+  GradientCompression compression = GradientCompression::kNone;
+  // When set, each backward adds a `backward` span (category compute) and one `allreduce` span per bucket
+  // (category comm, with bucket index and bytes) to this recorder. Reading device timings waits for the step.
+  io::TraceRecorder* trace = nullptr;
+};
+
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(ParameterStore& parameters, ProcessGroup& group, const World& world,
+                          const Stream& compute, DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // Backward of `loss` on the compute stream with the gradients all-reduced as they become final.
+  void backward(const Tensor& loss);
+
+  // While a NoSync guard lives, backward() accumulates gradients locally (no communication).
+  class NoSync {
+   public:
+    explicit NoSync(Reducer& reducer) : reducer_(&reducer) { reducer_->set_sync(false); }
+    NoSync(NoSync&& other) noexcept : reducer_(other.reducer_) { other.reducer_ = nullptr; }
+    ~NoSync() {
+      if (reducer_ != nullptr) reducer_->set_sync(true);
+    }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    Reducer* reducer_;
+  };
+  NoSync no_sync() { return NoSync(*reducer_); }
+
+  const BucketPlan& plan() const { return reducer_->plan(); }
+  // Timing of the last backward (see Reducer::last_stats: on a GPU the first call waits for that step).
+  const ReducerStats& last_stats() { return reducer_->last_stats(); }
+  ProcessGroup& group() { return group_; }
+
+ private:
+  void trace_step(double begin_us);
+
+  ParameterStore& parameters_;
+  ProcessGroup& group_;
+  const Stream& compute_;
+  DdpOptions options_;
+  std::unique_ptr<CommHook> hook_;
+  std::unique_ptr<Reducer> reducer_;
+};
+
+}  // namespace ddp
