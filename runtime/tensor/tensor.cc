@@ -152,7 +152,7 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
   return from_host(values, shape, DType::kFloat32, device, stream);
 }
 
-Tensor Tensor::from_vector(const std::vector<std::int32_t>& values, const Shape& shape, const Device& device,
+Tensor Tensor::from_int32(const std::vector<std::int32_t>& values, const Shape& shape, const Device& device,
                            const Stream& stream) {
   return from_host(values, shape, DType::kInt32, device, stream);
 }

@@ -105,7 +105,7 @@ class Tensor {
   // From host values (copied before returning; the device copy is enqueued on `stream`).
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape, const Device& device,
                             const Stream& stream);
-  static Tensor from_vector(const std::vector<std::int32_t>& values, const Shape& shape, const Device& device,
+  static Tensor from_int32(const std::vector<std::int32_t>& values, const Shape& shape, const Device& device,
                             const Stream& stream);
 
   // ---- Properties ----

@@ -1,0 +1,237 @@
+// Every tensor-level op on the CPU: forward against a double-precision reference, and analytic gradients
+// (from backward) against central finite differences of the float32 op.
+//
+// Tolerance for gradients: |analytic − numeric| <= 2e-3 + 2e-2·|numeric| with step h = 1e-2 on inputs of size
+// ~1. Central differences have O(h²) truncation error (~1e-4 here) and float32 rounding error of about
+// 1e-7·|L|/h (~1e-5); the bound leaves room for both and still catches any wrong term (those are O(1)).
+// Inputs of ReLU are kept at least 0.05 from the kink so the difference never straddles it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "ops/ops.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/core/check.h"
+
+namespace ddp {
+namespace {
+
+using kernels::Activation;
+const Stream& S() { return cpu_stream(); }
+
+Tensor leaf(const Shape& shape, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t = Tensor::uniform(shape, lo, hi, seed, 0, Device::cpu(), S());
+  t.set_requires_grad(true);
+  return t;
+}
+
+// Pushes values away from 0 by at least `margin` (keeps ReLU's kink out of the finite differences).
+void away_from_zero(Tensor& t, float margin) {
+  float* p = t.data<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    if (std::abs(p[i]) < margin) p[i] = p[i] < 0 ? -margin - std::abs(p[i]) : margin + p[i];
+}
+
+float loss_value(const std::function<Tensor()>& f) {
+  autograd::NoGradGuard guard;
+  return f().to_vector<float>(S())[0];
+}
+
+// Runs backward once, then checks every element of every input by central differences.
+void gradcheck(const std::function<Tensor()>& f, std::vector<Tensor> inputs, const char* what) {
+  for (Tensor& t : inputs) autograd::zero_grad({t});
+  autograd::backward(f(), S());
+  const double h = 1e-2;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    Tensor& t = inputs[k];
+    ASSERT_TRUE(t.grad().defined()) << what << ": input " << k << " got no gradient";
+    const std::vector<float> analytic = t.grad().to_vector<float>(S());
+    float* p = t.data<float>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      const float saved = p[i];
+      p[i] = static_cast<float>(saved + h);
+      const double up = loss_value(f);
+      p[i] = static_cast<float>(saved - h);
+      const double down = loss_value(f);
+      p[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(analytic[static_cast<std::size_t>(i)], numeric, 2e-3 + 2e-2 * std::abs(numeric))
+          << what << ": input " << k << " element " << i;
+    }
+  }
+}
+
+// A fixed target so mse_loss turns any output into a scalar with a non-trivial gradient.
+Tensor target_like(const Shape& shape) { return Tensor::uniform(shape, -1.0f, 1.0f, 999, 0, Device::cpu(), S()); }
+
+TEST(Linear, ForwardMatchesDoubleReference) {
+  const std::int64_t B = 3, I = 5, O = 4;
+  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu}) {
+    Tensor x = leaf({B, I}, 1), w = leaf({O, I}, 2), b = leaf({O}, 3);
+    Tensor y;
+    {
+      autograd::NoGradGuard g;
+      y = ops::linear(x, w, b, act, S());
+    }
+    const float *xp = x.data<float>(), *wp = w.data<float>(), *bp = b.data<float>();
+    std::vector<float> yv = y.to_vector<float>(S());
+    for (std::int64_t r = 0; r < B; ++r) {
+      for (std::int64_t o = 0; o < O; ++o) {
+        double z = bp[o];
+        for (std::int64_t i = 0; i < I; ++i) z += static_cast<double>(xp[r * I + i]) * wp[o * I + i];
+        double ref = z;
+        if (act == Activation::kRelu) ref = z > 0 ? z : 0;
+        if (act == Activation::kGelu) ref = 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
+        EXPECT_NEAR(yv[r * O + o], ref, 1e-5) << "act " << static_cast<int>(act);
+      }
+    }
+  }
+}
+
+TEST(Linear, GradientsByFiniteDifferences) {
+  const std::int64_t B = 3, I = 5, O = 4;
+  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu}) {
+    for (bool with_bias : {true, false}) {
+      Tensor x = leaf({B, I}, 10), w = leaf({O, I}, 11), b = with_bias ? leaf({O}, 12) : Tensor();
+      if (act == Activation::kRelu) {
+        // Keep pre-activations away from 0: shift the bias per output until every |z| >= 0.05.
+        Tensor z;
+        {
+          autograd::NoGradGuard g;
+          z = ops::linear(x, w, b, Activation::kNone, S());
+        }
+        float min_abs = 1e9f;
+        for (float v : z.to_vector<float>(S())) min_abs = std::min(min_abs, std::abs(v));
+        ASSERT_GT(min_abs, 0.05f) << "pick another seed: a pre-activation is too close to the ReLU kink";
+      }
+      Tensor t = target_like({B, O});
+      std::vector<Tensor> inputs{x, w};
+      if (with_bias) inputs.push_back(b);
+      gradcheck([&] { return ops::mse_loss(ops::linear(x, w, b, act, S()), t, S()); }, inputs,
+                with_bias ? "linear+bias" : "linear");
+    }
+  }
+}
+
+TEST(Linear, SecondBackwardAccumulatesIntoEveryGradient) {
+  Tensor x = leaf({3, 5}, 20), w = leaf({4, 5}, 21), b = leaf({4}, 22);
+  Tensor t = target_like({3, 4});
+  auto f = [&] { return ops::mse_loss(ops::linear(x, w, b, Activation::kGelu, S()), t, S()); };
+  autograd::backward(f(), S());
+  std::vector<std::vector<float>> g1;
+  for (Tensor* p : {&x, &w, &b}) g1.push_back(p->grad().to_vector<float>(S()));
+  autograd::backward(f(), S());
+  int k = 0;
+  for (Tensor* p : {&x, &w, &b}) {
+    std::vector<float> g2 = p->grad().to_vector<float>(S());
+    for (std::size_t i = 0; i < g2.size(); ++i) EXPECT_NEAR(g2[i], 2 * g1[k][i], 1e-6) << "input " << k;
+    ++k;
+  }
+}
+
+TEST(Linear, Bfloat16MatchesFloat32WithinBf16Precision) {
+  Tensor x = leaf({4, 16}, 30), w = leaf({8, 16}, 31), b = leaf({8}, 32);
+  Tensor yf, yh;
+  {
+    autograd::NoGradGuard g;
+    yf = ops::linear(x, w, b, Activation::kGelu, S());
+    yh = ops::linear(x.to_dtype(DType::kBFloat16, S()), w.to_dtype(DType::kBFloat16, S()),
+                     b.to_dtype(DType::kBFloat16, S()), Activation::kGelu, S());
+  }
+  const std::vector<float> a = yf.to_vector<float>(S());
+  const std::vector<float> c = yh.to_dtype(DType::kFloat32, S()).to_vector<float>(S());
+  // Inputs rounded to 8 bits of mantissa (rel. 2^-9 each), sums of 16 products of |.| <= 1, output rounded.
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(c[i], a[i], 0.03 + 0.01 * std::abs(a[i]));
+}
+
+TEST(Linear, ShapeErrorsNameTheShapes) {
+  Tensor x = Tensor::zeros({2, 783}, DType::kFloat32, Device::cpu(), S());
+  Tensor w = Tensor::zeros({10, 784}, DType::kFloat32, Device::cpu(), S());
+  try {
+    ops::linear(x, w, Tensor(), Activation::kNone, S());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("linear: x has 783 features, weight expects 784"), std::string::npos)
+        << e.what();
+  }
+  Tensor bad_bias = Tensor::zeros({9}, DType::kFloat32, Device::cpu(), S());
+  EXPECT_THROW(ops::linear(Tensor::zeros({2, 784}, DType::kFloat32, Device::cpu(), S()), w, bad_bias,
+                           Activation::kNone, S()),
+               Error);
+}
+
+TEST(Activation, ReluAndGeluGradients) {
+  for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+    Tensor x = leaf({3, 7}, 40, -2.0f, 2.0f);
+    if (act == Activation::kRelu) away_from_zero(x, 0.05f);
+    Tensor t = target_like({3, 7});
+    gradcheck([&] { return ops::mse_loss(ops::activation(x, act, S()), t, S()); }, {x},
+              act == Activation::kRelu ? "relu" : "gelu");
+    // Forward against the formula in double.
+    autograd::NoGradGuard g;
+    std::vector<float> y = ops::activation(x, act, S()).to_vector<float>(S());
+    const float* xp = x.data<float>();
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const double v = xp[i];
+      const double ref = act == Activation::kRelu ? (v > 0 ? v : 0) : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      EXPECT_NEAR(y[i], ref, 1e-6);
+    }
+  }
+}
+
+TEST(Losses, CrossEntropyValueAndGradient) {
+  Tensor logits = leaf({4, 5}, 50, -3.0f, 3.0f);
+  Tensor y = Tensor::from_int32({0, 4, 2, 2}, {4}, Device::cpu(), S());
+  // Value against log-sum-exp in double.
+  double ref = 0;
+  const float* l = logits.data<float>();
+  const int label[4] = {0, 4, 2, 2};
+  for (int r = 0; r < 4; ++r) {
+    double s = 0;
+    for (int c = 0; c < 5; ++c) s += std::exp(static_cast<double>(l[r * 5 + c]));
+    ref += std::log(s) - l[r * 5 + label[r]];
+  }
+  EXPECT_NEAR(loss_value([&] { return ops::cross_entropy(logits, y, S()); }), ref / 4, 1e-6);
+  gradcheck([&] { return ops::cross_entropy(logits, y, S()); }, {logits}, "cross_entropy");
+  // Stable for huge logits: no overflow.
+  Tensor big = Tensor::from_vector({1000.0f, 0.0f, -1000.0f, 0.0f}, {2, 2}, Device::cpu(), S());
+  const float v = loss_value([&] { return ops::cross_entropy(big, Tensor::from_int32({1, 0}, {2}, Device::cpu(), S()), S()); });
+  EXPECT_TRUE(std::isfinite(v));
+  EXPECT_NEAR(v, 1000.0, 1e-3);  // both rows pick the logit 1000 below the max
+}
+
+TEST(Losses, CrossEntropyRejectsBadLabels) {
+  Tensor logits = leaf({2, 3}, 51);
+  EXPECT_THROW(ops::cross_entropy(logits, Tensor::from_int32({0, 3}, {2}, Device::cpu(), S()), S()), Error);
+  EXPECT_THROW(ops::cross_entropy(logits, Tensor::from_int32({0}, {1}, Device::cpu(), S()), S()), Error);
+  autograd::clear_tape();
+}
+
+TEST(Losses, MseValueAndGradient) {
+  Tensor p = leaf({3, 4}, 60);
+  Tensor t = target_like({3, 4});
+  double ref = 0;
+  for (int i = 0; i < 12; ++i) {
+    const double d = static_cast<double>(p.data<float>()[i]) - t.data<float>()[i];
+    ref += d * d;
+  }
+  EXPECT_NEAR(loss_value([&] { return ops::mse_loss(p, t, S()); }), ref / 12, 1e-6);
+  gradcheck([&] { return ops::mse_loss(p, t, S()); }, {p}, "mse");
+  EXPECT_THROW(ops::mse_loss(p, target_like({4, 3}), S()), Error);
+}
+
+TEST(Metrics, ArgmaxAndAccuracy) {
+  Tensor logits = Tensor::from_vector({0.1f, 0.9f, 0.0f,   //
+                                       2.0f, 2.0f, 1.0f,   // tie: lowest index
+                                       -1.0f, -3.0f, -0.5f},
+                                      {3, 3}, Device::cpu(), S());
+  EXPECT_EQ(ops::argmax(logits, S()).to_vector<std::int32_t>(S()), (std::vector<std::int32_t>{1, 0, 2}));
+  Tensor y = Tensor::from_int32({1, 1, 2}, {3}, Device::cpu(), S());
+  EXPECT_EQ(ops::count_correct(logits, y, S()).to_vector<std::int64_t>(S())[0], 2);
+  EXPECT_NEAR(ops::accuracy(logits, y, S()), 2.0 / 3.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace ddp

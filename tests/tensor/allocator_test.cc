@@ -1,0 +1,241 @@
+// The caching allocator's policy, driven through a fake backend so it runs without a GPU: size classes, reuse
+// on the same stream at once, cross-stream reuse only after the freeing stream's event completes,
+// record_stream, statistics, empty_cache and the out-of-memory retry. Plus the CPU allocator's alignment.
+#include "runtime/core/allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+namespace {
+
+// Events complete only when the test says so; raw memory comes from new[] with an optional capacity.
+struct FakeState {
+  std::map<void*, bool> events;  // event -> recorded work done
+  std::map<void*, StreamHandle> recorded_on;
+  int mallocs = 0, frees = 0;
+  std::size_t capacity = SIZE_MAX, used = 0;
+  std::map<void*, std::size_t> sizes;
+  void complete(StreamHandle s) {
+    for (auto& [e, done] : events)
+      if (recorded_on[e] == s) done = true;
+  }
+};
+
+class FakeBackend : public MemoryBackend {
+ public:
+  explicit FakeBackend(FakeState* s) : s_(s) {}
+  std::string name() const override { return "fake"; }
+  void* raw_allocate(std::size_t bytes) override {
+    if (s_->used + bytes > s_->capacity) return nullptr;
+    void* p = new char[bytes];
+    s_->sizes[p] = bytes;
+    s_->used += bytes;
+    ++s_->mallocs;
+    return p;
+  }
+  void raw_free(void* p) override {
+    s_->used -= s_->sizes[p];
+    s_->sizes.erase(p);
+    delete[] static_cast<char*>(p);
+    ++s_->frees;
+  }
+  void* create_event() override {
+    void* e = new int(0);
+    s_->events[e] = true;
+    return e;
+  }
+  void destroy_event(void* e) override {
+    s_->events.erase(e);
+    delete static_cast<int*>(e);
+  }
+  void record_event(void* e, StreamHandle s) override {
+    s_->events[e] = false;
+    s_->recorded_on[e] = s;
+  }
+  bool event_done(void* e) override { return s_->events[e]; }
+  void synchronize_event(void* e) override { s_->events[e] = true; }
+
+ private:
+  FakeState* s_;
+};
+
+StreamHandle stream(std::uintptr_t id) { return reinterpret_cast<StreamHandle>(id); }
+
+TEST(CachingAllocator, SizeClasses) {
+  EXPECT_EQ(CachingAllocator::round_size(1), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(512), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(513), 1024u);
+  EXPECT_EQ(CachingAllocator::round_size(1 << 20), std::size_t{1} << 20);
+  // Above 1 MiB: four classes per power of two.
+  EXPECT_EQ(CachingAllocator::round_size((1 << 20) + 1), std::size_t{5} << 18);
+  EXPECT_EQ(CachingAllocator::round_size(3 << 20), std::size_t{3} << 20);
+  for (std::size_t b : {std::size_t{1}, std::size_t{700}, std::size_t{3} << 20, std::size_t{100000007}}) {
+    const std::size_t r = CachingAllocator::round_size(b);
+    EXPECT_GE(r, b);
+    EXPECT_LE(r, b + b / 4 + 512);
+  }
+}
+
+TEST(CachingAllocator, SameStreamReuseIsImmediate) {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  void* p = a.allocate(1000, stream(1));
+  a.free(p);  // the event on stream 1 is still pending
+  void* q = a.allocate(900, stream(1));  // same size class, same stream: reused without waiting
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(st.mallocs, 1);
+  const MemoryStats s = a.stats();
+  EXPECT_EQ(s.num_allocations, 2);
+  EXPECT_EQ(s.num_cache_hits, 1);
+  EXPECT_EQ(s.num_backend_allocs, 1);
+  EXPECT_EQ(s.bytes_in_use, 1024);
+  a.free(q);
+}
+
+TEST(CachingAllocator, CrossStreamReuseWaitsForEvent) {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  void* p = a.allocate(4096, stream(1));
+  a.free(p);
+  void* q = a.allocate(4096, stream(2));  // stream 1's work not done: must not reuse p
+  EXPECT_NE(p, q);
+  EXPECT_EQ(st.mallocs, 2);
+  a.free(q);
+  st.complete(stream(1));
+  void* r = a.allocate(4096, stream(3));  // p's event completed: reusable anywhere
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(st.mallocs, 2);
+  a.free(r);
+}
+
+TEST(CachingAllocator, RecordStreamDelaysEvenSameStreamReuse) {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  void* p = a.allocate(2048, stream(1));
+  a.record_stream(p, stream(2));  // e.g. the communication stream reads it
+  a.free(p);
+  void* q = a.allocate(2048, stream(1));
+  EXPECT_NE(p, q) << "stream 2 may still be using the block";
+  st.complete(stream(2));
+  void* r = a.allocate(2048, stream(1));
+  EXPECT_EQ(r, p);
+  a.free(q);
+  a.free(r);
+}
+
+TEST(CachingAllocator, HostVisibleMemoryAlwaysWaits) {
+  FakeState st;
+  CachingAllocatorOptions options;
+  options.reuse_on_same_stream_without_event = false;  // the pinned allocator's setting
+  CachingAllocator a(std::make_unique<FakeBackend>(&st), options);
+  void* p = a.allocate(100, stream(1));
+  a.free(p);
+  void* q = a.allocate(100, stream(1));
+  EXPECT_NE(p, q);
+  st.complete(stream(1));
+  void* r = a.allocate(100, stream(1));
+  EXPECT_EQ(r, p);
+  a.free(q);
+  a.free(r);
+}
+
+TEST(CachingAllocator, StatisticsAndEmptyCache) {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 4; ++i) ptrs.push_back(a.allocate(10000, stream(1)));
+  MemoryStats s = a.stats();
+  const std::int64_t block = static_cast<std::int64_t>(CachingAllocator::round_size(10000));
+  EXPECT_EQ(s.bytes_in_use, 4 * block);
+  EXPECT_EQ(s.peak_bytes_in_use, 4 * block);
+  EXPECT_EQ(s.bytes_reserved, 4 * block);
+  for (void* p : ptrs) a.free(p);
+  s = a.stats();
+  EXPECT_EQ(s.bytes_in_use, 0);
+  EXPECT_EQ(s.peak_bytes_in_use, 4 * block);
+  EXPECT_EQ(s.bytes_reserved, 4 * block);  // cached, not returned
+  a.empty_cache();  // events pending: nothing can go back yet
+  EXPECT_EQ(a.stats().bytes_reserved, 4 * block);
+  st.complete(stream(1));
+  a.empty_cache();
+  s = a.stats();
+  EXPECT_EQ(s.bytes_reserved, 0);
+  EXPECT_EQ(s.num_backend_frees, 4);
+  EXPECT_EQ(st.frees, 4);
+  a.reset_peak_stats();
+  EXPECT_EQ(a.stats().peak_bytes_in_use, 0);
+}
+
+TEST(CachingAllocator, SteadyStateLoopDoesNotCallTheBackend) {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  for (int step = 0; step < 50; ++step) {
+    void* x = a.allocate(1 << 16, stream(1));
+    void* y = a.allocate(3 << 20, stream(1));
+    void* z = a.allocate(100, stream(1));
+    a.free(y);
+    a.free(x);
+    a.free(z);
+  }
+  EXPECT_EQ(st.mallocs, 3);
+  EXPECT_EQ(a.stats().num_cache_hits, 147);
+}
+
+TEST(CachingAllocator, OutOfMemoryFreesCacheAndRetries) {
+  FakeState st;
+  st.capacity = 8192;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  void* p = a.allocate(8192, stream(1));
+  a.free(p);
+  void* q = a.allocate(4096, stream(2));  // needs the cached 8 KiB returned first
+  EXPECT_NE(q, nullptr);
+  EXPECT_EQ(st.frees, 1);
+  a.free(q);
+  st.complete(stream(2));
+  void* big = nullptr;
+  EXPECT_NO_THROW(big = a.allocate(8192, stream(1)));
+  a.free(big);
+  st.complete(stream(1));
+  EXPECT_THROW(a.allocate(1 << 20, stream(1)), Error);
+}
+
+TEST(CachingAllocator, FreeOfForeignPointerIsAnError) {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  int x = 0;
+  EXPECT_THROW(a.free(&x), Error);
+  EXPECT_EQ(a.allocate(0, stream(1)), nullptr);
+}
+
+TEST(CpuAllocator, AlignedAndCounted) {
+  CpuAllocator a;
+  void* p = a.allocate(100);
+  void* q = a.allocate(1);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % CpuAllocator::kAlignment, 0u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(q) % CpuAllocator::kAlignment, 0u);
+  EXPECT_EQ(a.stats().bytes_in_use, 101);
+  a.free(p, 100);
+  EXPECT_EQ(a.stats().bytes_in_use, 1);
+  EXPECT_EQ(a.stats().peak_bytes_in_use, 101);
+  a.free(q, 1);
+}
+
+TEST(PinnedAllocator, WorksWithoutAGpu) {
+  // Without a GPU it falls back to host memory; with one it is page-locked. Either way it is usable.
+  CachingAllocator& pinned = pinned_allocator();
+  auto* p = static_cast<char*>(pinned.allocate(1000, nullptr));
+  ASSERT_NE(p, nullptr);
+  p[0] = 1;
+  p[999] = 2;
+  pinned.free(p);
+}
+
+}  // namespace
+}  // namespace ddp
