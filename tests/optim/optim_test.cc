@@ -1,0 +1,123 @@
+// Optimizer steps against torch.optim's formulas written out by hand in double precision: SGD plain, with
+// weight decay, momentum (first-step buffer = gradient), dampening and Nesterov; AdamW with decoupled decay
+// and bias correction; and the LR schedules.
+#include "runtime/optim/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+namespace {
+
+const Stream& S() { return cpu_stream(); }
+
+// A store with two parameters ([2] and [3]) and per-step gradients we set by hand.
+struct Fixture {
+  Tensor a = Tensor::from_vector({0.5f, -1.0f}, {2}, Device::cpu(), S());
+  Tensor b = Tensor::from_vector({2.0f, 0.25f, -0.75f}, {3}, Device::cpu(), S());
+  ParameterStore store{{{"a", a}, {"b", b}}, Device::cpu(), S(), {1, 0}};
+  std::vector<double> p{0.5, -1.0, 2.0, 0.25, -0.75};  // registration order
+  std::vector<double> grads(int step) const {
+    std::vector<double> g(5);
+    for (int i = 0; i < 5; ++i) g[i] = std::sin(1.0 + i + 3.0 * step);
+    return g;
+  }
+  void set_grads(int step) {
+    std::vector<double> g = grads(step);
+    float* ga = store.slot(0).grad.data<float>();
+    float* gb = store.slot(1).grad.data<float>();
+    for (int i = 0; i < 2; ++i) ga[i] = static_cast<float>(g[i]);
+    for (int i = 0; i < 3; ++i) gb[i] = static_cast<float>(g[2 + i]);
+  }
+  std::vector<float> values() const {
+    std::vector<float> v = a.to_vector<float>(S());
+    for (float x : b.to_vector<float>(S())) v.push_back(x);
+    return v;
+  }
+};
+
+void run_sgd(const SgdOptions& o) {
+  Fixture f;
+  Sgd sgd(f.store, o, S());
+  std::vector<double> buf(5, 0.0);
+  for (int step = 0; step < 4; ++step) {
+    f.set_grads(step);
+    sgd.step(S());
+    std::vector<double> g = f.grads(step);
+    for (int i = 0; i < 5; ++i) {
+      double d = g[i] + o.weight_decay * f.p[i];
+      if (o.momentum != 0) {
+        buf[i] = step == 0 ? d : o.momentum * buf[i] + (1 - o.dampening) * d;
+        d = o.nesterov ? d + o.momentum * buf[i] : buf[i];
+      }
+      f.p[i] -= o.lr * d;
+    }
+    std::vector<float> v = f.values();
+    for (int i = 0; i < 5; ++i) EXPECT_NEAR(v[i], f.p[i], 1e-6) << "step " << step << " element " << i;
+  }
+  EXPECT_EQ(sgd.steps(), 4);
+}
+
+TEST(Sgd, Plain) { run_sgd({0.1f, 0.0f, 0.0f, 0.0f, false}); }
+TEST(Sgd, WeightDecay) { run_sgd({0.1f, 0.0f, 0.0f, 0.05f, false}); }
+TEST(Sgd, MomentumFirstStepInitialisesBuffer) { run_sgd({0.1f, 0.9f, 0.0f, 0.0f, false}); }
+TEST(Sgd, MomentumDampeningWeightDecay) { run_sgd({0.05f, 0.8f, 0.3f, 0.01f, false}); }
+TEST(Sgd, Nesterov) { run_sgd({0.1f, 0.9f, 0.0f, 0.01f, true}); }
+
+TEST(Sgd, RejectsNesterovWithoutMomentum) {
+  Fixture f;
+  EXPECT_THROW(Sgd(f.store, {0.1f, 0.0f, 0.0f, 0.0f, true}, S()), Error);
+  EXPECT_THROW(Sgd(f.store, {0.1f, 0.9f, 0.1f, 0.0f, true}, S()), Error);
+}
+
+TEST(AdamW, MatchesTorchFormula) {
+  Fixture f;
+  AdamWOptions o;
+  o.lr = 0.01f;
+  o.weight_decay = 0.1f;
+  AdamW adam(f.store, o, S());
+  std::vector<double> m(5, 0), v(5, 0);
+  for (int step = 1; step <= 5; ++step) {
+    f.set_grads(step);
+    adam.step(S());
+    std::vector<double> g = f.grads(step);
+    const double bc1 = 1 - std::pow(0.9, step), bc2 = 1 - std::pow(0.999, step);
+    for (int i = 0; i < 5; ++i) {
+      f.p[i] *= 1 - o.lr * o.weight_decay;
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.999 * v[i] + 0.001 * g[i] * g[i];
+      const double denom = std::sqrt(v[i]) / std::sqrt(bc2) + 1e-8;
+      f.p[i] -= o.lr / bc1 * m[i] / denom;
+    }
+    std::vector<float> got = f.values();
+    for (int i = 0; i < 5; ++i) EXPECT_NEAR(got[i], f.p[i], 2e-6) << "step " << step << " element " << i;
+  }
+  // State follows the store's layout: b (slot 1) first.
+  ASSERT_EQ(adam.state().size(), 2u);
+  EXPECT_NEAR(adam.state()[0].second.to_vector<float>(S())[0], m[2], 1e-6);
+  EXPECT_NEAR(adam.state()[0].second.to_vector<float>(S())[3], m[0], 1e-6);
+}
+
+TEST(LrSchedule, ConstantAndCosineWithWarmup) {
+  EXPECT_EQ(ConstantLr(0.3).lr_at(1000), 0.3);
+  CosineWithWarmup s(1.0, 4, 14, 0.1);
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.25);
+  EXPECT_DOUBLE_EQ(s.lr_at(3), 1.0);
+  EXPECT_DOUBLE_EQ(s.lr_at(4), 1.0);            // cosine starts at the base
+  EXPECT_NEAR(s.lr_at(9), 0.1 + 0.45, 1e-12);   // halfway: midpoint
+  EXPECT_DOUBLE_EQ(s.lr_at(14), 0.1);
+  EXPECT_DOUBLE_EQ(s.lr_at(100), 0.1);
+  for (int i = 5; i < 14; ++i) EXPECT_LT(s.lr_at(i), s.lr_at(i - 1));
+  Fixture f;
+  Sgd sgd(f.store, {0.5f, 0.0f, 0.0f, 0.0f, false}, S());
+  s.apply(sgd);
+  EXPECT_FLOAT_EQ(sgd.lr(), 0.25f);
+  EXPECT_THROW(CosineWithWarmup(1.0, 5, 4), Error);
+}
+
+}  // namespace
+}  // namespace ddp
