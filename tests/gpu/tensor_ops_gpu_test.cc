@@ -1,0 +1,267 @@
+// The GPU path against the CPU path: tensor copies and seeded initialisation (bitwise equal), the caching
+// allocator's CUDA backend, every tensor-level op forward and backward, and a full MLP training step
+// (forward, cross-entropy, backward, SGD) — skipped when no GPU is present.
+//
+// Error bounds, |gpu − cpu| <= atol + rtol·|cpu|, by dtype:
+//   float32 (FP32 GEMMs): atol 1e-5, rtol 1e-4 — only summation order differs (K <= 64).
+//   TF32: atol 1e-2, rtol 1e-2 — inputs rounded to a 10-bit mantissa (2^-11 relative), K <= 64 terms of size <= 1.
+//   bfloat16: atol 3e-2, rtol 2e-2 — both sides see the same bf16 inputs and accumulate in FP32; outputs are
+//     rounded to an 8-bit mantissa (2^-9 relative), so they may differ by about one bf16 ulp.
+//   Elementwise ops and losses (float32): atol 1e-6, rtol 1e-5 (GELU's erf/exp differ in the last ulps).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "models/layers.h"
+#include "ops/ops.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/core/allocator.h"
+#include "runtime/core/device.h"
+#include "runtime/optim/optimizer.h"
+
+namespace ddp {
+namespace {
+
+using kernels::Activation;
+using kernels::MathMode;
+
+struct Bound {
+  double atol, rtol;
+};
+constexpr Bound kF32{1e-5, 1e-4};
+constexpr Bound kTF32{1e-2, 1e-2};
+constexpr Bound kBF16{3e-2, 2e-2};
+constexpr Bound kElementwise{1e-6, 1e-5};
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, Bound b, const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  int reported = 0;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    const double tol = b.atol + b.rtol * std::abs(cpu[i]);
+    if (std::abs(gpu[i] - cpu[i]) > tol && reported++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << " cpu " << cpu[i] << " (tolerance " << tol << ")";
+    }
+  }
+}
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda_availability().reason;
+    stream_ = Stream::create(Device::cuda(0));
+  }
+  const Stream& s() const { return stream_; }
+  std::vector<float> host(const Tensor& t) const {
+    if (t.dtype() == DType::kBFloat16) return t.to_dtype(DType::kFloat32, t.device().is_cuda() ? s() : cpu_stream()).to_vector<float>(t.device().is_cuda() ? s() : cpu_stream());
+    return t.to_vector<float>(t.device().is_cuda() ? s() : cpu_stream());
+  }
+  Tensor gpu(const Tensor& cpu_tensor) const {
+    Tensor g = cpu_tensor.copy_to(Device::cuda(0), s());
+    if (cpu_tensor.requires_grad()) g.set_requires_grad(true);
+    return g;
+  }
+  Stream stream_;
+};
+
+Tensor cpu_leaf(const Shape& shape, std::uint64_t seed, DType dtype = DType::kFloat32) {
+  Tensor t = Tensor::uniform(shape, -1.0f, 1.0f, seed, 0, Device::cpu(), cpu_stream(), dtype);
+  t.set_requires_grad(true);
+  return t;
+}
+
+TEST_F(Gpu, CopiesRoundTripAndViews) {
+  std::vector<float> v(1000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f;
+  Tensor c = Tensor::from_vector(v, {100, 10}, Device::cpu(), cpu_stream());
+  Tensor g = c.copy_to(Device::cuda(0), s());
+  EXPECT_EQ(g.device(), Device::cuda(0));
+  Tensor back = g.copy_to(Device::cpu(), s());
+  EXPECT_TRUE(back.storage()->pinned());
+  s().synchronize();
+  EXPECT_EQ(back.to_vector<float>(cpu_stream()), v);
+  // Row slices of device tensors, device-to-device copies, fills.
+  Tensor rows = g.slice_rows(10, 20).clone(s());
+  EXPECT_EQ(rows.to_vector<float>(s()), std::vector<float>(v.begin() + 100, v.begin() + 200));
+  g.slice_rows(0, 1).fill_(-1.0, s());
+  std::vector<float> after = g.to_vector<float>(s());
+  EXPECT_EQ(after[9], -1.0f);
+  EXPECT_EQ(after[10], 5.0f);
+  // Into pageable host memory (synchronising path).
+  Tensor pageable = Tensor::zeros({1000}, DType::kFloat32, Device::cpu(), cpu_stream());
+  pageable.copy_from(g, s());
+  EXPECT_EQ(pageable.to_vector<float>(cpu_stream()), after);
+}
+
+TEST_F(Gpu, SeededInitIsBitwiseIdentical) {
+  for (std::uint64_t seed : {0ull, 7ull, 123456789ull}) {
+    EXPECT_EQ(Tensor::uniform({4097}, -0.3f, 0.3f, seed, 5, Device::cuda(0), s()).to_vector<float>(s()),
+              Tensor::uniform({4097}, -0.3f, 0.3f, seed, 5, Device::cpu(), cpu_stream()).to_vector<float>(cpu_stream()));
+    EXPECT_EQ(Tensor::normal({4097}, 0.0f, 1.0f, seed, 5, Device::cuda(0), s()).to_vector<float>(s()),
+              Tensor::normal({4097}, 0.0f, 1.0f, seed, 5, Device::cpu(), cpu_stream()).to_vector<float>(cpu_stream()));
+  }
+  MLP a({784, 128, 10}, Activation::kRelu, 3, Device::cpu(), cpu_stream());
+  MLP b({784, 128, 10}, Activation::kRelu, 3, Device::cuda(0), s());
+  for (std::size_t i = 0; i < a.state_dict().size(); ++i)
+    EXPECT_EQ(a.state_dict()[i].second.to_vector<float>(cpu_stream()), b.state_dict()[i].second.to_vector<float>(s()));
+}
+
+TEST_F(Gpu, CachingAllocatorReusesWithoutCudaMalloc) {
+  CachingAllocator& a = cuda_allocator(0);
+  s().synchronize();
+  for (int step = 0; step < 3; ++step) {  // warm up
+    Tensor x = Tensor::empty({1 << 20}, DType::kFloat32, Device::cuda(0), s());
+    Tensor y = Tensor::empty({1000}, DType::kFloat32, Device::cuda(0), s());
+  }
+  const MemoryStats before = a.stats();
+  for (int step = 0; step < 100; ++step) {
+    Tensor x = Tensor::empty({1 << 20}, DType::kFloat32, Device::cuda(0), s());
+    Tensor y = Tensor::empty({1000}, DType::kFloat32, Device::cuda(0), s());
+    x.fill_(1.0, s());
+  }
+  const MemoryStats after = a.stats();
+  EXPECT_EQ(after.num_backend_allocs, before.num_backend_allocs) << "steady state must not call cudaMalloc";
+  EXPECT_EQ(after.num_cache_hits - before.num_cache_hits, 200);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_GE(after.peak_bytes_in_use, before.bytes_in_use + (4 << 20));
+  // Cross-stream: a block freed on s() with its work finished is reusable on another stream.
+  Stream other = Stream::create(Device::cuda(0));
+  void* p = a.allocate(3 << 20, s().handle());
+  a.free(p);
+  s().synchronize();
+  void* q = a.allocate(3 << 20, other.handle());
+  EXPECT_EQ(p, q);
+  a.free(q);
+  other.synchronize();
+  a.empty_cache();
+  EXPECT_LT(a.stats().bytes_reserved, after.bytes_reserved);
+}
+
+TEST_F(Gpu, PinnedAllocatorIsPageLocked) {
+  EXPECT_TRUE(pinned_memory_available());
+  const MemoryStats before = pinned_allocator().stats();
+  Tensor c = Tensor::zeros({256}, DType::kFloat32, Device::cpu(), cpu_stream());
+  for (int i = 0; i < 10; ++i) {
+    Tensor g = c.copy_to(Device::cuda(0), s());  // staged through pinned memory
+    s().synchronize();
+  }
+  EXPECT_LE(pinned_allocator().stats().num_backend_allocs - before.num_backend_allocs, 1);
+}
+
+// Forward and backward of linear on both devices; `math` and `dtype` pick the bound.
+void linear_case(Gpu& t, const Stream& s, DType dtype, MathMode math, Activation act, Bound bound) {
+  const std::int64_t B = 33, I = 64, O = 17;
+  Tensor x = cpu_leaf({B, I}, 1, dtype), w = cpu_leaf({O, I}, 2, dtype), b = cpu_leaf({O}, 3, dtype);
+  Tensor gx = x.copy_to(Device::cuda(0), s), gw = w.copy_to(Device::cuda(0), s), gb = b.copy_to(Device::cuda(0), s);
+  for (Tensor* g : {&gx, &gw, &gb}) g->set_requires_grad(true);
+  const std::string what = std::string(dtype_name(dtype)) + (math == MathMode::kTF32 ? "/tf32" : "") + " act " +
+                           std::to_string(static_cast<int>(act));
+  // Loss: mse against zeros on a float32 copy, so the upstream gradient is 2y/n on both sides.
+  Tensor yc = ops::linear(x, w, b, act, cpu_stream(), math);
+  Tensor yg = ops::linear(gx, gw, gb, act, s, math);
+  std::vector<float> ycv, ygv;
+  {
+    autograd::NoGradGuard guard;
+    ycv = yc.dtype() == DType::kFloat32 ? yc.to_vector<float>(cpu_stream())
+                                        : yc.to_dtype(DType::kFloat32, cpu_stream()).to_vector<float>(cpu_stream());
+    ygv = yg.dtype() == DType::kFloat32 ? yg.to_vector<float>(s) : yg.to_dtype(DType::kFloat32, s).to_vector<float>(s);
+  }
+  expect_close(ygv, ycv, bound, "linear forward " + what);
+  if (dtype != DType::kFloat32) {
+    autograd::clear_tape();  // the losses are float32-only; the bf16 backward is covered by cuda_kernels_test
+    return;
+  }
+  autograd::backward(ops::mse_loss(yc, Tensor::zeros({B, O}, DType::kFloat32, Device::cpu(), cpu_stream()), cpu_stream()), cpu_stream());
+  autograd::backward(ops::mse_loss(yg, Tensor::zeros({B, O}, DType::kFloat32, Device::cuda(0), s), s), s);
+  expect_close(gx.grad().to_vector<float>(s), x.grad().to_vector<float>(cpu_stream()), bound, "dx " + what);
+  expect_close(gw.grad().to_vector<float>(s), w.grad().to_vector<float>(cpu_stream()), bound, "dw " + what);
+  expect_close(gb.grad().to_vector<float>(s), b.grad().to_vector<float>(cpu_stream()), bound, "db " + what);
+}
+
+TEST_F(Gpu, LinearFloat32) {
+  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu})
+    linear_case(*this, s(), DType::kFloat32, MathMode::kFloat32, act, kF32);
+}
+TEST_F(Gpu, LinearTF32) {
+  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu})
+    linear_case(*this, s(), DType::kFloat32, MathMode::kTF32, act, kTF32);
+}
+TEST_F(Gpu, LinearBfloat16Forward) {
+  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu})
+    linear_case(*this, s(), DType::kBFloat16, MathMode::kFloat32, act, kBF16);
+}
+
+TEST_F(Gpu, ActivationsAndLosses) {
+  for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+    Tensor x = cpu_leaf({7, 129}, 10);
+    Tensor gx = gpu(x);
+    Tensor t = Tensor::uniform({7, 129}, -1, 1, 11, 0, Device::cpu(), cpu_stream());
+    Tensor yc = ops::activation(x, act, cpu_stream()), yg = ops::activation(gx, act, s());
+    expect_close(host(yg), host(yc), kElementwise, "activation forward");
+    autograd::backward(ops::mse_loss(yc, t, cpu_stream()), cpu_stream());
+    autograd::backward(ops::mse_loss(yg, gpu(t), s()), s());
+    expect_close(host(gx.grad()), host(x.grad()), kElementwise, "activation backward");
+  }
+  Tensor logits = cpu_leaf({65, 10}, 20);
+  std::vector<std::int32_t> y(65);
+  for (int i = 0; i < 65; ++i) y[i] = (i * 7) % 10;
+  Tensor yc = Tensor::from_int32(y, {65}, Device::cpu(), cpu_stream());
+  Tensor yg = yc.copy_to(Device::cuda(0), s());
+  Tensor glogits = gpu(logits);
+  Tensor lc = ops::cross_entropy(logits, yc, cpu_stream()), lg = ops::cross_entropy(glogits, yg, s());
+  expect_close(host(lg), host(lc), kElementwise, "cross_entropy value");
+  autograd::backward(lc, cpu_stream());
+  autograd::backward(lg, s());
+  expect_close(host(glogits.grad()), host(logits.grad()), kElementwise, "cross_entropy gradient");
+  EXPECT_EQ(ops::argmax(glogits, s()).to_vector<std::int32_t>(s()), ops::argmax(logits, cpu_stream()).to_vector<std::int32_t>(cpu_stream()));
+  EXPECT_EQ(ops::count_correct(glogits, yg, s()).to_vector<std::int64_t>(s()),
+            ops::count_correct(logits, yc, cpu_stream()).to_vector<std::int64_t>(cpu_stream()));
+  EXPECT_DOUBLE_EQ(ops::accuracy(glogits, yg, s()), ops::accuracy(logits, yc, cpu_stream()));
+  Tensor p = cpu_leaf({300}, 30), t = Tensor::uniform({300}, -1, 1, 31, 0, Device::cpu(), cpu_stream());
+  Tensor gp = gpu(p);
+  Tensor mc = ops::mse_loss(p, t, cpu_stream()), mg = ops::mse_loss(gp, gpu(t), s());
+  expect_close(host(mg), host(mc), kElementwise, "mse value");
+  autograd::backward(mc, cpu_stream());
+  autograd::backward(mg, s());
+  expect_close(host(gp.grad()), host(p.grad()), kElementwise, "mse gradient");
+}
+
+// A full training step, three times: forward, cross-entropy, backward into the flat gradient buffer, SGD.
+void mlp_steps(const Stream& s, MathMode math, Bound bound) {
+  const std::vector<std::int64_t> sizes{64, 48, 32, 10};
+  MLP cpu_model(sizes, Activation::kRelu, 9, Device::cpu(), cpu_stream());
+  MLP gpu_model(sizes, Activation::kRelu, 9, Device::cuda(0), s);
+  gpu_model.set_math_mode(math);
+  ParameterStore& cs = cpu_model.flatten_parameters(cpu_stream(), {5, 4, 3, 2, 1, 0});
+  ParameterStore& gs = gpu_model.flatten_parameters(s, {5, 4, 3, 2, 1, 0});
+  SgdOptions o{0.05f, 0.9f, 0.0f, 1e-4f, true};
+  Sgd copt(cs, o, cpu_stream()), gopt(gs, o, s);
+  std::vector<std::size_t> hook_order;
+  gs.add_grad_ready_hook([&](std::size_t i) { hook_order.push_back(i); });
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = Tensor::uniform({32, 64}, -1, 1, 50 + step, 0, Device::cpu(), cpu_stream());
+    std::vector<std::int32_t> y(32);
+    for (int i = 0; i < 32; ++i) y[i] = (i * 3 + step) % 10;
+    Tensor yc = Tensor::from_int32(y, {32}, Device::cpu(), cpu_stream());
+    cpu_model.zero_grad(cpu_stream());
+    gpu_model.zero_grad(s);
+    Tensor lc = ops::cross_entropy(cpu_model.forward(x, cpu_stream()), yc, cpu_stream());
+    Tensor lg = ops::cross_entropy(gpu_model.forward(x.copy_to(Device::cuda(0), s), s), yc.copy_to(Device::cuda(0), s), s);
+    EXPECT_NEAR(lg.to_vector<float>(s)[0], lc.to_vector<float>(cpu_stream())[0], bound.atol + bound.rtol * 3);
+    autograd::backward(lc, cpu_stream());
+    autograd::backward(lg, s);
+    expect_close(gs.flat_grads().to_vector<float>(s), cs.flat_grads().to_vector<float>(cpu_stream()), bound,
+                 "flat gradients, step " + std::to_string(step));
+    copt.step(cpu_stream());
+    gopt.step(s);
+  }
+  expect_close(gs.flat_params().to_vector<float>(s), cs.flat_params().to_vector<float>(cpu_stream()), bound,
+               "parameters after 3 steps");
+  EXPECT_EQ(hook_order.size(), 18u);
+}
+
+TEST_F(Gpu, MlpTrainingStepFloat32) { mlp_steps(s(), MathMode::kFloat32, kF32); }
+TEST_F(Gpu, MlpTrainingStepTF32) { mlp_steps(s(), MathMode::kTF32, kTF32); }
+
+}  // namespace
+}  // namespace ddp
