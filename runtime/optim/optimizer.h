@@ -29,8 +29,8 @@ class Optimizer {
   virtual void step(const Stream& stream) = 0;
   void zero_grad(const Stream& stream) { store_.zero_grad(stream); }
 
-  float lr() const { return lr_; }
-  void set_lr(float lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
   // Updates done so far (PyTorch's `step` in the state).
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps) { steps_ = steps; }  // when resuming from a checkpoint
@@ -40,15 +40,15 @@ class Optimizer {
 
  protected:
   ParameterStore& store_;
-  float lr_ = 0.0f;
+  double lr_ = 0.0;  // double, as PyTorch's hyperparameters
   std::int64_t steps_ = 0;
 };
 
 struct SgdOptions {
-  float lr = 0.01f;
-  float momentum = 0.0f;
-  float dampening = 0.0f;
-  float weight_decay = 0.0f;
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
   bool nesterov = false;
 };
 
@@ -67,11 +67,11 @@ class Sgd : public Optimizer {
 };
 
 struct AdamWOptions {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 1e-2f;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
 };
 
 // torch.optim.AdamW (amsgrad off): p *= 1 − lr·wd; m, v updated; p −= lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + eps).
@@ -93,7 +93,7 @@ class LrSchedule {
   virtual ~LrSchedule() = default;
   virtual double lr_at(std::int64_t step) const = 0;
   // Sets optimizer.lr() for its next step.
-  void apply(Optimizer& optimizer) const { optimizer.set_lr(static_cast<float>(lr_at(optimizer.steps()))); }
+  void apply(Optimizer& optimizer) const { optimizer.set_lr(lr_at(optimizer.steps())); }
 };
 
 class ConstantLr : public LrSchedule {
