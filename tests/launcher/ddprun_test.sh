@@ -8,6 +8,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 session=$(mktemp -d /tmp/ddprun-test.XXXXXX)
 trap 'rm -rf "$session"' EXIT
 export TMPDIR="$session"
+# Shared-memory segments in the session directory too: concurrent tests in PID namespaces share names.
+export OMPI_MCA_btl_vader_backing_directory="$session"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 check_contains() {  # NAME TEXT EXPECTED
