@@ -1,0 +1,427 @@
+// The runtime embedded in a user's own training program: its own model, loss, data and loop, nothing from
+// Fashion-MNIST or train_mlp. It exists to show (and test) what a user writes against runtime/ddp.h alone:
+//   * a Module subclass with a residual structure, whose forward composes ops::linear / ops::gelu and a
+//     user-defined autograd op (residual_add, below: the runtime has no elementwise add, and a user can add one);
+//   * a synthetic regression problem, y = sin(x1) + x2·x3 + noise, generated on the fly and sharded by rank;
+//   * mean squared error (ops::mse_loss), AdamW with a cosine-with-warmup schedule;
+//   * DistributedDataParallel with gradient accumulation: ddp.no_sync() over the first of 2 micro-batches;
+//   * evaluation under autograd::NoGradGuard on a held-out set, reduced across ranks.
+// Rank 0 prints the loss every --log-every steps and `final_mse=<value>`; the exit status is non-zero unless the
+// final held-out MSE is below --max-final-ratio (default 0.2) of the initial one.
+//
+//   mpirun -np 2 bazel-bin/examples/custom_loop [--device auto|cpu|cuda] [--steps N] ... (see --help)
+#include <mpi.h>
+
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/ddp.h"
+
+namespace custom_loop {
+
+using ddp::Device;
+using ddp::Stream;
+using ddp::Tensor;
+using ddp::kernels::Activation;
+
+constexpr std::int64_t kFeatures = 3;
+
+// ---------------------------------------------------------------------------------------------------------
+// Flags
+// ---------------------------------------------------------------------------------------------------------
+
+struct Flags {
+  ddp::DeviceRequest device = ddp::DeviceRequest::kAuto;
+  std::string backend = "auto";  // auto: NCCL on CUDA, MPI on the CPU (or DDP_BACKEND)
+  std::int64_t steps = 400;
+  std::int64_t batch_size = 64;  // per rank, per micro-batch
+  std::int64_t accum = 2;        // micro-batches per optimizer step
+  std::int64_t hidden = 64;
+  std::int64_t blocks = 2;
+  double lr = 3e-3;
+  std::int64_t warmup = -1;  // -1: a tenth of --steps
+  double weight_decay = 1e-2;
+  std::int64_t eval_size = 4096;  // held-out samples over all ranks
+  std::int64_t log_every = 50;
+  std::uint64_t seed = 1;
+  double max_final_ratio = 0.2;
+};
+
+const char* const kUsage =
+    "usage: custom_loop [flags]   (under mpirun for several ranks)\n"
+    "  --device auto|cpu|cuda   where each rank runs (default auto: a GPU when there is one)\n"
+    "  --backend auto|nccl|mpi  gradient all-reduce backend (default auto: nccl on CUDA, mpi on the CPU)\n"
+    "  --steps N                optimizer steps (default 400)\n"
+    "  --batch-size B           samples per rank per micro-batch (default 64)\n"
+    "  --accum K                micro-batches per step, all but the last under ddp.no_sync() (default 2)\n"
+    "  --hidden H               width of the residual trunk (default 64)\n"
+    "  --blocks N               residual blocks (default 2)\n"
+    "  --lr LR                  peak AdamW learning rate (default 0.003)\n"
+    "  --warmup N               linear warmup steps before the cosine decay (default steps/10)\n"
+    "  --weight-decay WD        AdamW decoupled weight decay (default 0.01)\n"
+    "  --eval-size N            held-out samples, split over the ranks (default 4096)\n"
+    "  --log-every N            rank 0 prints the loss every N steps (default 50)\n"
+    "  --seed S                 model and data seed (default 1)\n"
+    "  --max-final-ratio R      fail unless final_mse < R * initial mse (default 0.2)\n";
+
+std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t low, std::int64_t high) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || errno != 0 || v < low || v > high) {
+    throw ddp::InvalidArgument(flag + " must be an integer in [" + std::to_string(low) + ", " +
+                               std::to_string(high) + "], got '" + text + "'");
+  }
+  return v;
+}
+
+double parse_double(const std::string& flag, const std::string& text, double low, double high) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < low || v > high) {
+    throw ddp::InvalidArgument(flag + " must be a number in [" + std::to_string(low) + ", " +
+                               std::to_string(high) + "], got '" + text + "'");
+  }
+  return v;
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ddp::InvalidArgument(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--device") {
+      f.device = ddp::parse_device_request(value());
+    } else if (arg == "--backend") {
+      f.backend = value();
+      if (f.backend != "auto") ddp::parse_backend(f.backend);  // throws, naming the choices
+    } else if (arg == "--steps") {
+      f.steps = parse_int(arg, value(), 1, 1000000);
+    } else if (arg == "--batch-size") {
+      f.batch_size = parse_int(arg, value(), 1, 1 << 20);
+    } else if (arg == "--accum") {
+      f.accum = parse_int(arg, value(), 1, 1024);
+    } else if (arg == "--hidden") {
+      f.hidden = parse_int(arg, value(), 1, 1 << 14);
+    } else if (arg == "--blocks") {
+      f.blocks = parse_int(arg, value(), 0, 64);
+    } else if (arg == "--lr") {
+      f.lr = parse_double(arg, value(), 0.0, 10.0);
+    } else if (arg == "--warmup") {
+      f.warmup = parse_int(arg, value(), 0, 1000000);
+    } else if (arg == "--weight-decay") {
+      f.weight_decay = parse_double(arg, value(), 0.0, 1.0);
+    } else if (arg == "--eval-size") {
+      f.eval_size = parse_int(arg, value(), 1, 1 << 24);
+    } else if (arg == "--log-every") {
+      f.log_every = parse_int(arg, value(), 1, 1000000);
+    } else if (arg == "--seed") {
+      f.seed = static_cast<std::uint64_t>(parse_int(arg, value(), 0, INT64_MAX));
+    } else if (arg == "--max-final-ratio") {
+      f.max_final_ratio = parse_double(arg, value(), 0.0, 1e9);
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf("%s", kUsage);
+      std::exit(0);
+    } else {
+      throw ddp::InvalidArgument("unknown flag '" + arg + "'; see --help");
+    }
+  }
+  if (f.warmup < 0) f.warmup = f.steps / 10;
+  if (f.warmup > f.steps) {
+    throw ddp::InvalidArgument("--warmup " + std::to_string(f.warmup) + " exceeds --steps " + std::to_string(f.steps));
+  }
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// A user-defined op: y = a + b, with its backward recorded on the runtime's tape
+// ---------------------------------------------------------------------------------------------------------
+
+// The kernel contract (ops/kernels.h) has a CPU and a CUDA implementation of every function; a user op picks
+// the one for the tensor's device, with that GPU current for the launch.
+void axpby(const Device& device, const float* x, float* y, std::int64_t n, float alpha, float beta,
+           const Stream& stream) {
+  if (device.is_cuda()) {
+    ddp::CudaDeviceGuard guard(device);
+    ddp::kernels::cuda::axpby(x, y, n, alpha, beta, stream.handle());
+  } else {
+    ddp::kernels::cpu::axpby(x, y, n, alpha, beta, stream.handle());
+  }
+}
+
+// The skip connection. Backward passes dy unchanged to both inputs; grad_target says whether to overwrite (first
+// writer in this backward) or accumulate, which matters here: the block input `a` also feeds fc1.
+Tensor residual_add(const Tensor& a, const Tensor& b, const Stream& stream) {
+  DDP_CHECK(a.defined() && b.defined(), "residual_add: both inputs must be defined");
+  DDP_CHECK(a.shape() == b.shape() && a.dtype() == ddp::DType::kFloat32 && b.dtype() == ddp::DType::kFloat32 &&
+                a.device() == b.device(),
+            "residual_add: inputs must be float32 of one shape on one device, got " + a.describe() + " and " +
+                b.describe());
+  const Device device = a.device();
+  Tensor y = Tensor::empty(a.shape(), ddp::DType::kFloat32, device, stream);
+  axpby(device, a.data<float>(), y.data<float>(), a.numel(), 1.0f, 0.0f, stream);
+  axpby(device, b.data<float>(), y.data<float>(), b.numel(), 1.0f, 1.0f, stream);
+  if (ddp::autograd::should_record({&a, &b})) {
+    ddp::autograd::record("residual_add", {a, b}, {y}, [a, b, y, device](const Stream& s) {
+      const Tensor dy = ddp::autograd::grad_of(y);
+      if (!dy.defined()) return;
+      for (const Tensor* input : {&a, &b}) {
+        ddp::autograd::GradTarget target = ddp::autograd::grad_target(*input, s);
+        if (!target.grad.defined()) continue;  // this input needs no gradient
+        axpby(device, dy.data<float>(), target.grad.data<float>(), dy.numel(), 1.0f, target.accumulate ? 1.0f : 0.0f,
+              s);
+      }
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The model: stem -> residual blocks -> head, a user Module (not an MLP)
+// ---------------------------------------------------------------------------------------------------------
+
+// h + fc2(gelu(fc1(h))): the GELU is fused into fc1's GEMM, fc2 is a plain linear.
+class ResidualBlock : public ddp::Module {
+ public:
+  ResidualBlock(std::int64_t width, std::uint64_t seed, std::uint64_t& offset, const Device& device,
+                const Stream& stream) {
+    fc1_ = std::make_shared<ddp::Linear>(width, width, true, seed, offset, device, stream);
+    offset += fc1_->init_counters();
+    fc2_ = std::make_shared<ddp::Linear>(width, width, true, seed, offset, device, stream);
+    offset += fc2_->init_counters();
+    register_module("fc1", fc1_);
+    register_module("fc2", fc2_);
+    set_device(device);
+  }
+  Tensor forward(const Tensor& h, const Stream& stream) override {
+    Tensor z = ddp::ops::linear(h, fc1_->weight(), fc1_->bias(), Activation::kGelu, stream);
+    z = ddp::ops::linear(z, fc2_->weight(), fc2_->bias(), Activation::kNone, stream);
+    return residual_add(h, z, stream);
+  }
+  std::string type_name() const override { return "ResidualBlock"; }
+
+ private:
+  std::shared_ptr<ddp::Linear> fc1_, fc2_;
+};
+
+class ResidualRegressor : public ddp::Module {
+ public:
+  ResidualRegressor(std::int64_t in, std::int64_t hidden, std::int64_t blocks, std::uint64_t seed,
+                    const Device& device, const Stream& stream) {
+    // Each layer draws its initial values from its own counter range of one seed: every rank builds the same
+    // model (DDP also broadcasts rank 0's), on the CPU and the GPU alike.
+    std::uint64_t offset = 0;
+    stem_ = std::make_shared<ddp::Linear>(in, hidden, true, seed, offset, device, stream);
+    offset += stem_->init_counters();
+    register_module("stem", stem_);
+    for (std::int64_t i = 0; i < blocks; ++i) {
+      blocks_.push_back(std::make_shared<ResidualBlock>(hidden, seed, offset, device, stream));
+      register_module("block" + std::to_string(i), blocks_.back());
+    }
+    head_ = std::make_shared<ddp::Linear>(hidden, 1, true, seed, offset, device, stream);
+    register_module("head", head_);
+    set_device(device);
+  }
+  Tensor forward(const Tensor& x, const Stream& stream) override {
+    Tensor h = ddp::ops::gelu(stem_->forward(x, stream), stream);
+    for (const auto& block : blocks_) h = block->forward(h, stream);
+    return head_->forward(h, stream);  // [batch, 1]
+  }
+  std::string type_name() const override { return "ResidualRegressor"; }
+
+ private:
+  std::shared_ptr<ddp::Linear> stem_, head_;
+  std::vector<std::shared_ptr<ResidualBlock>> blocks_;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Data: an endless stream of samples, each a pure function of (seed, global index)
+// ---------------------------------------------------------------------------------------------------------
+
+// SplitMix64 finaliser: a counter-based generator, so sample i is the same whichever rank draws it and N ranks
+// with batch b see exactly the samples one rank with batch N·b would.
+std::uint64_t mix(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+double unit(std::uint64_t seed, std::uint64_t counter) {  // uniform in (0, 1)
+  return (static_cast<double>(mix(seed ^ mix(counter)) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+// Training samples come from stream 0, held-out ones from stream 1 (disjoint counters).
+struct Batch {
+  std::vector<float> x;  // [rows, 3]
+  std::vector<float> y;  // [rows, 1]
+};
+
+constexpr double kNoise = 0.05;
+
+Batch make_batch(std::uint64_t seed, std::uint64_t stream_id, std::int64_t first, std::int64_t rows,
+                 std::int64_t stride, bool noisy) {
+  Batch b;
+  b.x.resize(static_cast<std::size_t>(rows * kFeatures));
+  b.y.resize(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::uint64_t base = ((stream_id << 56) | static_cast<std::uint64_t>(first + r * stride)) * 8;
+    double x[kFeatures];
+    for (int k = 0; k < kFeatures; ++k) x[k] = 4.0 * unit(seed, base + k) - 2.0;  // U(-2, 2)
+    double y = std::sin(x[0]) + x[1] * x[2];
+    if (noisy) {  // Box-Muller: one standard normal from two uniforms
+      const double u1 = unit(seed, base + 4), u2 = unit(seed, base + 5);
+      y += kNoise * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    }
+    for (int k = 0; k < kFeatures; ++k) b.x[static_cast<std::size_t>(r * kFeatures + k)] = static_cast<float>(x[k]);
+    b.y[static_cast<std::size_t>(r)] = static_cast<float>(y);
+  }
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Evaluation: mean squared error over the whole held-out set, each rank scoring samples r, r+N, r+2N, ...
+// ---------------------------------------------------------------------------------------------------------
+
+double evaluate(ddp::Module& model, const ddp::World& world, const Flags& flags, const Stream& stream) {
+  ddp::autograd::NoGradGuard no_grad;  // nothing recorded: no tape, no activations kept
+  model.eval();
+  const std::int64_t n = flags.eval_size, size = world.size(), rank = world.rank();
+  const std::int64_t local = rank < n ? (n - rank + size - 1) / size : 0;
+  double sums[2] = {0.0, static_cast<double>(local)};  // squared error, samples
+  if (local > 0) {
+    const Batch b = make_batch(flags.seed, 1, rank, local, size, /*noisy=*/false);
+    const Tensor x = Tensor::from_vector(b.x, {local, kFeatures}, world.device(), stream);
+    const Tensor y = Tensor::from_vector(b.y, {local, 1}, world.device(), stream);
+    const Tensor mse = ddp::ops::mse_loss(model.forward(x, stream), y, stream);
+    sums[0] = static_cast<double>(mse.to_vector<float>(stream)[0]) * static_cast<double>(local);
+  }
+  // Host doubles over the world's communicator (MPI_THREAD_MULTIPLE; the MPI backend has its own duplicate).
+  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, world.comm()));
+  model.train();
+  return sums[0] / sums[1];
+}
+
+int run(int argc, char** argv) {
+  // Flags are parsed before the world exists (it needs --device) but reported once it does, so a typo ends
+  // every rank with one message.
+  Flags flags;
+  std::string flag_error;
+  try {
+    flags = parse_flags(argc, argv);
+  } catch (const ddp::InvalidArgument& e) {
+    flag_error = e.what();
+  }
+  ddp::WorldOptions options;
+  options.device = flags.device;
+  // Without NCCL several ranks may share one GPU (the MPI backend); with it the world needs a GPU per rank.
+  const char* env_backend = std::getenv("DDP_BACKEND");
+  options.nccl = flags.backend == "nccl" ||
+                 (flags.backend == "auto" && !(env_backend != nullptr && std::string(env_backend) == "mpi"));
+  ddp::World world(&argc, &argv, options);
+  const ddp::Backend backend =
+      flags.backend == "auto" ? ddp::default_backend(world.device()) : ddp::parse_backend(flags.backend);
+  if (flag_error.empty() && backend == ddp::Backend::kNccl && !world.device().is_cuda()) {
+    flag_error = "--backend nccl needs CUDA devices, but this rank runs on " + world.device().str() +
+                 " (use --backend mpi or --device cuda)";
+  }
+  world.agree(flag_error, "bad command line");
+
+  const bool lead = world.rank() == 0;
+  const Device device = world.device();
+  Stream stream = Stream::create(device);
+
+  ResidualRegressor model(kFeatures, flags.hidden, flags.blocks, flags.seed, device, stream);
+  auto group = ddp::make_process_group(world, device, backend);
+  // DDP first: it re-lays the flat buffers in bucket order, and the optimizer's state follows that layout.
+  ddp::DistributedDataParallel ddp(model.flatten_parameters(stream), *group, world, stream);
+  ddp::ParameterStore& store = *model.parameter_store();
+  ddp::AdamW optimizer(store, {.lr = flags.lr, .weight_decay = flags.weight_decay}, stream);
+  ddp::CosineWithWarmup schedule(flags.lr, flags.warmup, flags.steps, /*min_lr=*/0.02 * flags.lr);
+
+  const std::int64_t b = flags.batch_size, k = flags.accum, ranks = world.size();
+  if (lead) {
+    std::printf("custom_loop: ranks=%d device=%s backend=%s parameters=%lld steps=%lld batch=%lldx%lldx%lld\n",
+                world.size(), device.str().c_str(), ddp::backend_name(backend).c_str(),
+                static_cast<long long>(model.num_parameters()), static_cast<long long>(flags.steps),
+                static_cast<long long>(ranks), static_cast<long long>(k), static_cast<long long>(b));
+  }
+  const double initial_mse = evaluate(model, world, flags, stream);
+  if (lead) std::printf("initial_mse=%.6f\n", initial_mse);
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Tensor> micro_losses;
+  for (std::int64_t step = 0; step < flags.steps; ++step) {
+    schedule.apply(optimizer);
+    model.zero_grad(stream);
+    micro_losses.clear();
+    for (std::int64_t m = 0; m < k; ++m) {
+      // Global samples of this micro-batch: [(step·k + m)·N·b, +N·b); rank r takes its contiguous b of them.
+      const std::int64_t first = ((step * k + m) * ranks + world.rank()) * b;
+      const Batch batch = make_batch(flags.seed, 0, first, b, 1, /*noisy=*/true);
+      const Tensor x = Tensor::from_vector(batch.x, {b, kFeatures}, device, stream);
+      const Tensor y = Tensor::from_vector(batch.y, {b, 1}, device, stream);
+      Tensor loss = ddp::ops::mse_loss(model.forward(x, stream), y, stream);
+      if (m + 1 < k) {
+        auto local_only = ddp.no_sync();  // accumulate locally; the last micro-batch all-reduces the sum
+        ddp.backward(loss);
+      } else {
+        ddp.backward(loss);
+      }
+      micro_losses.push_back(loss);
+    }
+    // The gradient is now the sum of k micro-batch means (averaged over ranks): make it their mean, one
+    // kernel over the flat gradient buffer, ordered after the last bucket on the compute stream.
+    if (k > 1) {
+      const Tensor& grads = store.flat_grads();
+      if (device.is_cuda()) {
+        ddp::CudaDeviceGuard guard(device);
+        ddp::kernels::cuda::scale(grads.data<float>(), grads.numel(), 1.0f / static_cast<float>(k), stream.handle());
+      } else {
+        ddp::kernels::cpu::scale(grads.data<float>(), grads.numel(), 1.0f / static_cast<float>(k), stream.handle());
+      }
+    }
+    optimizer.step(stream);
+
+    // The host reads the loss back only when it logs (on the GPU that is a synchronisation).
+    if (lead && ((step + 1) % flags.log_every == 0 || step + 1 == flags.steps)) {
+      double sum = 0.0;
+      for (const Tensor& l : micro_losses) sum += l.to_vector<float>(stream)[0];
+      std::printf("step %lld/%lld loss %.6f lr %.6g\n", static_cast<long long>(step + 1),
+                  static_cast<long long>(flags.steps), sum / static_cast<double>(k), optimizer.lr());
+      std::fflush(stdout);
+    }
+  }
+  stream.synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const double final_mse = evaluate(model, world, flags, stream);
+  const double bound = flags.max_final_ratio * initial_mse;
+  const bool ok = std::isfinite(final_mse) && final_mse < bound;
+  if (lead) {
+    std::printf("train_seconds=%.2f\n", seconds);
+    std::printf("final_mse=%.6f\n", final_mse);
+    if (!ok) {
+      std::fprintf(stderr, "error: final_mse %.6f is not below %.6f (%g x the initial %.6f)\n", final_mse, bound,
+                   flags.max_final_ratio, initial_mse);
+    }
+  }
+  return ok ? 0 : 1;  // every rank has the same final_mse, so every rank agrees on the status
+}
+
+}  // namespace custom_loop
+
+int main(int argc, char** argv) {
+  return ddp::run_main([&] { return custom_loop::run(argc, argv); });
+}
