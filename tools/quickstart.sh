@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Sets up the machine, builds, and runs the main job on this machine's GPUs (CPU ranks where there is none).
-# For now the main job is the global-sum example on 4 ranks; the training example replaces it.
+# Sets up the machine, builds, and runs the main job: train_mlp on Fashion-MNIST under ddprun, one rank per
+# GPU (2 CPU ranks where there is none). Checkpoints go to runs/quickstart/ (PyTorch loads them: see README).
+# Extra arguments go to train_mlp, e.g. `tools/quickstart.sh --epochs 2`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-bazel build //examples:allreduce_sum
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-exec mpirun -np 4 --oversubscribe --bind-to none bazel-bin/examples/allreduce_sum "$@"
+bazel build //examples:train_mlp //launcher:ddprun
+mkdir -p runs
+exec bazel-bin/launcher/ddprun -- bazel-bin/examples/train_mlp --checkpoint-dir runs/quickstart "$@"
