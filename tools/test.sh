@@ -45,6 +45,17 @@ if [ "${DDP_TEST_FUZZ:-1}" = 1 ] && [ "$#" -eq 0 ] && [ -x tests/fuzz/run_fuzzer
     status=1
   fi
 fi
+# The runtime as another workspace's dependency (examples/external_workspace; skip with DDP_TEST_EXTERNAL=0).
+# Its own Bazel server and output base: the first run builds the runtime again, about 2 minutes on 2 cores.
+if [ "${DDP_TEST_EXTERNAL:-1}" = 1 ] && [ "$#" -eq 0 ]; then
+  echo "test: the runtime as an external repository of another workspace"
+  if tools/test_external_workspace.sh 2>&1 | tail -20; then
+    echo "//examples/external_workspace PASSED" | tee -a "$log"
+  else
+    echo "//examples/external_workspace FAILED" | tee -a "$log"
+    status=1
+  fi
+fi
 set -e
 
 # One closing line for CI: counts from Bazel's per-target summary.
