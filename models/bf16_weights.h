@@ -1,0 +1,49 @@
+// Mixed-precision training with bfloat16 weight copies and FP32 master weights (issue 6's bf16 path), as
+// PyTorch's autocast does it: the ParameterStore keeps the FP32 parameters the optimizer updates; this class
+// keeps ONE flat bfloat16 copy in the same layout, refreshed by ONE cast kernel after each optimizer step, and
+// the forward runs its GEMMs on the bf16 copies (FP32 accumulation inside cuBLASLt / the CPU kernels).
+//
+// Gradients: weight(i) records an autograd node whose backward casts the bf16 gradient of the copy into the
+// FP32 gradient slot of parameter i. That node's input is the FP32 parameter itself, so the parameter's
+// grad-ready hooks (the DDP reducer) fire as usual, and the optimizer and the all-reduce see FP32 gradients.
+//
+//   Bf16Weights w(*model.parameter_store(), stream);        // after flatten / DDP relayout
+//   loss = cross_entropy(forward_bf16(model, w, x, stream), y, stream);
+//   ddp.backward(loss); optimizer.step(stream); w.refresh(stream);
+#pragma once
+
+#include <cstddef>
+
+#include "models/layers.h"
+#include "runtime/autograd/parameter_store.h"
+#include "runtime/core/stream.h"
+#include "runtime/tensor/tensor.h"
+
+namespace ddp {
+
+class Bf16Weights {
+ public:
+  // Allocates the bf16 copy in `store`'s current layout and fills it. Re-create it after a relayout.
+  Bf16Weights(const ParameterStore& store, const Stream& stream);
+  // Casts the FP32 parameters into the bf16 copy: one kernel over the flat buffer.
+  void refresh(const Stream& stream);
+  // The bf16 copy of parameter `index` (registration order), differentiable: its gradient is cast to float32
+  // and written (or accumulated) into the parameter's FP32 gradient. Call it in every forward.
+  Tensor weight(std::size_t index) const;
+  // Registration index of `param` (a tensor of the store), or throws.
+  std::size_t index_of(const Tensor& param) const;
+  const Tensor& flat() const { return flat_; }
+
+ private:
+  const ParameterStore& store_;
+  Tensor flat_;  // bfloat16 [total_numel]
+};
+
+// Differentiable float32 <-> bfloat16 cast (a new tensor; the backward casts the gradient back).
+Tensor cast(const Tensor& x, DType dtype, const Stream& stream);
+
+// The forward of `model` (Linear layers with fused activations, as Sequential::forward) on the bf16 copies:
+// `x` float32 is cast to bf16, every GEMM runs in bf16, the logits come back as float32 for the loss.
+Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const Tensor& x, const Stream& stream);
+
+}  // namespace ddp
