@@ -13,6 +13,8 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -148,6 +150,27 @@ class Progress {
   long long total_;
   bool tty_;
 };
+
+// Fault injection for the reliability tests: DDP_FAULT_KILL_STEP=S and DDP_FAULT_KILL_RANK=R make rank R kill
+// itself with SIGKILL after optimizer step S, on the first attempt only (ddprun sets DDP_RESTART on restarts).
+// The time of death goes to DDP_FAULT_KILL_STAMP (a file) so the test can measure how fast the job ends.
+void maybe_inject_fault(long long step, int rank) {
+  static const char* at = std::getenv("DDP_FAULT_KILL_STEP");
+  if (at == nullptr) return;
+  const char* who = std::getenv("DDP_FAULT_KILL_RANK");
+  const char* restart = std::getenv("DDP_RESTART");
+  if (std::atoll(at) != step || (who != nullptr && std::atoi(who) != rank)) return;
+  if (restart != nullptr && std::atoi(restart) > 0) return;
+  if (const char* stamp = std::getenv("DDP_FAULT_KILL_STAMP")) {
+    if (FILE* f = std::fopen(stamp, "w")) {
+      std::fprintf(f, "%.3f\n", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+      std::fclose(f);
+    }
+  }
+  std::fprintf(stderr, "rank %d: fault injection: SIGKILL after step %lld\n", rank, step);
+  std::fflush(stderr);
+  raise(SIGKILL);
+}
 
 struct Evaluation {
   double loss = 0;
@@ -405,6 +428,7 @@ int train(int argc, char** argv) {
       }
       optimizer->step(stream);
       ++step;
+      maybe_inject_fault(step, world.rank());
       window_samples += batch->size * world.size();
       if (log) {
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
