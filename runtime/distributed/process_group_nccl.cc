@@ -130,7 +130,11 @@ std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, std::string wh
   launch();
   done.record(comm_stream_);
   auto work = std::make_shared<NcclWork>(comm_, std::move(start), std::move(done), what);
-  watchdog_->watch(work, std::move(what));
+  // Captured into a CUDA graph, the collective does not run now and its events are graph dependencies only:
+  // cudaEventQuery on them fails (cudaErrorCapturedEvent), so the watchdog must not poll them.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  DDP_CUDA_CHECK(cudaStreamIsCapturing(comm_stream_.handle(), &capture));
+  if (capture == cudaStreamCaptureStatusNone) watchdog_->watch(work, std::move(what));
   return work;
 }
 
