@@ -4,7 +4,11 @@
 # logs go to $OUT (or .gpu/logs) when set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+libs=/tmp/ddp-gpu-lib
+mkdir -p "$libs" && tar -C "$libs" -xJf .gpu/lib.tar.xz
+export LD_LIBRARY_PATH="$libs/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# The training jobs read the data set bundled with GPU_BUNDLE_DATA=1.
+export DDP_GPU_DATA="$PWD/.gpu/data"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=0   # NVLink multicast stays off on shared hosts
 logs="${OUT:-.gpu/logs}"
@@ -23,6 +27,7 @@ record() {  # name status
 }
 
 for t in $(cat .gpu/tests.txt); do
+  if [ -n "${GPU_TESTS:-}" ] && ! grep -qE "$GPU_TESTS" <<<"$t"; then continue; fi
   [ -x ".gpu/bin/$t" ] || continue
   timeout 600 ".gpu/bin/$t" </dev/null >"$logs/$t.log" 2>&1
   s=$?
@@ -34,7 +39,9 @@ done
 export B="$PWD/.gpu/bin"
 while IFS=$'\t' read -r name command; do
   [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue
+  # GPU_JOBS selects jobs by a regular expression on their names, GPU_SKIP leaves some out.
   if [ -n "${GPU_JOBS:-}" ] && ! grep -qE "$GPU_JOBS" <<<"$name"; then continue; fi
+  if [ -n "${GPU_SKIP:-}" ] && grep -qE "$GPU_SKIP" <<<"$name"; then continue; fi
   timeout 600 bash -c "$command" </dev/null >"$logs/$name.log" 2>&1
   s=$?
   tail -5 "$logs/$name.log" | sed "s/^/  $name: /"
