@@ -927,7 +927,7 @@ TEST_F(CudaKernels, AdamWMatchesTorchFormula) {
   const std::int64_t n = 100003;
   for (std::int64_t step : {std::int64_t{1}, std::int64_t{10}, std::int64_t{1000}}) {
     for (int misalign : {0, 1}) {
-      const AdamWParams p{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step};
+      const AdamWParams p{1e-3, 0.9, 0.999, 1e-8, 0.01, step};  // doubles, as PyTorch's hyperparameters
       const auto ph = random_nonzero(n, 101), gh = random_nonzero(n, 102);
       auto mh = random_nonzero(n, 103, 0.1f), vh = random_nonzero(n, 104, 0.01f);
       for (auto& v : vh) v = std::abs(v);
