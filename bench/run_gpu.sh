@@ -16,7 +16,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=0
 : >"$out"
 failed=0
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[ "${gpus:-0}" -ge 1 ] 2>/dev/null || gpus=1
 
 record() {  # label side command...
   local label=$1 side=$2
