@@ -67,6 +67,8 @@ struct Flags {
 Flags parse_flags(int argc, char** argv, int rank) {
   Flags f;
   CLI::App app{"Train an MLP on Fashion-MNIST with DistributedDataParallel (start it with ddprun or mpirun)."};
+  // A flag given twice takes its last value, as most command lines do (scripts append overrides).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", f.data, "directory with the Fashion-MNIST IDX gzip files")->capture_default_str();
   app.add_option("--hidden", f.hidden, "units per hidden layer")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--layers", f.layers, "hidden layers")->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -124,10 +126,12 @@ std::string resume_directory(const Flags& f) {
   return "";
 }
 
-// Progress on rank 0: a bar redrawn in place on a terminal, plain lines otherwise (logs, CI, ddprun pipes).
+// Progress on rank 0: a bar redrawn in place on a terminal, plain lines otherwise (logs, CI, and under mpirun,
+// which hands ranks a pseudo-terminal but relays their output line by line with a prefix).
 class Progress {
  public:
-  explicit Progress(long long total_steps) : total_(total_steps), tty_(isatty(STDOUT_FILENO) == 1) {}
+  explicit Progress(long long total_steps)
+      : total_(total_steps), tty_(isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
   void step(long long step, long long epoch, double loss, double samples_per_s, double hidden) {
     char line[256];
     std::snprintf(line, sizeof line, "epoch %lld step %lld/%lld loss %.4f samples/s %.0f comm_hidden %.0f%%", epoch,
