@@ -7,6 +7,10 @@
 #   1 rank DDP:  step_bench --ddp              vs  step_bench (no DDP): the cost of DDP at world size 1
 # Each pair runs ROUNDS times, alternating, because other work on the machine makes single runs noisy; the
 # table takes the median. Raw lines go to ${OUT:-/tmp}/bench_cpu.jsonl.
+# Launch: one OpenBLAS thread per rank (step_bench's default, cores / local ranks), ranks bound to cores, and
+# Open MPI told to yield while it waits (mpi_yield_when_idle): the MPI backend's communication thread shares its
+# rank's core with the compute thread, and a busy-polling wait for a slower peer (other load on the machine)
+# would take that core from the rank's own backward. MPIRUN_OPTS overrides.
 #   bash bench/run_cpu.sh            (builds //bench:step_bench first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +24,7 @@ out="${OUT:-/tmp}/bench_cpu.jsonl"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 bazel build //bench:step_bench >/dev/null 2>&1 || bazel build //bench:step_bench
 BIN=bazel-bin/bench/step_bench
+read -r -a mpi_opts <<<"${MPIRUN_OPTS:---bind-to core --mca mpi_yield_when_idle 1}"
 : >"$out"
 
 record() {  # label side command...
@@ -38,12 +43,12 @@ record() {  # label side command...
 common=(--sizes "$SIZES" --batch "$BATCH" --device cpu --iters "$ITERS" --repeats "$REPEATS")
 for round in $(seq "$ROUNDS"); do
   echo "round $round of $ROUNDS" >&2
-  record "2 ranks DDP vs PyTorch DDP/gloo" ours mpirun -np 2 "$BIN" "${common[@]}" --ddp
+  record "2 ranks DDP vs PyTorch DDP/gloo" ours mpirun -np 2 "${mpi_opts[@]}" "$BIN" "${common[@]}" --ddp
   record "2 ranks DDP vs PyTorch DDP/gloo" ref $PY bench/pytorch_step.py "${common[@]}" --ranks 2
-  record "1 rank vs PyTorch" ours mpirun -np 1 "$BIN" "${common[@]}"
+  record "1 rank vs PyTorch" ours mpirun -np 1 "${mpi_opts[@]}" "$BIN" "${common[@]}"
   record "1 rank vs PyTorch" ref $PY bench/pytorch_step.py "${common[@]}"
-  record "1 rank: DDP vs no DDP (ours)" ours mpirun -np 1 "$BIN" "${common[@]}" --ddp
-  record "1 rank: DDP vs no DDP (ours)" ref mpirun -np 1 "$BIN" "${common[@]}"
+  record "1 rank: DDP vs no DDP (ours)" ours mpirun -np 1 "${mpi_opts[@]}" "$BIN" "${common[@]}" --ddp
+  record "1 rank: DDP vs no DDP (ours)" ref mpirun -np 1 "${mpi_opts[@]}" "$BIN" "${common[@]}"
 done
-echo "CPU: $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD), rounds $ROUNDS"
+echo "CPU: $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD), rounds $ROUNDS, mpirun ${mpi_opts[*]}, load $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 bench/table.py "$out" "$@"
