@@ -158,6 +158,21 @@ void backward(const Tensor& loss, const Stream& stream) {
   loss_meta.grad.reset();
   loss_meta.grad_valid = false;
   loss_meta.grad_host_scalar.reset();
+
+  // Nodes of other graphs recorded since this graph began stay recorded, in order, for their own backward:
+  // two models whose forwards interleave (a reference and its copy on another device) each keep their graph.
+  // Anything recorded before this graph's first node belongs to a forward nobody differentiated: dropped, so
+  // the tape cannot grow without bound.
+  std::size_t first_run = n;
+  for (std::size_t k = 0; k < n && first_run == n; ++k) {
+    if (runs[k]) first_run = k;
+  }
+  std::vector<Node> kept;
+  for (std::size_t k = first_run; k < n; ++k) {
+    if (!runs[k]) kept.push_back(std::move(nodes[k]));
+  }
+  for (Node& node : tape().nodes) kept.push_back(std::move(node));
+  tape().nodes = std::move(kept);
 }
 
 void zero_grad(const std::vector<Tensor>& tensors) {
