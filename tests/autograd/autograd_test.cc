@@ -75,6 +75,35 @@ TEST(Autograd, SharedLeafHookFiresAfterItsLastUse) {
   EXPECT_EQ(at_hook, w.grad().to_vector<float>(S()));  // both uses included
 }
 
+// Two graphs whose forwards interleave: each backward consumes its own graph and leaves the other one
+// recorded, and both give the gradients they give when run alone.
+TEST(Autograd, InterleavedGraphsEachKeepTheirOwnBackward) {
+  auto make = [] {
+    Tensor w = Tensor::uniform({3, 4}, -0.5f, 0.5f, 9, 0, Device::cpu(), S());
+    w.set_requires_grad(true);
+    return w;
+  };
+  auto loss_of = [](const Tensor& w) {
+    Tensor y = ops::linear(batch_input(5, 4, 2), w, Tensor(), kernels::Activation::kRelu, S());
+    return ops::mse_loss(y, Tensor::zeros({5, 3}, DType::kFloat32, Device::cpu(), S()), S());
+  };
+  Tensor alone = make();
+  autograd::backward(loss_of(alone), S());
+  const std::vector<float> want = alone.grad().to_vector<float>(S());
+
+  Tensor a = make();
+  Tensor b = make();
+  Tensor ya = ops::linear(batch_input(5, 4, 2), a, Tensor(), kernels::Activation::kRelu, S());
+  Tensor yb = ops::linear(batch_input(5, 4, 2), b, Tensor(), kernels::Activation::kRelu, S());
+  Tensor la = ops::mse_loss(ya, Tensor::zeros({5, 3}, DType::kFloat32, Device::cpu(), S()), S());
+  Tensor lb = ops::mse_loss(yb, Tensor::zeros({5, 3}, DType::kFloat32, Device::cpu(), S()), S());
+  autograd::backward(la, S());
+  autograd::backward(lb, S());
+  EXPECT_EQ(a.grad().to_vector<float>(S()), want);
+  EXPECT_EQ(b.grad().to_vector<float>(S()), want);
+  EXPECT_THROW(autograd::backward(lb, S()), InvalidArgument) << "a graph is consumed by its backward";
+}
+
 TEST(Autograd, GradientsAccumulateUntilZeroed) {
   MLP model({6, 8, 3}, kernels::Activation::kGelu, 11);
   ParameterStore& store = model.flatten_parameters(S());
