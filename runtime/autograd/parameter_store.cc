@@ -75,10 +75,10 @@ std::vector<Tensor> ParameterStore::parameters() const {
 
 void ParameterStore::build(const std::vector<std::size_t>& layout, const Stream& stream, bool copy_grads) {
   std::int64_t total = 0;
-  for (const ParameterSlot& s : slots_) total += s.numel;
-  Tensor params = Tensor::empty({total}, DType::kFloat32, device_, stream);
-  Tensor grads = Tensor::empty({total}, DType::kFloat32, device_, stream);
-  if (!copy_grads) grads.zero_(stream);
+  for (std::size_t i : layout) total = align_slot(total + slots_[i].numel);
+  // Zeroed, so the padding between slots is zero in both buffers.
+  Tensor params = Tensor::zeros({total}, DType::kFloat32, device_, stream);
+  Tensor grads = Tensor::zeros({total}, DType::kFloat32, device_, stream);
   std::int64_t offset = 0;
   for (std::size_t i : layout) {
     ParameterSlot& s = slots_[i];
@@ -93,7 +93,7 @@ void ParameterStore::build(const std::vector<std::size_t>& layout, const Stream&
     s.param.autograd_meta().grad_valid = valid;
     s.grad = gview;
     s.offset = offset;
-    offset += s.numel;
+    offset = align_slot(offset + s.numel);
   }
   total_ = total;
   layout_ = layout;

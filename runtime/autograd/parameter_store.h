@@ -7,8 +7,8 @@
 // gradient is already valid).
 //
 // Layout: parameters are identified by their registration index i (Module::named_parameters order). `layout`
-// lists registration indices in flat-buffer order; parameter layout[0] starts at offset 0, the next follows it
-// with no padding, and so on. Parameters and gradients use the same layout (slot(i).offset is valid in both).
+// lists registration indices in flat-buffer order; parameter layout[0] starts at offset 0, the next at the
+// first multiple of kSlotAlignment after it, and so on (total_numel() includes that padding). Parameters and gradients use the same layout (slot(i).offset is valid in both).
 // The DDP reducer passes BucketPlan::layout_order() (reverse registration order, bucket by bucket), so
 // slot(i).offset equals BucketPlan::offsets[i] and each bucket is one contiguous slice of flat_grads().
 // relayout() changes the order later (values are preserved); do it before creating an optimizer, whose state
@@ -31,6 +31,14 @@
 #include "runtime/tensor/tensor.h"
 
 namespace ddp {
+
+// Every slot starts at a multiple of this many elements (64 bytes), so each parameter and gradient view is
+// aligned for vector loads and cuBLASLt's fastest kernels and bias epilogues whatever the sizes before it.
+// The padding between slots is zero and stays zero (no gradient is ever written there).
+constexpr std::int64_t kSlotAlignment = 16;
+inline std::int64_t align_slot(std::int64_t offset) {
+  return (offset + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+}
 
 struct ParameterSlot {
   std::string name;          // state-dict key, e.g. "2.weight"

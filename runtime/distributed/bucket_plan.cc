@@ -36,6 +36,7 @@ BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const Buck
   auto cap = [&] { return (plan.buckets.empty() ? options.first_bucket_cap_mb : options.bucket_cap_mb) * mb; };
   auto close = [&] {
     if (current.parameters.empty()) return;
+    current.count = plan.total - current.offset;
     plan.buckets.push_back(current);
     current = GradientBucket{};
     current.offset = plan.total;
@@ -51,9 +52,8 @@ BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const Buck
     plan.offsets[k] = plan.total;
     plan.bucket_of[k] = plan.buckets.size();
     current.parameters.push_back(k);
-    current.count += p.numel();
     current_bytes += bytes;
-    plan.total += p.numel();
+    plan.total = align_slot(plan.total + p.numel());
   }
   close();
   return plan;

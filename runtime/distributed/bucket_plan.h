@@ -2,7 +2,8 @@
 // (the order backward produces their gradients), the first bucket capped small (1 MB) so communication starts
 // early, the rest at the cap (25 MB). The plan also lays the flat gradient buffer out in bucket order, so each
 // bucket is one contiguous slice of it — a view, never a copy. Every rank computes the same plan from the same
-// parameter list; DistributedDataParallel verifies the lists match before the first step.
+// parameter list; DistributedDataParallel verifies the lists match before the first step. Offsets follow the
+// ParameterStore's slot alignment (align_slot), so a store laid out in layout_order() has exactly these offsets.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "ops/kernels.h"
+#include "runtime/autograd/parameter_store.h"
 
 namespace ddp {
 
@@ -26,7 +28,7 @@ struct ParameterSpec {
 struct GradientBucket {
   std::vector<std::size_t> parameters;  // indices into the registration-order list, in bucket order
   std::int64_t offset = 0;              // first element in the flat gradient buffer
-  std::int64_t count = 0;               // elements
+  std::int64_t count = 0;               // elements, including the alignment padding between its parameters
 };
 
 struct BucketPlan {

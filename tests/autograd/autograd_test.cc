@@ -149,11 +149,13 @@ TEST(ParameterStore, ViewsAndLayout) {
   for (const auto& [n, t] : before) values.push_back(t.to_vector<float>(S()));
   // Reverse registration order, as DDP's buckets.
   ParameterStore& store = model.flatten_parameters(S(), {3, 2, 1, 0});
-  EXPECT_EQ(store.total_numel(), 6 * 8 + 8 + 8 * 3 + 3);
+  // Slots start at multiples of kSlotAlignment (16) elements: 2.bias [3] at 0, 2.weight [3,8] at 16,
+  // 0.bias [8] at 48 (16 + 24 rounded up), 0.weight [8,6] at 64 (48 + 8 rounded up), 112 in all.
+  EXPECT_EQ(store.total_numel(), 112);
   EXPECT_EQ(store.slot(3).offset, 0);
-  EXPECT_EQ(store.slot(2).offset, 3);
-  EXPECT_EQ(store.slot(1).offset, 3 + 24);
-  EXPECT_EQ(store.slot(0).offset, 3 + 24 + 8);
+  EXPECT_EQ(store.slot(2).offset, 16);
+  EXPECT_EQ(store.slot(1).offset, 48);
+  EXPECT_EQ(store.slot(0).offset, 64);
   EXPECT_EQ(store.slot(0).name, "0.weight");
   EXPECT_EQ(store.slot(3).name, "2.bias");
   EXPECT_EQ(store.slot(2).shape, (Shape{3, 8}));
@@ -172,6 +174,7 @@ TEST(ParameterStore, ViewsAndLayout) {
   const std::vector<float> flat = store.flat_grads().to_vector<float>(S());
   std::vector<float> bias2 = store.slot(3).grad.to_vector<float>(S());
   EXPECT_EQ(std::vector<float>(flat.begin(), flat.begin() + 3), bias2);
+  for (std::size_t i = 3; i < 16; ++i) EXPECT_EQ(flat[i], 0.0f) << "padding stays zero";
   // Relayout keeps values and gradients.
   const std::vector<float> w0 = store.slot(0).param.to_vector<float>(S());
   const std::vector<float> gw0 = store.slot(0).grad.to_vector<float>(S());

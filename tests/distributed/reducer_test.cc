@@ -37,11 +37,14 @@ TEST(BucketPlan, FollowsReverseOrderWithASmallFirstBucket) {
   ASSERT_EQ(plan.buckets.size(), 2u);
   EXPECT_EQ(plan.buckets[0].parameters, (std::vector<std::size_t>{5, 4, 3}));
   EXPECT_EQ(plan.buckets[1].parameters, (std::vector<std::size_t>{2, 1, 0}));
+  // Offsets are multiples of 16 elements: 4.bias (10) is padded to 16.
   EXPECT_EQ(plan.offsets[5], 0);
-  EXPECT_EQ(plan.offsets[4], 10);
-  EXPECT_EQ(plan.offsets[3], 10 + 10240);
-  EXPECT_EQ(plan.buckets[1].offset, 10 + 10240 + 1024);
-  EXPECT_EQ(plan.total, 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 10 * 1024 + 10);
+  EXPECT_EQ(plan.offsets[4], 16);
+  EXPECT_EQ(plan.offsets[3], 16 + 10240);
+  EXPECT_EQ(plan.buckets[0].count, 16 + 10240 + 1024);
+  EXPECT_EQ(plan.buckets[1].offset, 16 + 10240 + 1024);
+  EXPECT_EQ(plan.total, 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 10 * 1024 + 16);
+  for (std::int64_t offset : plan.offsets) EXPECT_EQ(offset % 16, 0);
   EXPECT_EQ(plan.layout_order(), (std::vector<std::size_t>{5, 4, 3, 2, 1, 0}));
 }
 
@@ -173,7 +176,7 @@ TEST_F(ReducerTest, AllReducesStartWhileBackwardIsStillRunning) {
   // The first bucket's all-reduce really ran (not only was issued) before backward ended.
   EXPECT_GE(stats.bucket_timings[0].start_ms, 0.0);
   EXPECT_LT(stats.bucket_timings[0].start_ms, stats.backward_end_us / 1000.0 - 40.0);
-  EXPECT_EQ(stats.bucket_timings[0].bytes, (10u + 10240u + 1024u) * 4u);
+  EXPECT_EQ(stats.bucket_timings[0].bytes, (16u + 10240u + 1024u) * 4u);
   expect_averaged(result());
 }
 
