@@ -5,7 +5,7 @@ def mpi_test(name, binary, ranks, args = [], tags = [], size = "small", **kwargs
         name = name,
         srcs = ["//bazel:mpi_run.sh"],
         args = [str(ranks), "$(location %s)" % binary] + args,
-        data = [binary],
+        data = [binary, "//bazel:mpi_env.sh"],
         tags = tags + ["mpi"],
         size = size,
         **kwargs

@@ -3,12 +3,7 @@
 # collective, the bucket and the step, and a non-zero exit.
 set -uo pipefail
 binary="$1"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Under --config=asan, Open MPI's own allocations are not leaks of ours (see .bazelrc).
-[ -n "${DDP_SANITIZER_MPI_NO_LEAKS:-}" ] && export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-TMPDIR=$(mktemp -d /tmp/ddp-mpi.XXXXXX)
-export TMPDIR OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_backing_directory="$TMPDIR"
-trap 'rm -rf "$TMPDIR"' EXIT
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
 start=$(date +%s)
 out=$(DDP_COLLECTIVE_TIMEOUT_S=2 mpirun -np 3 --oversubscribe --bind-to none -x DDP_COLLECTIVE_TIMEOUT_S "$binary" 2>&1)
 status=$?

@@ -3,15 +3,9 @@
 # on a machine without a GPU end every rank with one clear message and a non-zero exit.
 set -uo pipefail
 binary="$1"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Under --config=asan, Open MPI's own allocations are not leaks of ours (see .bazelrc).
-[ -n "${DDP_SANITIZER_MPI_NO_LEAKS:-}" ] && export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-# A session directory of its own (see bazel/mpi_run.sh).
-TMPDIR=$(mktemp -d /tmp/ddp-mpi.XXXXXX)
-export TMPDIR
-trap 'rm -rf "$TMPDIR"' EXIT
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
 run() {
-  mpirun -np "$1" --oversubscribe --bind-to none --mca btl self,vader --mca btl_vader_backing_directory "$TMPDIR" "${@:2}"
+  mpirun -np "$1" --oversubscribe --bind-to none "${@:2}"
 }
 fail() { echo "FAIL: $*"; exit 1; }
 

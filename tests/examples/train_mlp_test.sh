@@ -9,11 +9,7 @@ set -uo pipefail
 ddprun="$1"
 train="$2"
 checker="$3"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-session=$(mktemp -d /tmp/ddp-train.XXXXXX)
-trap 'rm -rf "$session"' EXIT
-export TMPDIR="$session" OMPI_MCA_btl_vader_backing_directory="$session"
-[ -n "${DDP_SANITIZER_MPI_NO_LEAKS:-}" ] && export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
 work="$session/work"
 mkdir -p "$work"
 failures=0

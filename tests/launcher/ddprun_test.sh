@@ -3,13 +3,7 @@
 # exit status, the failed rank named, restarts with DDP_RESUME=1, and --dry-run.
 set -uo pipefail
 ddprun="$1"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# mpirun's session directory goes under TMPDIR; Bazel's can exceed the socket path limit (see bazel/mpi_run.sh).
-session=$(mktemp -d /tmp/ddprun-test.XXXXXX)
-trap 'rm -rf "$session"' EXIT
-export TMPDIR="$session"
-# Shared-memory segments in the session directory too: concurrent tests in PID namespaces share names.
-export OMPI_MCA_btl_vader_backing_directory="$session"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 check_contains() {  # NAME TEXT EXPECTED
