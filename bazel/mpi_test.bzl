@@ -10,3 +10,30 @@ def mpi_test(name, binary, ranks, args = [], tags = [], size = "small", **kwargs
         size = size,
         **kwargs
     )
+
+def _rank_suffix(ranks):
+    if ranks == "singleton":
+        return ""
+    return "_1rank" if ranks == 1 else "_%dranks" % ranks
+
+def mpi_gtest(name, srcs, deps, ranks = [1, 2, 4], medium_from = 4, tags = []):
+    """A GoogleTest binary `<name>_bin` (bundled for the GPU machine) and one mpi_test per world size.
+
+    `ranks` lists world sizes, "singleton" for a world of one without mpirun (target `<name>`); the others are
+    `<name>_1rank`, `<name>_2ranks`, ... Worlds of `medium_from` ranks or more get size "medium".
+    """
+    native.cc_binary(
+        name = name + "_bin",
+        testonly = True,
+        srcs = srcs,
+        tags = ["gpu_bundle"],
+        deps = deps,
+    )
+    for r in ranks:
+        mpi_test(
+            name = name + _rank_suffix(r),
+            binary = ":" + name + "_bin",
+            ranks = r,
+            size = "medium" if r != "singleton" and r >= medium_from else "small",
+            tags = tags,
+        )
