@@ -22,9 +22,39 @@ void update_peaks(MemoryStats& s) {
   s.peak_bytes_reserved = std::max(s.peak_bytes_reserved, s.bytes_reserved);
 }
 
-class CudaDeviceBackend : public MemoryBackend {
+// Stream-ordered reuse through CUDA events, shared by the device and the pinned backends. Events are created
+// and recorded with `event_device` current (the CPU for pinned memory: no device switch).
+class CudaEventBackend : public MemoryBackend {
  public:
-  explicit CudaDeviceBackend(int device) : device_(device) {}
+  explicit CudaEventBackend(const Device& event_device) : event_device_(event_device) {}
+  void* create_event() override {
+    CudaDeviceGuard guard(event_device_);
+    cudaEvent_t e = nullptr;
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void destroy_event(void* event) override { DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+  void record_event(void* event, StreamHandle stream) override {
+    CudaDeviceGuard guard(event_device_);
+    DDP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream));
+  }
+  bool event_done(void* event) override {
+    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (status == cudaErrorNotReady) return false;
+    DDP_CUDA_CHECK(status);
+    return true;
+  }
+  void synchronize_event(void* event) override {
+    DDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
+
+ private:
+  Device event_device_;
+};
+
+class CudaDeviceBackend : public CudaEventBackend {
+ public:
+  explicit CudaDeviceBackend(int device) : CudaEventBackend(Device::cuda(device)), device_(device) {}
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   void* raw_allocate(std::size_t bytes) override {
     CudaDeviceGuard guard(Device::cuda(device_));
@@ -41,33 +71,14 @@ class CudaDeviceBackend : public MemoryBackend {
     CudaDeviceGuard guard(Device::cuda(device_));
     DDP_CUDA_WARN(cudaFree(ptr));
   }
-  void* create_event() override {
-    CudaDeviceGuard guard(Device::cuda(device_));
-    cudaEvent_t e = nullptr;
-    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    return e;
-  }
-  void destroy_event(void* event) override { DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
-  void record_event(void* event, StreamHandle stream) override {
-    CudaDeviceGuard guard(Device::cuda(device_));
-    DDP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream));
-  }
-  bool event_done(void* event) override {
-    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (status == cudaErrorNotReady) return false;
-    DDP_CUDA_CHECK(status);
-    return true;
-  }
-  void synchronize_event(void* event) override {
-    DDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
-  }
 
  private:
   int device_;
 };
 
-class PinnedHostBackend : public MemoryBackend {
+class PinnedHostBackend : public CudaEventBackend {
  public:
+  PinnedHostBackend() : CudaEventBackend(Device::cpu()) {}
   std::string name() const override { return "pinned"; }
   void* raw_allocate(std::size_t bytes) override {
     void* ptr = nullptr;
@@ -80,24 +91,6 @@ class PinnedHostBackend : public MemoryBackend {
     return ptr;
   }
   void raw_free(void* ptr) override { DDP_CUDA_WARN(cudaFreeHost(ptr)); }
-  void* create_event() override {
-    cudaEvent_t e = nullptr;
-    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    return e;
-  }
-  void destroy_event(void* event) override { DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
-  void record_event(void* event, StreamHandle stream) override {
-    DDP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream));
-  }
-  bool event_done(void* event) override {
-    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (status == cudaErrorNotReady) return false;
-    DDP_CUDA_CHECK(status);
-    return true;
-  }
-  void synchronize_event(void* event) override {
-    DDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
-  }
 };
 
 // No GPU: host memory, and every "stream" is the calling thread, so work is complete when free() is called.
