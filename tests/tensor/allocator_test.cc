@@ -81,6 +81,28 @@ TEST(CachingAllocator, SizeClasses) {
     EXPECT_GE(r, b);
     EXPECT_LE(r, b + b / 4 + 512);
   }
+  // Above 8 MiB classes are 2 MiB apart: a 4096x4096x3 MLP's flat parameter buffer (201.4 MB) costs at most
+  // 2 MiB more, not the 32 MiB of four classes per power of two.
+  const std::size_t flat = std::size_t{50343936} * 4;
+  EXPECT_EQ(CachingAllocator::round_size(flat), std::size_t{194} << 20);
+  EXPECT_EQ(CachingAllocator::round_size((std::size_t{8} << 20) + 1), std::size_t{10} << 20);
+}
+
+TEST(CachingAllocator, ReusesASlightlyLargerCachedBlock) {
+  FakeState st;
+  CachingAllocator a(std::make_unique<FakeBackend>(&st));
+  void* p = a.allocate(std::size_t{100} << 20, stream(1));
+  a.free(p);
+  // 96 MiB: within 25% below the cached 100 MiB block, which is handed out (and counted at its own size).
+  void* q = a.allocate(std::size_t{96} << 20, stream(1));
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(a.stats().bytes_in_use, std::int64_t{100} << 20);
+  a.free(q);
+  // 64 MiB: the cached block is far larger; a new one is made rather than wasting 36 MiB.
+  void* r = a.allocate(std::size_t{64} << 20, stream(1));
+  EXPECT_NE(p, r);
+  EXPECT_EQ(st.mallocs, 2);
+  a.free(r);
 }
 
 TEST(CachingAllocator, SameStreamReuseIsImmediate) {
