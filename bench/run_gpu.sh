@@ -19,20 +19,23 @@ failed=0
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "${gpus:-0}" -ge 1 ] 2>/dev/null || gpus=1
 
-record() {  # label side command...
-  local label=$1 side=$2
+record() {  # labels side command...   (labels: one or several separated by '|', each gets the result line)
+  local labels=$1 side=$2
   shift 2
-  local log line
+  local log line label
   log=$(timeout 150 "$@" 2>&1)
   line=$(grep '^{' <<<"$log" | tail -1)
-  grep -h '^step_bench:' <<<"$log" >&2 || true
+  grep -h '^step_bench:\|^ddp gemm:' <<<"$log" >&2 || true
   if [ -z "$line" ]; then
-    echo "FAILED ($label, $side): $*" >&2
+    echo "FAILED ($labels, $side): $*" >&2
     tail -15 <<<"$log" >&2
     failed=$((failed + 1))
     return 0
   fi
-  echo "{\"label\": \"$label\", \"side\": \"$side\", \"result\": $line}" >>"$out"
+  IFS='|' read -ra label_list <<<"$labels"
+  for label in "${label_list[@]}"; do
+    echo "{\"label\": \"$label\", \"side\": \"$side\", \"result\": $line}" >>"$out"
+  done
 }
 
 ours() { record "$1" "$2" mpirun -np 1 --bind-to none "$B/step_bench" "${@:3}"; }
@@ -45,12 +48,28 @@ small=(--sizes $S1 --batch 256 --device cuda --warmup 20 --iters 100 --repeats 7
 mid=(--sizes $S2 --batch 4096 --device cuda --warmup 5 --iters 10 --repeats 5)
 big=(--sizes $S3 --batch 8192 --device cuda --warmup 5 --iters 10 --repeats 5)
 
-# Issue 6: ours vs PyTorch.
-L="784-1024-1024-10 b256 fp32 eager"; ours "$L" ours "${small[@]}" --precision fp32; torch "$L" ref "${small[@]}" --precision fp32
-L="784-1024-1024-10 b256 fp32 graph"; ours "$L" ours "${small[@]}" --precision fp32 --graph; torch "$L" ref "${small[@]}" --precision fp32 --graph
-L="1024-2048x4-1024 b4096 fp32"; ours "$L" ours "${mid[@]}" --precision fp32; torch "$L" ref "${mid[@]}" --precision fp32
-L="1024-2048x4-1024 b4096 tf32"; ours "$L" ours "${mid[@]}" --precision tf32; torch "$L" ref "${mid[@]}" --precision tf32
-L="4096x4 b8192 bf16 (master fp32)"; ours "$L" ours "${big[@]}" --precision bf16; torch "$L" ref "${big[@]}" --precision bf16
+# Issue 6: ours vs PyTorch, each PyTorch configuration measured once and shared by the rows that compare with it.
+# "autotune" rows time cuBLASLt's candidates once per GEMM shape (ops/cuda/gemm_options.h); "serial" rows run
+# dx and dw of a backward on one stream. --gemm-floor adds the step's GEMMs alone (column "GEMMs").
+A="784-1024-1024-10 b256 fp32 eager"
+torch "$A" ref "${small[@]}" --precision fp32
+ours "$A" ours "${small[@]}" --precision fp32
+A="784-1024-1024-10 b256 fp32 graph"; B2="$A autotune"; C="$A serial"; D="$A autotune serial"
+torch "$A|$B2|$C|$D" ref "${small[@]}" --precision fp32 --graph
+ours "$A" ours "${small[@]}" --precision fp32 --graph --gemm-floor
+DDP_GEMM_LOG=1 ours "$B2" ours "${small[@]}" --precision fp32 --graph --gemm-floor --autotune
+ours "$C" ours "${small[@]}" --precision fp32 --graph --gemm-floor --serial-backward
+ours "$D" ours "${small[@]}" --precision fp32 --graph --gemm-floor --autotune --serial-backward
+for p in fp32 tf32; do
+  A="1024-2048x4-1024 b4096 $p"; B2="$A autotune"
+  torch "$A|$B2" ref "${mid[@]}" --precision $p
+  ours "$A" ours "${mid[@]}" --precision $p --gemm-floor
+  DDP_GEMM_LOG=1 ours "$B2" ours "${mid[@]}" --precision $p --gemm-floor --autotune
+done
+A="4096x4 b8192 bf16 (master fp32)"; B2="$A autotune"
+torch "$A|$B2" ref "${big[@]}" --precision bf16
+ours "$A" ours "${big[@]}" --precision bf16 --gemm-floor
+DDP_GEMM_LOG=1 ours "$B2" ours "${big[@]}" --precision bf16 --gemm-floor --autotune
 
 # Issue 4: the step with and without DDP (reference: our own step without DDP, same configuration).
 L="DDP 1 rank NCCL 784 b256 fp32"; ours "$L" ours "${small[@]}" --ddp; ours "$L" ref "${small[@]}"

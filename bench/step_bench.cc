@@ -9,6 +9,11 @@
 // Timing: after --warmup steps, --repeats times the mean of --iters steps (CUDA events on the GPU, the steady
 // clock on the CPU); step_us is the median of the repeats, the maximum over ranks. With --ddp a separate,
 // untimed pass reads the reducer's per-step figures (reading them synchronises on the GPU).
+//
+// --gemm-floor (GPU) also times the step's GEMMs alone, timed the same way: the same cuBLASLt calls (shapes,
+// types, transposes, algorithms, the same dx/dw streams) with no epilogue and nothing else around them. The step
+// over that time is what the rest of the step costs: issue 6's "within 5% of its GEMMs alone".
+// --autotune and --serial-backward set ops/cuda/gemm_options.h (algorithm timing, one stream in backward).
 #include <cblas.h>
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "models/bf16_weights.h"
+#include "ops/cuda/gemm_options.h"
 #include "runtime/core/allocator.h"
 #include "runtime/ddp.h"
 
@@ -49,6 +55,9 @@ struct Args {
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
   std::uint64_t seed = 0;
+  bool autotune = false;
+  bool serial_backward = false;
+  bool gemm_floor = false;
 };
 
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
@@ -92,6 +101,62 @@ struct Graph {
   }
 };
 
+// The step's GEMMs alone (see the file comment): per layer the forward GEMM and the backward dw and dx GEMMs (no
+// dx for the first layer, whose input needs no gradient), with the step's types, on random operands, timed as
+// the step. Returns the median microseconds per step.
+double time_gemms_alone(const Args& a, const std::vector<std::int64_t>& sizes, const Device& device,
+                        const Stream& stream) {
+  const bool bf16 = a.precision == "bf16";
+  const kernels::MathMode math = a.precision == "tf32" ? kernels::MathMode::kTF32 : kernels::MathMode::kFloat32;
+  const DType in = bf16 ? DType::kBFloat16 : DType::kFloat32;
+  struct Layer {
+    kernels::LinearShape shape;
+    kernels::LinearTypes forward_types, backward_types;
+    Tensor x, w, y, dy, dx, dw;
+  };
+  std::vector<Layer> layers;
+  const std::size_t n = sizes.size() - 1;
+  for (std::size_t l = 0; l < n; ++l) {
+    const std::int64_t fi = sizes[l], fo = sizes[l + 1];
+    // As the step: bf16 GEMMs write float32 weight gradients and, in the last layer, float32 logits.
+    const DType out = bf16 && l + 1 == n ? DType::kFloat32 : in;
+    const DType grad = DType::kFloat32;
+    Layer L{{a.batch, fi, fo}, kernels::LinearTypes(in, out, grad), kernels::LinearTypes(in, in, grad), {}, {}, {},
+            {}, {}, {}};
+    L.x = Tensor::normal({a.batch, fi}, 0.0f, 1.0f, 11, l, device, stream).to_dtype(in, stream);
+    L.w = Tensor::normal({fo, fi}, 0.0f, 0.05f, 12, l, device, stream).to_dtype(in, stream);
+    L.dy = Tensor::normal({a.batch, fo}, 0.0f, 1.0f, 13, l, device, stream).to_dtype(in, stream);
+    L.y = Tensor::empty({a.batch, fo}, out, device, stream);
+    L.dw = Tensor::empty({fo, fi}, grad, device, stream);
+    if (l > 0) L.dx = Tensor::empty({a.batch, fi}, in, device, stream);
+    layers.push_back(std::move(L));
+  }
+  auto gemms = [&] {
+    for (Layer& L : layers)
+      kernels::cuda::linear_forward(L.forward_types, math, L.shape, L.x.data_ptr(), L.w.data_ptr(), nullptr,
+                                    kernels::Activation::kNone, L.y.data_ptr(), nullptr, stream.handle());
+    for (std::size_t l = n; l-- > 0;) {
+      Layer& L = layers[l];
+      kernels::cuda::linear_backward(L.backward_types, math, L.shape, L.dy.data_ptr(), L.x.data_ptr(),
+                                     L.w.data_ptr(), nullptr, nullptr, kernels::Activation::kNone,
+                                     L.dx.defined() ? L.dx.data_ptr() : nullptr, L.dw.data_ptr(), nullptr, false,
+                                     nullptr, stream.handle());
+    }
+  };
+  for (int i = 0; i < std::max(a.warmup, 2); ++i) gemms();
+  stream.synchronize();
+  std::vector<double> times_us;
+  for (int r = 0; r < a.repeats; ++r) {
+    Event e0 = Event::create(device, true), e1 = Event::create(device, true);
+    e0.record(stream);
+    for (int i = 0; i < a.iters; ++i) gemms();
+    e1.record(stream);
+    e1.synchronize();
+    times_us.push_back(static_cast<double>(e1.elapsed_ms_since(e0)) * 1000.0 / a.iters);
+  }
+  return median(times_us);
+}
+
 int run(int argc, char** argv) {
   Args a;
   CLI::App app{"MLP training-step benchmark (the C++ side of bench/pytorch_step.py)"};
@@ -110,6 +175,9 @@ int run(int argc, char** argv) {
   app.add_option("--bucket-mb", a.bucket_mb, "DDP bucket cap");
   app.add_option("--first-bucket-mb", a.first_bucket_mb, "DDP first bucket cap");
   app.add_option("--seed", a.seed);
+  app.add_flag("--autotune", a.autotune, "time cuBLASLt's candidate algorithms per GEMM shape, keep the fastest");
+  app.add_flag("--serial-backward", a.serial_backward, "dx and dw GEMMs on one stream (default: two)");
+  app.add_flag("--gemm-floor", a.gemm_floor, "also time the step's GEMMs alone (GPU)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -119,6 +187,10 @@ int run(int argc, char** argv) {
   const std::vector<std::int64_t> sizes = parse_sizes(a.sizes);
   const bool cuda = a.device == "cuda";
   const bool bf16 = a.precision == "bf16";
+  kernels::cuda::GemmOptions gemm_options = kernels::cuda::gemm_options();
+  if (a.autotune) gemm_options.autotune = true;
+  if (a.serial_backward) gemm_options.concurrent_backward = false;
+  kernels::cuda::set_gemm_options(gemm_options);
 
   // The backend decides whether the world needs an NCCL communicator (DDP_BACKEND=mpi: several ranks per GPU).
   const Backend backend = default_backend(cuda ? Device::cuda(0) : Device::cpu());
@@ -152,7 +224,10 @@ int run(int argc, char** argv) {
   }
   Sgd optimizer(store, SgdOptions{0.01, 0.9, 0.0, 0.0, false}, stream);
   std::unique_ptr<Bf16Weights> bf16_weights;
-  if (bf16) bf16_weights = std::make_unique<Bf16Weights>(store, stream);
+  if (bf16) {
+    bf16_weights = std::make_unique<Bf16Weights>(store, stream);
+    optimizer.set_bf16_copy(bf16_weights->flat());  // the SGD kernel refreshes the copy in its own pass
+  }
 
   // Each rank its own batch: x ~ N(0, 1), labels uniform over the classes.
   const std::int64_t in = sizes.front(), classes = sizes.back();
@@ -186,7 +261,6 @@ int run(int argc, char** argv) {
     }
     if (bwd_end != nullptr) bwd_end->record(stream);
     optimizer.step(stream);
-    if (bf16_weights) bf16_weights->refresh(stream);
     last_loss = loss;
   };
 
@@ -301,6 +375,8 @@ int run(int argc, char** argv) {
       world, static_cast<double>(cuda ? cuda_allocator(device.index).stats().peak_bytes_in_use
                                       : cpu_allocator().stats().peak_bytes_in_use));
   const double mallocs_max = max_over_ranks(world, static_cast<double>(mallocs_after));
+  // After the step's figures: its buffers must not count in the step's peak memory or allocations.
+  const double gemm_us = a.gemm_floor && cuda ? max_over_ranks(world, time_gemms_alone(a, sizes, device, stream)) : 0.0;
   backward_ms = mean_over_ranks(world, backward_ms);
   allreduce_ms = mean_over_ranks(world, allreduce_ms);
   exposed_ms = mean_over_ranks(world, exposed_ms);
@@ -325,6 +401,9 @@ int run(int argc, char** argv) {
     j["cpu_allocs_per_step"] = cpu_allocs_per_step;
     j["loss"] = std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr);
     j["times_us"] = times_us;
+    j["autotune"] = gemm_options.autotune;
+    j["concurrent_backward"] = gemm_options.concurrent_backward;
+    if (gemm_us > 0) j["gemm_us"] = gemm_us;
     if (a.ddp) {
       j["bucket_mb"] = a.bucket_mb;
       j["buckets"] = buckets;

@@ -46,8 +46,9 @@ def main():
                     order.append(key)
                 rows[key][rec["side"]].append(rec["result"])
 
-    head = ["configuration", "ours", "reference", "ours/ref time", "ref/ours samples/s", "ours peak MiB",
-            "ref peak MiB", "graph", "mallocs", "bwd ms", "allreduce ms", "exposed ms", "hidden"]
+    head = ["configuration", "ours", "reference", "ours/ref time", "ref/ours samples/s", "GEMMs alone",
+            "ours/GEMMs", "ours peak MiB", "ref peak MiB", "graph", "mallocs", "bwd ms", "allreduce ms",
+            "exposed ms", "hidden"]
     out = []
     for key in order:
         ours, ref = rows[key]["ours"], rows[key]["ref"]
@@ -57,6 +58,8 @@ def main():
         r_us = statistics.median(x["step_us"] for x in ref) if ref else None
         ratio = o_us / r_us if o_us and r_us else None
         sps = (r_us / o_us) if o_us and r_us else None  # same batch and ranks on both sides
+        gemm_us = statistics.median(x["gemm_us"] for x in ours if x.get("gemm_us")) if any(
+            x.get("gemm_us") for x in ours) else None
         ref_name = r.get("impl", "?") if r else "-"
         if r and r.get("impl") == "ddp-cpp":
             ref_name = "ddp-cpp " + ("DDP" if r.get("ddp") else "no DDP")
@@ -66,6 +69,8 @@ def main():
             f"{fmt_us(r_us)} {ref_name}" if r else "-",
             fmt(ratio, ".3f"),
             fmt(sps, ".2f"),
+            fmt_us(gemm_us),
+            fmt(o_us / gemm_us if o_us and gemm_us else None, ".3f"),
             fmt_mb(o.get("peak_bytes")) if o else "-",
             fmt_mb(r.get("peak_bytes")) if r else "-",
             ("yes" if o.get("graph") else ("FAILED" if o.get("graph_error") else "no")) if o else "-",

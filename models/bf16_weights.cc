@@ -46,6 +46,11 @@ std::size_t Bf16Weights::index_of(const Tensor& param) const {
   throw Error("Bf16Weights: " + param.describe() + " is not a parameter of the store");
 }
 
+Tensor Bf16Weights::copy(std::size_t index) const {
+  const ParameterSlot& slot = store_.slot(index);
+  return flat_.flat_slice(slot.offset, slot.shape);
+}
+
 Tensor Bf16Weights::weight(std::size_t index) const {
   const ParameterSlot& slot = store_.slot(index);
   Tensor copy = flat_.flat_slice(slot.offset, slot.shape);
@@ -82,18 +87,24 @@ Tensor cast(const Tensor& x, DType dtype, const Stream& stream) {
 Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const Tensor& x, const Stream& stream) {
   Tensor h = cast(x, DType::kBFloat16, stream);
   const auto& kids = model.children();
+  std::size_t last_linear = kids.size();
+  for (std::size_t i = 0; i < kids.size(); ++i)
+    if (dynamic_cast<Linear*>(kids[i].second.get()) != nullptr) last_linear = i;
   for (std::size_t i = 0; i < kids.size(); ++i) {
     auto* linear = dynamic_cast<Linear*>(kids[i].second.get());
     DDP_CHECK(linear != nullptr || dynamic_cast<ActivationLayer*>(kids[i].second.get()) != nullptr,
               "forward_bf16: only Linear and activation layers are supported, got " + kids[i].second->type_name());
     DDP_CHECK(linear != nullptr, "forward_bf16: an activation must follow a Linear (it is fused into it)");
     auto* act = i + 1 < kids.size() ? dynamic_cast<ActivationLayer*>(kids[i + 1].second.get()) : nullptr;
-    const Tensor w = weights.weight(weights.index_of(linear->weight()));
-    const Tensor b = linear->bias().defined() ? weights.weight(weights.index_of(linear->bias())) : Tensor();
-    h = ops::linear(h, w, b, act != nullptr ? act->activation() : kernels::Activation::kNone, stream);
+    const Tensor& w = linear->weight();
+    const Tensor& b = linear->bias();
+    const Tensor b_copy = b.defined() ? weights.copy(weights.index_of(b)) : Tensor();
+    h = ops::linear_mixed(h, w, weights.copy(weights.index_of(w)), b, b_copy,
+                          act != nullptr ? act->activation() : kernels::Activation::kNone,
+                          i == last_linear ? DType::kFloat32 : DType::kBFloat16, stream);
     if (act != nullptr) ++i;
   }
-  return cast(h, DType::kFloat32, stream);
+  return cast(h, DType::kFloat32, stream);  // a no-op after a Linear, whose logits are already float32
 }
 
 }  // namespace ddp

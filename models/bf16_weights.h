@@ -1,15 +1,21 @@
 // Mixed-precision training with bfloat16 weight copies and FP32 master weights (issue 6's bf16 path), as
 // PyTorch's autocast does it: the ParameterStore keeps the FP32 parameters the optimizer updates; this class
-// keeps ONE flat bfloat16 copy in the same layout, refreshed by ONE cast kernel after each optimizer step, and
-// the forward runs its GEMMs on the bf16 copies (FP32 accumulation inside cuBLASLt / the CPU kernels).
+// keeps ONE flat bfloat16 copy in the same layout, and the forward runs its GEMMs on the bf16 copies (FP32
+// accumulation inside cuBLASLt / the CPU kernels).
 //
-// Gradients: weight(i) records an autograd node whose backward casts the bf16 gradient of the copy into the
-// FP32 gradient slot of parameter i. That node's input is the FP32 parameter itself, so the parameter's
-// grad-ready hooks (the DDP reducer) fire as usual, and the optimizer and the all-reduce see FP32 gradients.
+// Where it goes further than autocast, each saving a pass over memory per step:
+//   * the copy is refreshed by the optimizer's own kernel (Optimizer::set_bf16_copy), not by a cast pass;
+//   * forward_bf16's GEMMs write the weight and bias gradients in FP32 straight into the masters' gradient
+//     slots (ops::linear_mixed): no bf16 weight gradient, no cast back, and the DDP hooks fire on the masters;
+//   * the last layer's GEMM writes the logits in FP32 for the loss: no bf16 logits and no cast up.
 //
 //   Bf16Weights w(*model.parameter_store(), stream);        // after flatten / DDP relayout
+//   optimizer.set_bf16_copy(w.flat());                      // or call w.refresh(stream) after each step
 //   loss = cross_entropy(forward_bf16(model, w, x, stream), y, stream);
-//   ddp.backward(loss); optimizer.step(stream); w.refresh(stream);
+//   ddp.backward(loss); optimizer.step(stream);
+//
+// weight(i) is the general-purpose alternative for models of one's own: a differentiable bf16 copy whose
+// gradient is cast into the master's FP32 gradient slot (one cast pass per weight, as autocast).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +36,9 @@ class Bf16Weights {
   // The bf16 copy of parameter `index` (registration order), differentiable: its gradient is cast to float32
   // and written (or accumulated) into the parameter's FP32 gradient. Call it in every forward.
   Tensor weight(std::size_t index) const;
+  // The bf16 copy of parameter `index`, not differentiable (for ops::linear_mixed, which routes the gradient to
+  // the master itself).
+  Tensor copy(std::size_t index) const;
   // Registration index of `param` (a tensor of the store), or throws.
   std::size_t index_of(const Tensor& param) const;
   const Tensor& flat() const { return flat_; }
@@ -43,7 +52,8 @@ class Bf16Weights {
 Tensor cast(const Tensor& x, DType dtype, const Stream& stream);
 
 // The forward of `model` (Linear layers with fused activations, as Sequential::forward) on the bf16 copies:
-// `x` float32 is cast to bf16, every GEMM runs in bf16, the logits come back as float32 for the loss.
+// `x` float32 is cast to bf16, every GEMM runs in bf16 through ops::linear_mixed (FP32 gradients into the
+// masters), and the last one writes the logits in float32 for the loss.
 Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const Tensor& x, const Stream& stream);
 
 }  // namespace ddp

@@ -28,6 +28,18 @@ enum class Activation : std::uint8_t { kNone, kRelu, kGelu };
 // accumulate in FP32. Ignored on the CPU.
 enum class MathMode : std::uint8_t { kFloat32, kTF32 };
 
+// Element types of one Linear call. `input` is x's and w's (and dz's and dx's in the backward). `output` is y's,
+// the bias's and pre_activation's (so dy's and the saved activation's); `grad` is dw's and dbias's. All three
+// are `input` unless mixed precision asks otherwise: with bfloat16 input, `output` may be float32 (logits for
+// a float32 loss straight from the GEMM) and `grad` may be float32 (the FP32 master weights' gradient slots,
+// written by the GEMM with no bfloat16 weight gradient in between). Implicit from one type, so the uniform
+// case reads `linear_forward(ScalarType::kFloat32, ...)`.
+struct LinearTypes {
+  ScalarType input, output, grad;
+  LinearTypes(ScalarType all) : input(all), output(all), grad(all) {}  // NOLINT(runtime/explicit): see above
+  LinearTypes(ScalarType in, ScalarType out, ScalarType g) : input(in), output(out), grad(g) {}
+};
+
 struct LinearShape {
   std::int64_t batch;  // rows of x
   std::int64_t in;     // features in

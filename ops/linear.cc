@@ -1,5 +1,5 @@
-// linear(): forward through kernels::linear_forward, backward through one kernels::linear_backward call that
-// writes dw/db straight into the parameters' gradient views.
+// linear() and linear_mixed(): forward through kernels::linear_forward, backward through one
+// kernels::linear_backward call that writes dw/db straight into the parameters' gradient views.
 #include "ops/linear.h"
 
 #include "ops/dispatch.h"
@@ -7,48 +7,33 @@
 #include "runtime/autograd/autograd.h"
 
 namespace ddp::ops {
+namespace {
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, const Stream& stream,
-              MathMode math) {
-  constexpr const char* kOp = "linear";
-  detail::check_defined(kOp, "x", x);
-  detail::check_defined(kOp, "weight", w);
-  DDP_CHECK(w.dim() == 2, "linear: weight must be [out, in], got " + w.describe());
-  DDP_CHECK(x.dim() == 2, "linear: x must be [batch, features], got " + x.describe());
-  const std::int64_t out = w.size(0), in = w.size(1);
-  DDP_CHECK(x.size(1) == in, "linear: x has " + std::to_string(x.size(1)) + " features, weight expects " +
-                                 std::to_string(in) + " (x " + shape_str(x.shape()) + ", weight " +
-                                 shape_str(w.shape()) + ")");
-  DDP_CHECK(x.dtype() == w.dtype() && (x.dtype() == DType::kFloat32 || x.dtype() == DType::kBFloat16),
-            "linear: x and weight must both be float32 or both bfloat16, got " + x.describe() + " and " +
-                w.describe());
-  detail::check_same_device(kOp, x, "x", w, "weight");
-  if (b.defined()) {
-    DDP_CHECK(b.dim() == 1 && b.size(0) == out, "linear: bias must be [" + std::to_string(out) + "], got " +
-                                                    shape_str(b.shape()));
-    DDP_CHECK(b.dtype() == w.dtype(), "linear: bias is " + b.describe() + ", weight is " + w.describe());
-    detail::check_same_device(kOp, x, "x", b, "bias");
-  }
-  detail::check_stream(kOp, x, stream);
-
-  const DType dtype = x.dtype();
+// Both ops: the GEMMs read `w` and `bias`; the weight and bias gradients go to `w_target` and `b_target` (the
+// same tensors for linear(), the float32 masters for linear_mixed()), whose dtype is the gradients' type.
+Tensor linear_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& w_target,
+                   const Tensor& b_target, Activation act, DType out_dtype, const Stream& stream, MathMode math) {
+  const DType in_dtype = x.dtype();
   const Device device = x.device();
+  const std::int64_t out = w.size(0), in = w.size(1);
   const kernels::LinearShape shape{x.size(0), in, out};
-  Tensor y = Tensor::empty({shape.batch, out}, dtype, device, stream);
+  const kernels::LinearTypes types(in_dtype, out_dtype, w_target.dtype());
+  Tensor y = Tensor::empty({shape.batch, out}, out_dtype, device, stream);
   // GELU's backward needs x·wᵀ+b; ReLU's is computed from y.
-  Tensor pre = act == Activation::kGelu ? Tensor::empty({shape.batch, out}, dtype, device, stream) : Tensor();
-  DDP_DISPATCH(device, linear_forward, dtype, math, shape, x.data_ptr(), w.data_ptr(),
-               b.defined() ? b.data_ptr() : nullptr, act, y.data_ptr(), pre.defined() ? pre.data_ptr() : nullptr,
-               stream.handle());
+  Tensor pre = act == Activation::kGelu ? Tensor::empty({shape.batch, out}, out_dtype, device, stream) : Tensor();
+  DDP_DISPATCH(device, linear_forward, types, math, shape, x.data_ptr(), w.data_ptr(),
+               bias.defined() ? bias.data_ptr() : nullptr, act, y.data_ptr(),
+               pre.defined() ? pre.data_ptr() : nullptr, stream.handle());
 
-  if (autograd::should_record({&x, &w, &b})) {
+  if (autograd::should_record({&x, &w_target, &b_target})) {
     autograd::record(
-        "linear", {x, w, b}, {y}, [x, w, b, y, pre, act, math, shape, dtype, device](const Stream& s) {
+        "linear", {x, w_target, b_target}, {y},
+        [x, w, w_target, b_target, y, pre, act, math, shape, types, device](const Stream& s) {
           Tensor dy = autograd::grad_of(y);
           if (!dy.defined()) return;
           autograd::GradTarget gx = autograd::grad_target(x, s);
-          autograd::GradTarget gw = autograd::grad_target(w, s);
-          autograd::GradTarget gb = autograd::grad_target(b, s);
+          autograd::GradTarget gw = autograd::grad_target(w_target, s);
+          autograd::GradTarget gb = autograd::grad_target(b_target, s);
           // The kernel has one accumulate flag for dw and db: when only one of them is valid, zero the other
           // and accumulate into both (rare: parameters are zeroed together).
           bool accumulate = gw.grad.defined() ? gw.accumulate : gb.accumulate;
@@ -60,13 +45,15 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
           // dx is always overwritten by the kernel: accumulate through a temporary when x already has one.
           Tensor dx_out;
           if (gx.grad.defined()) {
-            DDP_CHECK(!gx.accumulate || dtype == DType::kFloat32,
+            DDP_CHECK(!gx.accumulate || types.input == DType::kFloat32,
                       "linear backward: accumulating a bfloat16 input gradient is not supported");
-            dx_out = gx.accumulate ? Tensor::empty(x.shape(), dtype, device, s) : gx.grad;
+            dx_out = gx.accumulate ? Tensor::empty(x.shape(), types.input, device, s) : gx.grad;
           }
-          Tensor scratch =
-              act != Activation::kNone ? Tensor::empty({shape.batch, shape.out}, dtype, device, s) : Tensor();
-          DDP_DISPATCH(device, linear_backward, dtype, math, shape, dy.data_ptr(), x.data_ptr(), w.data_ptr(),
+          // dz (input type) when there is an activation to differentiate or dy to convert.
+          Tensor scratch = act != Activation::kNone || types.output != types.input
+                               ? Tensor::empty({shape.batch, shape.out}, types.input, device, s)
+                               : Tensor();
+          DDP_DISPATCH(device, linear_backward, types, math, shape, dy.data_ptr(), x.data_ptr(), w.data_ptr(),
                        y.data_ptr(), pre.defined() ? pre.data_ptr() : nullptr, act,
                        dx_out.defined() ? dx_out.data_ptr() : nullptr,
                        gw.grad.defined() ? gw.grad.data_ptr() : nullptr,
@@ -79,6 +66,61 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
         });
   }
   return y;
+}
+
+void check_x_and_weight(const char* op, const Tensor& x, const Tensor& w) {
+  detail::check_defined(op, "x", x);
+  detail::check_defined(op, "weight", w);
+  DDP_CHECK(w.dim() == 2, std::string(op) + ": weight must be [out, in], got " + w.describe());
+  DDP_CHECK(x.dim() == 2, std::string(op) + ": x must be [batch, features], got " + x.describe());
+  DDP_CHECK(x.size(1) == w.size(1), std::string(op) + ": x has " + std::to_string(x.size(1)) +
+                                        " features, weight expects " + std::to_string(w.size(1)) + " (x " +
+                                        shape_str(x.shape()) + ", weight " + shape_str(w.shape()) + ")");
+  detail::check_same_device(op, x, "x", w, "weight");
+}
+
+void check_bias(const char* op, const Tensor& x, const Tensor& b, std::int64_t out, DType dtype) {
+  if (!b.defined()) return;
+  DDP_CHECK(b.dim() == 1 && b.size(0) == out,
+            std::string(op) + ": bias must be [" + std::to_string(out) + "], got " + shape_str(b.shape()));
+  DDP_CHECK(b.dtype() == dtype, std::string(op) + ": bias is " + b.describe() + ", expected " + dtype_name(dtype));
+  detail::check_same_device(op, x, "x", b, "bias");
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, const Stream& stream,
+              MathMode math) {
+  constexpr const char* kOp = "linear";
+  check_x_and_weight(kOp, x, w);
+  DDP_CHECK(x.dtype() == w.dtype() && (x.dtype() == DType::kFloat32 || x.dtype() == DType::kBFloat16),
+            "linear: x and weight must both be float32 or both bfloat16, got " + x.describe() + " and " +
+                w.describe());
+  check_bias(kOp, x, b, w.size(0), w.dtype());
+  detail::check_stream(kOp, x, stream);
+  return linear_impl(x, w, b, w, b, act, x.dtype(), stream, math);
+}
+
+Tensor linear_mixed(const Tensor& x, const Tensor& w, const Tensor& w_bf16, const Tensor& b, const Tensor& b_bf16,
+                    Activation act, DType out_dtype, const Stream& stream) {
+  constexpr const char* kOp = "linear_mixed";
+  check_x_and_weight(kOp, x, w_bf16);
+  detail::check_defined(kOp, "master weight", w);
+  DDP_CHECK(x.dtype() == DType::kBFloat16 && w_bf16.dtype() == DType::kBFloat16 && w.dtype() == DType::kFloat32,
+            "linear_mixed: needs bfloat16 x and weight copy and a float32 master weight, got x " + x.describe() +
+                ", copy " + w_bf16.describe() + ", master " + w.describe());
+  DDP_CHECK(w.shape() == w_bf16.shape(), "linear_mixed: master weight " + w.describe() + " and its copy " +
+                                             w_bf16.describe() + " differ in shape");
+  DDP_CHECK(out_dtype == DType::kFloat32 || out_dtype == DType::kBFloat16,
+            std::string("linear_mixed: out_dtype must be float32 or bfloat16, got ") + dtype_name(out_dtype));
+  DDP_CHECK(b.defined() == b_bf16.defined(), "linear_mixed: give both the master bias and its copy, or neither");
+  const std::int64_t out = w.size(0);
+  check_bias(kOp, x, b, out, DType::kFloat32);
+  check_bias(kOp, x, b_bf16, out, DType::kBFloat16);
+  detail::check_stream(kOp, x, stream);
+  // The bias the GEMM adds has the output's type (cuBLASLt's rule): the master itself for a float32 output.
+  const Tensor& bias = out_dtype == DType::kFloat32 ? b : b_bf16;
+  return linear_impl(x, w_bf16, bias, w, b, act, out_dtype, stream, MathMode::kFloat32);
 }
 
 }  // namespace ddp::ops

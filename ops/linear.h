@@ -21,4 +21,13 @@ using kernels::MathMode;
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, const Stream& stream,
               MathMode math = MathMode::kFloat32);
 
+// The Linear of mixed-precision training (models/bf16_weights.h): the GEMMs read bfloat16 `x` and `w_bf16`, the
+// bfloat16 copy of the float32 master weight `w`, and accumulate in float32. The weight and bias gradients are
+// written in float32 by the GEMM (and the bias reduction) straight into `w`'s and `b`'s gradients: no bfloat16
+// weight gradient is materialised and no cast pass follows, and the masters' grad-ready hooks (DDP) fire as
+// for linear(). `out_dtype` is y's type: bfloat16, or float32 for the logits of a float32 loss (then the bias
+// added is the float32 master `b`, else its copy `b_bf16`). `b`/`b_bf16` may both be undefined.
+Tensor linear_mixed(const Tensor& x, const Tensor& w, const Tensor& w_bf16, const Tensor& b, const Tensor& b_bf16,
+                    Activation act, DType out_dtype, const Stream& stream);
+
 }  // namespace ddp::ops

@@ -39,6 +39,27 @@ void narrow(const float* src, std::int64_t n, std::uint16_t* dst) {
   for (std::int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
+void check_types(const char* op, const LinearTypes& t) {
+  check_dtype(op, t.input);
+  check_dtype(op, t.output);
+  check_dtype(op, t.grad);
+  DDP_CHECK(t.input == ScalarType::kBFloat16 || (t.output == t.input && t.grad == t.input),
+            std::string(op) + ": float32 input needs float32 output and gradients (mixed types are for bfloat16 "
+                              "input only)");
+}
+
+// Where to compute an output of `dtype` in float: the output itself when it is float32, else scratch `slot`.
+float* output_floats(ScalarType dtype, void* out, std::int64_t n, int slot) {
+  if (dtype == ScalarType::kFloat32) return static_cast<float*>(out);
+  return detail::scratch_floats(slot, static_cast<std::size_t>(n));
+}
+
+// Stores a float result computed by output_floats() into `out` (a no-op when it was computed in place).
+void store(ScalarType dtype, const float* src, std::int64_t n, void* out) {
+  if (dtype == ScalarType::kFloat32) return;
+  narrow(src, n, static_cast<std::uint16_t*>(out));
+}
+
 // y = act(x·wᵀ + b) in float; pre (optional) receives x·wᵀ + b.
 void linear_forward_f32(const LinearShape& s, const float* x, const float* w, const float* bias, Activation act,
                         float* y, float* pre) {
@@ -116,34 +137,35 @@ void linear_backward_f32(const LinearShape& s, const float* dz, const float* x, 
 
 }  // namespace
 
-void linear_forward(ScalarType dtype, MathMode /*math*/, const LinearShape& shape, const void* x, const void* w,
+void linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* x, const void* w,
                     const void* bias, Activation act, void* y, void* pre_activation, StreamHandle /*stream*/) {
   check_shape("linear_forward", shape);
-  check_dtype("linear_forward", dtype);
+  check_types("linear_forward", types);
   const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
-  if (dtype == ScalarType::kFloat32) {
+  if (types.input == ScalarType::kFloat32) {
     linear_forward_f32(shape, static_cast<const float*>(x), static_cast<const float*>(w),
                        static_cast<const float*>(bias), act, static_cast<float*>(y),
                        static_cast<float*>(pre_activation));
     return;
   }
-  const float* xf = widen(dtype, x, B * I, 0);
-  const float* wf = widen(dtype, w, O * I, 1);
-  const float* bf = widen(dtype, bias, O, 2);
-  float* yf = detail::scratch_floats(3, static_cast<std::size_t>(B * O));
-  float* pf = pre_activation != nullptr ? detail::scratch_floats(4, static_cast<std::size_t>(B * O)) : nullptr;
+  // bf16 input: widen, compute in float, store each output once in its own type.
+  const float* xf = widen(types.input, x, B * I, 0);
+  const float* wf = widen(types.input, w, O * I, 1);
+  const float* bf = widen(types.output, bias, O, 2);
+  float* yf = output_floats(types.output, y, B * O, 3);
+  float* pf = pre_activation != nullptr ? output_floats(types.output, pre_activation, B * O, 4) : nullptr;
   linear_forward_f32(shape, xf, wf, bf, act, yf, pf);
-  narrow(yf, B * O, static_cast<std::uint16_t*>(y));
-  if (pf != nullptr) narrow(pf, B * O, static_cast<std::uint16_t*>(pre_activation));
+  store(types.output, yf, B * O, y);
+  if (pf != nullptr) store(types.output, pf, B * O, pre_activation);
 }
 
-void linear_backward(ScalarType dtype, MathMode /*math*/, const LinearShape& shape, const void* dy, const void* x,
+void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* dy, const void* x,
                      const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
                      void* dbias, bool accumulate, void* scratch_dz, StreamHandle /*stream*/) {
   check_shape("linear_backward", shape);
-  check_dtype("linear_backward", dtype);
+  check_types("linear_backward", types);
   const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
-  if (dtype == ScalarType::kFloat32) {
+  if (types.input == ScalarType::kFloat32) {
     DDP_CHECK(act == Activation::kNone || scratch_dz != nullptr, "linear_backward: scratch_dz is required");
     const float* dz = activation_grad(act, B * O, static_cast<const float*>(dy), static_cast<const float*>(y),
                                       static_cast<const float*>(pre_activation), static_cast<float*>(scratch_dz));
@@ -151,36 +173,40 @@ void linear_backward(ScalarType dtype, MathMode /*math*/, const LinearShape& sha
                         static_cast<float*>(dx), static_cast<float*>(dw), static_cast<float*>(dbias), accumulate);
     return;
   }
-  // bf16: widen everything, compute in float, round each output once (accumulation happens in float).
-  const float* dyf = widen(dtype, dy, B * O, 0);
-  const float* xf = widen(dtype, x, B * I, 1);
-  const float* wf = widen(dtype, w, O * I, 2);
-  const float* yf = act == Activation::kRelu ? widen(dtype, y, B * O, 3) : nullptr;
-  const float* pf = act == Activation::kGelu ? widen(dtype, pre_activation, B * O, 3) : nullptr;
+  // bf16 input: widen everything, compute in float, round each output once to its type (accumulation happens
+  // in float). dz is rounded to bf16 before the products, as the GPU's GEMMs read it.
+  const float* dyf = widen(types.output, dy, B * O, 0);
+  const float* xf = widen(types.input, x, B * I, 1);
+  const float* wf = widen(types.input, w, O * I, 2);
+  const float* yf = act == Activation::kRelu ? widen(types.output, y, B * O, 3) : nullptr;
+  const float* pf = act == Activation::kGelu ? widen(types.output, pre_activation, B * O, 3) : nullptr;
   float* dzf = detail::scratch_floats(4, static_cast<std::size_t>(B * O));
   const float* dz = activation_grad(act, B * O, dyf, yf, pf, dzf);
-  if (act != Activation::kNone && scratch_dz != nullptr) narrow(dz, B * O, static_cast<std::uint16_t*>(scratch_dz));
+  if (dz != dzf)
+    for (std::int64_t i = 0; i < B * O; ++i) dzf[i] = dz[i];
+  for (std::int64_t i = 0; i < B * O; ++i) dzf[i] = bf16_to_float(float_to_bf16(dzf[i]));
+  if (scratch_dz != nullptr) narrow(dzf, B * O, static_cast<std::uint16_t*>(scratch_dz));
   float* dxf = dx != nullptr ? detail::scratch_floats(5, static_cast<std::size_t>(B * I)) : nullptr;
   float* dwf = nullptr;
   float* dbf = nullptr;
   if (dw != nullptr) {
-    dwf = detail::scratch_floats(6, static_cast<std::size_t>(O * I));
-    if (accumulate) {
+    dwf = output_floats(types.grad, dw, O * I, 6);
+    if (accumulate && types.grad != ScalarType::kFloat32) {
       const auto* h = static_cast<const std::uint16_t*>(dw);
       for (std::int64_t i = 0; i < O * I; ++i) dwf[i] = bf16_to_float(h[i]);
     }
   }
   if (dbias != nullptr) {
-    dbf = detail::scratch_floats(7, static_cast<std::size_t>(O));
-    if (accumulate) {
+    dbf = output_floats(types.grad, dbias, O, 7);
+    if (accumulate && types.grad != ScalarType::kFloat32) {
       const auto* h = static_cast<const std::uint16_t*>(dbias);
       for (std::int64_t i = 0; i < O; ++i) dbf[i] = bf16_to_float(h[i]);
     }
   }
-  linear_backward_f32(shape, dz, xf, wf, dxf, dwf, dbf, accumulate);
+  linear_backward_f32(shape, dzf, xf, wf, dxf, dwf, dbf, accumulate);
   if (dxf != nullptr) narrow(dxf, B * I, static_cast<std::uint16_t*>(dx));
-  if (dwf != nullptr) narrow(dwf, O * I, static_cast<std::uint16_t*>(dw));
-  if (dbf != nullptr) narrow(dbf, O, static_cast<std::uint16_t*>(dbias));
+  if (dwf != nullptr) store(types.grad, dwf, O * I, dw);
+  if (dbf != nullptr) store(types.grad, dbf, O, dbias);
 }
 
 }  // namespace ddp::kernels::cpu

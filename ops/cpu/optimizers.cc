@@ -4,18 +4,30 @@
 #include <cstdint>
 #include <string>
 
+#include "ops/cpu/bfloat16.h"
 #include "ops/kernels.h"
 #include "runtime/core/check.h"
 
 namespace ddp::kernels::cpu {
+namespace {
+
+// The optional bfloat16 copy of the updated parameters (see kernel_functions.inc).
+void write_bf16_copy(const float* param, std::int64_t n, void* param_bf16) {
+  if (param_bf16 == nullptr) return;
+  auto* out = static_cast<std::uint16_t*>(param_bf16);
+  for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(param[i]);
+}
+
+}  // namespace
 
 void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int64_t n, const SgdParams& p,
-              StreamHandle /*stream*/) {
+              void* param_bf16, StreamHandle /*stream*/) {
   // Constants are derived in double (the hyperparameters' type, as in PyTorch) and rounded once.
   const float lr = static_cast<float>(p.lr), wd = static_cast<float>(p.weight_decay);
   const float mu = static_cast<float>(p.momentum), keep = static_cast<float>(1.0 - p.dampening);
   if (mu == 0.0f) {
     for (std::int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + wd * param[i]);
+    write_bf16_copy(param, n, param_bf16);
     return;
   }
   DDP_CHECK(momentum_buffer != nullptr, "sgd_step: momentum != 0 needs a momentum buffer");
@@ -27,10 +39,11 @@ void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int6
     const float update = p.nesterov ? g + mu * buf : buf;
     param[i] -= lr * update;
   }
+  write_bf16_copy(param, n, param_bf16);
 }
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                const AdamWParams& p, StreamHandle /*stream*/) {
+                const AdamWParams& p, void* param_bf16, StreamHandle /*stream*/) {
   DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based, got " + std::to_string(p.step));
   const double t = static_cast<double>(p.step);
   // Constants are derived in double (the hyperparameters' type, as in PyTorch) and rounded once, exactly as
@@ -51,6 +64,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
     const float denom = std::sqrt(v) / sqrt_bc2 + eps;
     param[i] = param[i] * decay - step_size * (m / denom);
   }
+  write_bf16_copy(param, n, param_bf16);
 }
 
 }  // namespace ddp::kernels::cpu

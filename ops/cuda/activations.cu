@@ -95,11 +95,12 @@ __global__ void bias_activation_kernel(Activation act, const T* z_in, const T* _
 constexpr int kColTile = 32;  // columns per block: one warp reads 32 consecutive elements of a row
 constexpr int kRowLanes = 8;  // rows processed concurrently per block
 
-// Block (bx, by) covers columns [32·bx, 32·bx + 32) and rows [by·rows_per_chunk, ...). It writes dz (unless kNone)
-// and the chunk's column sums: directly into dbias when there is one chunk, else into partials[by][col].
-template <typename T>
-__global__ void activation_grad_bias_kernel(Activation act, const T* dy, const T* __restrict__ saved, T* dz,
-                                            T* __restrict__ dbias, float* __restrict__ partials, bool accumulate,
+// Block (bx, by) covers columns [32·bx, 32·bx + 32) and rows [by·rows_per_chunk, ...). It writes dz (when there
+// is an activation, or a dz to convert into) and the chunk's column sums: directly into dbias when there is one
+// chunk, else into partials[by][col]. TDy is dy's and saved's type, TDz dz's, TB dbias's.
+template <typename TDy, typename TDz, typename TB>
+__global__ void activation_grad_bias_kernel(Activation act, const TDy* dy, const TDy* __restrict__ saved, TDz* dz,
+                                            TB* __restrict__ dbias, float* __restrict__ partials, bool accumulate,
                                             std::int64_t rows, std::int64_t cols, std::int64_t rows_per_chunk) {
   __shared__ float sums[kRowLanes][kColTile + 1];
   const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kColTile + threadIdx.x;
@@ -110,9 +111,9 @@ __global__ void activation_grad_bias_kernel(Activation act, const T* dy, const T
     for (std::int64_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes) {
       const std::int64_t i = r * cols + col;
       float g = to_float(dy[i]);
-      if (act != Activation::kNone) {
-        g *= activation_grad(act, to_float(saved[i]));
-        const T stored = from_float<T>(g);
+      if (act != Activation::kNone) g *= activation_grad(act, to_float(saved[i]));
+      if (dz != nullptr) {
+        const TDz stored = from_float<TDz>(g);
         dz[i] = stored;
         g = to_float(stored);  // the bias gradient sums exactly the dz the weight GEMM will read
       }
@@ -130,7 +131,7 @@ __global__ void activation_grad_bias_kernel(Activation act, const T* dy, const T
       partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
     } else {
       if (accumulate) total += to_float(dbias[col]);
-      dbias[col] = from_float<T>(total);
+      dbias[col] = from_float<TB>(total);
     }
   }
 }
@@ -146,16 +147,16 @@ __global__ void bias_grad_finalize_kernel(const float* __restrict__ partials, st
   dbias[col] = from_float<T>(total);
 }
 
-template <typename T>
+template <typename TDy, typename TDz, typename TB>
 void activation_grad_bias_typed(Activation act, const void* dy, const void* saved, void* dz, void* dbias,
                                 bool accumulate, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) {
     // An empty batch still owes a defined bias gradient: zero (or unchanged when accumulating).
     if (dbias != nullptr && !accumulate && cols > 0)
-      DDP_CUDA_CHECK(cudaMemsetAsync(dbias, 0, static_cast<std::size_t>(cols) * sizeof(T), stream));
+      DDP_CUDA_CHECK(cudaMemsetAsync(dbias, 0, static_cast<std::size_t>(cols) * sizeof(TB), stream));
     return;
   }
-  if (act == Activation::kNone && dbias == nullptr) return;  // nothing to do: dz is dy
+  if (act == Activation::kNone && dbias == nullptr && dz == nullptr) return;  // nothing to do: dz is dy
   // Enough row chunks to fill the GPU; with a bias gradient, bounded by the scratch for the partial sums.
   constexpr std::int64_t kRowsPerChunkMin = 64;
   std::int64_t chunks = (rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin;
@@ -172,13 +173,13 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
   if (dbias != nullptr && chunks > 1) partials = static_cast<float*>(reduction_scratch(stream));
   const dim3 block(kColTile, kRowLanes);
   const dim3 grid(static_cast<unsigned int>((cols + kColTile - 1) / kColTile), static_cast<unsigned int>(chunks));
-  activation_grad_bias_kernel<T><<<grid, block, 0, stream>>>(
-      act, static_cast<const T*>(dy), static_cast<const T*>(saved), static_cast<T*>(dz),
-      partials == nullptr ? static_cast<T*>(dbias) : nullptr, partials, accumulate, rows, cols, rows_per_chunk);
+  activation_grad_bias_kernel<TDy, TDz, TB><<<grid, block, 0, stream>>>(
+      act, static_cast<const TDy*>(dy), static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
+      partials == nullptr ? static_cast<TB*>(dbias) : nullptr, partials, accumulate, rows, cols, rows_per_chunk);
   DDP_CUDA_CHECK_LAUNCH();
   if (partials != nullptr) {
-    bias_grad_finalize_kernel<T><<<blocks_for(cols), kThreads, 0, stream>>>(partials, chunks, cols,
-                                                                            static_cast<T*>(dbias), accumulate);
+    bias_grad_finalize_kernel<TB><<<blocks_for(cols), kThreads, 0, stream>>>(partials, chunks, cols,
+                                                                             static_cast<TB*>(dbias), accumulate);
     DDP_CUDA_CHECK_LAUNCH();
   }
 }
@@ -207,18 +208,31 @@ void bias_activation(ScalarType dtype, Activation act, const void* z_in, const v
   DDP_CUDA_CHECK_LAUNCH();
 }
 
-void activation_grad_bias(ScalarType dtype, Activation act, const void* dy, const void* saved, void* dz,
-                          void* dbias, bool accumulate, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
-  check_float_type(dtype, "activation_grad_bias");
+void activation_grad_bias(ScalarType dy_type, ScalarType dz_type, ScalarType bias_type, Activation act,
+                          const void* dy, const void* saved, void* dz, void* dbias, bool accumulate,
+                          std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  check_float_type(dy_type, "activation_grad_bias");
+  check_float_type(dz_type, "activation_grad_bias");
+  check_float_type(bias_type, "activation_grad_bias");
   if (act != Activation::kNone) {
     DDP_CHECK(saved != nullptr, "linear_backward: the activation's saved tensor (y or pre_activation) is null");
     DDP_CHECK(dz != nullptr, "linear_backward: scratch_dz is required when the activation is not kNone");
   }
-  if (dtype == ScalarType::kFloat32) {
-    activation_grad_bias_typed<float>(act, dy, saved, dz, dbias, accumulate, rows, cols, stream);
-  } else {
-    activation_grad_bias_typed<__nv_bfloat16>(act, dy, saved, dz, dbias, accumulate, rows, cols, stream);
-  }
+  using F = float;
+  using B = __nv_bfloat16;
+  const bool f_dy = dy_type == ScalarType::kFloat32, f_dz = dz_type == ScalarType::kFloat32,
+             f_b = bias_type == ScalarType::kFloat32;
+  auto run = [&](auto dy_tag, auto dz_tag, auto b_tag) {
+    activation_grad_bias_typed<decltype(dy_tag), decltype(dz_tag), decltype(b_tag)>(act, dy, saved, dz, dbias,
+                                                                                   accumulate, rows, cols, stream);
+  };
+  if (f_dy && f_dz && f_b) return run(F{}, F{}, F{});
+  if (!f_dy && !f_dz && !f_b) return run(B{}, B{}, B{});
+  if (!f_dy && !f_dz && f_b) return run(B{}, B{}, F{});
+  if (f_dy && !f_dz && f_b) return run(F{}, B{}, F{});
+  if (f_dy && !f_dz && !f_b) return run(F{}, B{}, B{});
+  throw Error("activation_grad_bias: unsupported type combination (a float32 dz from a bfloat16 dy)", __FILE__,
+              __LINE__);
 }
 
 }  // namespace detail

@@ -20,23 +20,63 @@
 //   * Bias epilogues are used only when the bias (or dbias) is 16-byte aligned, since cuBLASLt's alignment
 //     preferences do not cover the bias vector. Any epilogue the heuristics reject for a shape falls back to a
 //     plain GEMM plus our kernel; only a plain GEMM without an algorithm is an error.
+//   * Mixed precision (LinearTypes): bf16 x and w may produce a float32 y (the logits, no cast pass) and write
+//     float32 dw/dbias (the FP32 master weights' gradient slots, no bf16 weight gradient and no cast pass);
+//     cuBLASLt takes bf16 A/B with float32 C/D directly, and the bias (gradient) then has D's type.
+//   * Algorithm choice and scheduling follow GemmOptions (gemm_options.h): cuBLASLt's first heuristic or, with
+//     autotune, the fastest of its candidates timed once per configuration; dx and dw of one backward on two
+//     streams so that small GEMMs fill the GPU together.
+#include <algorithm>
+#include <cfloat>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include "ops/cuda/activation_kernels.h"
 #include "ops/cuda/blas_handle.h"
+#include "ops/cuda/gemm_options.h"
 #include "ops/kernels.h"
 #include "runtime/core/check.h"
 
 namespace ddp::kernels::cuda {
 namespace {
+
+// ---- options ----
+
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::strcmp(v, "0") != 0;
+}
+
+std::mutex& options_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+
+GemmOptions& options_storage() {
+  static GemmOptions* o = [] {
+    auto* opts = new GemmOptions;
+    opts->autotune = env_flag("DDP_GEMM_AUTOTUNE", opts->autotune);
+    opts->concurrent_backward = env_flag("DDP_GEMM_CONCURRENT_BACKWARD", opts->concurrent_backward);
+    opts->log = env_flag("DDP_GEMM_LOG", opts->log);
+    return opts;
+  }();
+  return *o;
+}
+
+// ---- GEMM plans ----
 
 // Largest power of two (≤ 256) dividing the address: the alignment cuBLASLt may assume for a buffer.
 std::uint32_t alignment_of(const void* p) {
@@ -46,10 +86,15 @@ std::uint32_t alignment_of(const void* p) {
   return a;
 }
 
+cudaDataType_t cuda_type(ScalarType t) { return t == ScalarType::kFloat32 ? CUDA_R_32F : CUDA_R_16BF; }
+std::size_t element_size(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : 2; }
+const char* type_name(cudaDataType_t t) { return t == CUDA_R_32F ? "f32" : "bf16"; }
+
 // Everything that decides which algorithm cuBLASLt may run: the cache key of a plan.
 struct GemmKey {
   int device = 0;
-  cudaDataType_t type = CUDA_R_32F;
+  cudaDataType_t ab_type = CUDA_R_32F;  // A and B
+  cudaDataType_t cd_type = CUDA_R_32F;  // C, D and the bias (gradient)
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cublasOperation_t transa = CUBLAS_OP_N;
   cublasOperation_t transb = CUBLAS_OP_N;
@@ -59,10 +104,10 @@ struct GemmKey {
   std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
 
   bool operator==(const GemmKey& o) const {
-    return device == o.device && type == o.type && compute == o.compute && transa == o.transa &&
-           transb == o.transb && m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb &&
-           ldc == o.ldc && epilogue == o.epilogue && align_a == o.align_a && align_b == o.align_b &&
-           align_c == o.align_c && align_bias == o.align_bias;
+    return device == o.device && ab_type == o.ab_type && cd_type == o.cd_type && compute == o.compute &&
+           transa == o.transa && transb == o.transb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
+           ldb == o.ldb && ldc == o.ldc && epilogue == o.epilogue && align_a == o.align_a &&
+           align_b == o.align_b && align_c == o.align_c && align_bias == o.align_bias;
   }
 };
 
@@ -71,7 +116,7 @@ struct GemmKeyHash {
     std::size_t h = 1469598103934665603ull;
     auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(static_cast<std::uint64_t>(k.device));
-    mix(static_cast<std::uint64_t>(k.type));
+    mix(static_cast<std::uint64_t>(k.ab_type) * 64 + static_cast<std::uint64_t>(k.cd_type));
     mix(static_cast<std::uint64_t>(k.compute));
     mix(static_cast<std::uint64_t>(k.transa) * 2 + static_cast<std::uint64_t>(k.transb));
     mix(static_cast<std::uint64_t>(k.m));
@@ -85,108 +130,6 @@ struct GemmKeyHash {
         (static_cast<std::uint64_t>(k.align_c) << 16) ^ k.align_bias);
     return h;
   }
-};
-
-// Descriptors and the chosen algorithm for one GemmKey. Built once (host-only calls), then reused: per call only
-// the bias pointer attribute changes. Plans are per thread, so that attribute write never races.
-class GemmPlan {
- public:
-  GemmPlan() = default;
-  GemmPlan(const GemmPlan&) = delete;
-  GemmPlan& operator=(const GemmPlan&) = delete;
-  ~GemmPlan() {
-    // Host-side frees; their status is irrelevant at teardown.
-    if (layout_a_ != nullptr) cublasLtMatrixLayoutDestroy(layout_a_);
-    if (layout_b_ != nullptr) cublasLtMatrixLayoutDestroy(layout_b_);
-    if (layout_c_ != nullptr) cublasLtMatrixLayoutDestroy(layout_c_);
-    if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
-  }
-
-  void build(const GemmKey& key, const void* bias, cublasLtHandle_t handle, std::size_t workspace_bytes) {
-    DDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, key.compute, CUDA_R_32F));
-    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &key.transa,
-                                                    sizeof(key.transa)));
-    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &key.transb,
-                                                    sizeof(key.transb)));
-    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue,
-                                                    sizeof(key.epilogue)));
-    if (uses_bias(key.epilogue)) {
-      // Bias (and bias gradient) elements have D's type: float for float32, bf16 for bf16 (cublasLt.h).
-      const std::int32_t bias_type = static_cast<std::int32_t>(key.type);
-      DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                      sizeof(bias_type)));
-      // The heuristics read the pointer's value to learn its alignment.
-      set_bias(bias);
-    }
-    const bool ta = key.transa != CUBLAS_OP_N;
-    const bool tb = key.transb != CUBLAS_OP_N;
-    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_a_, key.type, ta ? key.k : key.m, ta ? key.m : key.k,
-                                                key.lda));
-    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b_, key.type, tb ? key.n : key.k, tb ? key.k : key.n,
-                                                key.ldb));
-    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_c_, key.type, key.m, key.n, key.ldc));
-
-    cublasLtMatmulPreference_t pref = nullptr;
-    DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const std::uint64_t max_ws = workspace_bytes;
-    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-    int returned = 0;
-    cublasLtMatmulHeuristicResult_t result;
-    std::memset(&result, 0, sizeof(result));
-    try {
-      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
-                                                            sizeof(max_ws)));
-      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                            &key.align_a, sizeof(key.align_a)));
-      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                            &key.align_b, sizeof(key.align_b)));
-      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                            &key.align_c, sizeof(key.align_c)));
-      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                            &key.align_c, sizeof(key.align_c)));
-      status = cublasLtMatmulAlgoGetHeuristic(handle, desc_, layout_a_, layout_b_, layout_c_, layout_c_, pref, 1,
-                                              &result, &returned);
-    } catch (...) {
-      cublasLtMatmulPreferenceDestroy(pref);
-      throw;
-    }
-    DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    // NOT_SUPPORTED (or zero results) means "no algorithm for this configuration": the caller falls back.
-    if (status != CUBLAS_STATUS_NOT_SUPPORTED) DDP_CUBLAS_CHECK(status);
-    has_algo_ = status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-    if (has_algo_) {
-      algo_ = result.algo;
-      workspace_needed_ = result.workspaceSize;
-    }
-  }
-
-  bool has_algo() const { return has_algo_; }
-
-  void run(cublasLtHandle_t handle, void* workspace, std::size_t workspace_bytes, float alpha, const void* a,
-           const void* b, float beta, const void* c, void* d, const void* bias, cublasLtEpilogue_t epilogue,
-           cudaStream_t stream) {
-    if (uses_bias(epilogue)) set_bias(bias);
-    DDP_CHECK(workspace_needed_ <= workspace_bytes, "cuBLASLt algorithm needs more workspace than was allocated");
-    DDP_CUBLAS_CHECK(cublasLtMatmul(handle, desc_, &alpha, a, layout_a_, b, layout_b_, &beta, c, layout_c_, d,
-                                    layout_c_, &algo_, workspace, workspace_bytes, stream));
-  }
-
- private:
-  static bool uses_bias(cublasLtEpilogue_t e) {
-    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_BGRADA ||
-           e == CUBLASLT_EPILOGUE_BGRADB;
-  }
-  void set_bias(const void* bias) {
-    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  }
-
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatrixLayout_t layout_a_ = nullptr;
-  cublasLtMatrixLayout_t layout_b_ = nullptr;
-  cublasLtMatrixLayout_t layout_c_ = nullptr;
-  cublasLtMatmulAlgo_t algo_{};
-  bool has_algo_ = false;
-  std::size_t workspace_needed_ = 0;
 };
 
 const char* epilogue_name(cublasLtEpilogue_t e) {
@@ -206,18 +149,211 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
   }
 }
 
+std::string describe(const GemmKey& key) {
+  char text[256];
+  std::snprintf(text, sizeof text, "m=%lld n=%lld k=%lld %s%s %s->%s%s epilogue %s",
+                static_cast<long long>(key.m), static_cast<long long>(key.n), static_cast<long long>(key.k),
+                key.transa == CUBLAS_OP_N ? "N" : "T", key.transb == CUBLAS_OP_N ? "N" : "T",
+                type_name(key.ab_type), type_name(key.cd_type),
+                key.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? " tf32" : "", epilogue_name(key.epilogue));
+  return text;
+}
+
+// Descriptors and the candidate algorithms for one GemmKey. Built once (host-only calls), then reused: per call
+// only the bias pointer attribute changes. Plans are per thread, so that attribute write never races.
+class GemmPlan {
+ public:
+  static constexpr int kMaxCandidates = 16;
+
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan&) = delete;
+  GemmPlan& operator=(const GemmPlan&) = delete;
+  ~GemmPlan() {
+    // Host-side frees; their status is irrelevant at teardown.
+    if (layout_a_ != nullptr) cublasLtMatrixLayoutDestroy(layout_a_);
+    if (layout_b_ != nullptr) cublasLtMatrixLayoutDestroy(layout_b_);
+    if (layout_c_ != nullptr) cublasLtMatrixLayoutDestroy(layout_c_);
+    if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
+  }
+
+  void build(const GemmKey& key, const void* bias, cublasLtHandle_t handle, std::size_t workspace_bytes) {
+    key_ = key;
+    DDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, key.compute, CUDA_R_32F));
+    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &key.transa,
+                                                    sizeof(key.transa)));
+    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &key.transb,
+                                                    sizeof(key.transb)));
+    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue,
+                                                    sizeof(key.epilogue)));
+    if (uses_bias(key.epilogue)) {
+      // Bias (and bias gradient) elements have D's type (cublasLt.h): float for a float32 output, bf16 for bf16.
+      const std::int32_t bias_type = static_cast<std::int32_t>(key.cd_type);
+      DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                      sizeof(bias_type)));
+      // The heuristics read the pointer's value to learn its alignment.
+      set_bias(bias);
+    }
+    const bool ta = key.transa != CUBLAS_OP_N;
+    const bool tb = key.transb != CUBLAS_OP_N;
+    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_a_, key.ab_type, ta ? key.k : key.m, ta ? key.m : key.k,
+                                                key.lda));
+    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b_, key.ab_type, tb ? key.n : key.k, tb ? key.k : key.n,
+                                                key.ldb));
+    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_c_, key.cd_type, key.m, key.n, key.ldc));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::uint64_t max_ws = workspace_bytes;
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    int returned = 0;
+    cublasLtMatmulHeuristicResult_t results[kMaxCandidates];
+    std::memset(results, 0, sizeof(results));
+    try {
+      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                                            sizeof(max_ws)));
+      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                            &key.align_a, sizeof(key.align_a)));
+      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                            &key.align_b, sizeof(key.align_b)));
+      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                            &key.align_c, sizeof(key.align_c)));
+      DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                            &key.align_c, sizeof(key.align_c)));
+      status = cublasLtMatmulAlgoGetHeuristic(handle, desc_, layout_a_, layout_b_, layout_c_, layout_c_, pref,
+                                              kMaxCandidates, results, &returned);
+    } catch (...) {
+      cublasLtMatmulPreferenceDestroy(pref);
+      throw;
+    }
+    DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    // NOT_SUPPORTED (or zero results) means "no algorithm for this configuration": the caller falls back.
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) DDP_CUBLAS_CHECK(status);
+    if (status != CUBLAS_STATUS_SUCCESS) returned = 0;
+    for (int i = 0; i < returned; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes)
+        candidates_.push_back(results[i]);
+    }
+  }
+
+  bool has_algo() const { return !candidates_.empty(); }
+  bool needs_tuning() const { return !tuned_; }
+
+  void run(cublasLtHandle_t handle, void* workspace, std::size_t workspace_bytes, float alpha, const void* a,
+           const void* b, float beta, const void* c, void* d, const void* bias, cudaStream_t stream) {
+    if (uses_bias(key_.epilogue)) set_bias(bias);
+    const cublasLtMatmulHeuristicResult_t& algo = candidates_[chosen_];
+    DDP_CHECK(algo.workspaceSize <= workspace_bytes, "cuBLASLt algorithm needs more workspace than was allocated");
+    DDP_CUBLAS_CHECK(cublasLtMatmul(handle, desc_, &alpha, a, layout_a_, b, layout_b_, &beta, c, layout_c_, d,
+                                    layout_c_, &algo.algo, workspace, workspace_bytes, stream));
+  }
+
+  // Times every candidate on scratch outputs (D, and the bias gradient for BGRADB: the caller's buffers are
+  // not touched) and keeps the fastest. Not during CUDA-graph capture: the plan then stays untuned and the
+  // first eager call tunes it. Synchronises `stream`, so it belongs to warm-up, like any first call.
+  void tune(cublasLtHandle_t handle, void* workspace, std::size_t workspace_bytes, const void* a, const void* b,
+            const void* bias, cudaStream_t stream) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    DDP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return;
+    tuned_ = true;
+    if (candidates_.size() < 2) return;
+    const std::size_t elem = key_.cd_type == CUDA_R_32F ? 4 : 2;
+    const std::size_t d_bytes = (static_cast<std::size_t>(key_.ldc) * static_cast<std::size_t>(key_.n) * elem + 255) / 256 * 256;
+    const std::size_t bias_bytes = key_.epilogue == CUBLASLT_EPILOGUE_BGRADB ? static_cast<std::size_t>(key_.m) * elem : 0;
+    void* scratch = nullptr;
+    DDP_CUDA_CHECK(cudaMalloc(&scratch, d_bytes + bias_bytes));
+    void* scratch_bias = static_cast<char*>(scratch) + d_bytes;
+    // The BIAS epilogues read the caller's bias; BGRADB writes the scratch one. Same alignment class: both
+    // 256-byte aligned or the caller's, which the plan was built for, is at least as aligned as 16 bytes.
+    const void* tuning_bias = key_.epilogue == CUBLASLT_EPILOGUE_BGRADB ? scratch_bias : bias;
+    cudaEvent_t start = nullptr, stop = nullptr;
+    DDP_CUDA_CHECK(cudaEventCreate(&start));
+    DDP_CUDA_CHECK(cudaEventCreate(&stop));
+    const float one = 1.0f, zero = 0.0f;
+    auto launch = [&](std::size_t i) {
+      if (uses_bias(key_.epilogue)) set_bias(tuning_bias);
+      return cublasLtMatmul(handle, desc_, &one, a, layout_a_, b, layout_b_, &zero, scratch, layout_c_, scratch,
+                            layout_c_, &candidates_[i].algo, workspace, workspace_bytes, stream);
+    };
+    auto time_ms = [&](std::size_t i, int reps) {
+      DDP_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int r = 0; r < reps; ++r)
+        if (launch(i) != CUBLAS_STATUS_SUCCESS) return FLT_MAX;
+      DDP_CUDA_CHECK(cudaEventRecord(stop, stream));
+      DDP_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      DDP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      return ms / static_cast<float>(reps);
+    };
+    times_ms_.assign(candidates_.size(), FLT_MAX);
+    for (std::size_t i = 0; i < candidates_.size(); ++i) {
+      if (launch(i) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that cannot run is skipped
+      const float once = time_ms(i, 1);
+      if (once == FLT_MAX) continue;
+      // About a millisecond of repetitions per candidate: enough to average out launch jitter.
+      const int reps = static_cast<int>(std::clamp(1.0f / std::max(once, 1e-3f), 3.0f, 50.0f));
+      times_ms_[i] = time_ms(i, reps);
+    }
+    (void)cudaGetLastError();  // a failed candidate launch leaves nothing sticky behind
+    DDP_CUDA_WARN(cudaEventDestroy(start));
+    DDP_CUDA_WARN(cudaEventDestroy(stop));
+    DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    DDP_CUDA_CHECK(cudaFree(scratch));
+    chosen_ = static_cast<std::size_t>(std::min_element(times_ms_.begin(), times_ms_.end()) - times_ms_.begin());
+    if (times_ms_[chosen_] == FLT_MAX) chosen_ = 0;
+  }
+
+  std::string summary() const {
+    std::string text = describe(key_) + ": " + std::to_string(candidates_.size()) + " candidate(s), kept #" +
+                       std::to_string(chosen_);
+    if (!times_ms_.empty() && times_ms_[0] != FLT_MAX && times_ms_[chosen_] != FLT_MAX) {
+      char t[96];
+      std::snprintf(t, sizeof t, " (%.1f us; heuristic #0 %.1f us)", times_ms_[chosen_] * 1000.0f,
+                    times_ms_[0] * 1000.0f);
+      text += t;
+    }
+    return text;
+  }
+
+ private:
+  static bool uses_bias(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_BGRADA ||
+           e == CUBLASLT_EPILOGUE_BGRADB;
+  }
+  void set_bias(const void* bias) {
+    DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+
+  GemmKey key_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t layout_a_ = nullptr;
+  cublasLtMatrixLayout_t layout_b_ = nullptr;
+  cublasLtMatrixLayout_t layout_c_ = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates_;  // cuBLASLt's order: its estimate, best first
+  std::vector<float> times_ms_;                               // per candidate, when tuned
+  std::size_t chosen_ = 0;
+  bool tuned_ = false;
+};
+
+// Operand types of one GEMM: A and B share `ab`; C, D and the bias (gradient) are `cd`.
+struct GemmTypes {
+  ScalarType ab;
+  ScalarType cd;
+};
+
 // One GEMM D = alpha·op(A)·op(B) + beta·C (C == D) with `epilogue`. Returns false when cuBLASLt has no algorithm
 // for a fused epilogue (the caller then does the epilogue itself); a plain GEMM without one throws.
-bool gemm(ScalarType dtype, MathMode math, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
+bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
           std::int64_t n, std::int64_t k, const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
           float beta, void* d, std::int64_t ldd, cublasLtEpilogue_t epilogue, const void* bias,
           cudaStream_t stream) {
   const BlasContext ctx = blas_context(stream);
   GemmKey key;
   DDP_CUDA_CHECK(cudaGetDevice(&key.device));
-  key.type = dtype == ScalarType::kFloat32 ? CUDA_R_32F : CUDA_R_16BF;
-  key.compute = (dtype == ScalarType::kFloat32 && math == MathMode::kTF32) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                           : CUBLAS_COMPUTE_32F;
+  key.ab_type = cuda_type(types.ab);
+  key.cd_type = cuda_type(types.cd);
+  key.compute = (types.ab == ScalarType::kFloat32 && math == MathMode::kTF32) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                             : CUBLAS_COMPUTE_32F;
   key.transa = transa;
   key.transb = transb;
   key.m = m;
@@ -234,30 +370,65 @@ bool gemm(ScalarType dtype, MathMode math, cublasOperation_t transa, cublasOpera
 
   thread_local std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
   auto it = plans.find(key);
+  const GemmOptions options = gemm_options();
   if (it == plans.end()) {
     auto plan = std::make_unique<GemmPlan>();
     plan->build(key, bias, ctx.handle, ctx.workspace_bytes);
     it = plans.emplace(key, std::move(plan)).first;
+    if (options.log && !options.autotune && it->second->has_algo())
+      std::fprintf(stderr, "ddp gemm: %s\n", it->second->summary().c_str());
   }
   GemmPlan& plan = *it->second;
   if (!plan.has_algo()) {
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
-    throw Error("cuBLASLt found no matmul algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                    " k=" + std::to_string(k) + " (" + (dtype == ScalarType::kFloat32 ? "float32" : "bfloat16") +
-                    ", epilogue " + epilogue_name(epilogue) + ", alignment A/B/D " + std::to_string(key.align_a) +
-                    "/" + std::to_string(key.align_b) + "/" + std::to_string(key.align_c) +
+    throw Error("cuBLASLt found no matmul algorithm for " + describe(key) + " (alignment A/B/D " +
+                    std::to_string(key.align_a) + "/" + std::to_string(key.align_b) + "/" +
+                    std::to_string(key.align_c) +
                     " bytes); check the shapes and that the buffers are at least element-aligned",
                 __FILE__, __LINE__);
   }
-  plan.run(ctx.handle, ctx.workspace, ctx.workspace_bytes, 1.0f, a, b, beta, d, d, bias, epilogue, stream);
+  if (options.autotune && plan.needs_tuning()) {
+    plan.tune(ctx.handle, ctx.workspace, ctx.workspace_bytes, a, b, bias, stream);
+    if (options.log && !plan.needs_tuning()) std::fprintf(stderr, "ddp gemm: %s\n", plan.summary().c_str());
+  }
+  plan.run(ctx.handle, ctx.workspace, ctx.workspace_bytes, 1.0f, a, b, beta, d, d, bias, stream);
   return true;
 }
 
-std::size_t element_size(ScalarType dtype) { return dtype == ScalarType::kFloat32 ? 4 : 2; }
+// ---- the second stream of a backward ----
 
-void check_linear_dtype(ScalarType dtype, const char* what) {
-  DDP_CHECK(dtype == ScalarType::kFloat32 || dtype == ScalarType::kBFloat16,
-            std::string(what) + ": dtype must be float32 or bfloat16");
+// A stream beside `main` (same device and priority) and the two events that fork work onto it and join it back.
+struct SideStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr;
+  cudaEvent_t join = nullptr;
+};
+
+// Created on first use per (device, main stream) and kept for the process, like the cuBLASLt workspaces.
+SideStream& side_stream_for(cudaStream_t main) {
+  static auto* mutex = new std::mutex;
+  static auto* streams = new std::map<std::pair<int, cudaStream_t>, SideStream>;
+  int device = 0;
+  DDP_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(*mutex);
+  SideStream& side = (*streams)[{device, main}];
+  if (side.stream == nullptr) {
+    int priority = 0;
+    DDP_CUDA_CHECK(cudaStreamGetPriority(main, &priority));
+    DDP_CUDA_CHECK(cudaStreamCreateWithPriority(&side.stream, cudaStreamNonBlocking, priority));
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&side.fork, cudaEventDisableTiming));
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&side.join, cudaEventDisableTiming));
+  }
+  return side;
+}
+
+void check_types(const LinearTypes& t, const char* what) {
+  auto floating = [](ScalarType s) { return s == ScalarType::kFloat32 || s == ScalarType::kBFloat16; };
+  DDP_CHECK(floating(t.input) && floating(t.output) && floating(t.grad),
+            std::string(what) + ": types must be float32 or bfloat16");
+  DDP_CHECK(t.input == ScalarType::kBFloat16 || (t.output == t.input && t.grad == t.input),
+            std::string(what) + ": float32 input needs float32 output and gradients (mixed types are for bfloat16 "
+                                "input only)");
 }
 
 void zero(void* p, std::int64_t elements, ScalarType dtype, cudaStream_t stream) {
@@ -267,17 +438,28 @@ void zero(void* p, std::int64_t elements, ScalarType dtype, cudaStream_t stream)
 
 }  // namespace
 
-void linear_forward(ScalarType dtype, MathMode math, const LinearShape& shape, const void* x, const void* w,
+GemmOptions gemm_options() {
+  std::lock_guard<std::mutex> lock(options_mutex());
+  return options_storage();
+}
+
+void set_gemm_options(const GemmOptions& options) {
+  std::lock_guard<std::mutex> lock(options_mutex());
+  options_storage() = options;
+}
+
+void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, const void* x, const void* w,
                     const void* bias, Activation act, void* y, void* pre_activation, StreamHandle stream) {
-  check_linear_dtype(dtype, "linear_forward");
+  check_types(types, "linear_forward");
   DDP_CHECK(shape.batch >= 0 && shape.in >= 0 && shape.out >= 0, "linear_forward: negative shape");
   const std::int64_t batch = shape.batch, in = shape.in, out = shape.out;
   if (batch == 0 || out == 0) return;
+  const ScalarType out_type = types.output;
   // With kGelu the GEMM result goes to pre_activation (when given), and y = gelu(pre_activation) afterwards.
   void* z = (act == Activation::kGelu && pre_activation != nullptr) ? pre_activation : y;
   if (in == 0) {  // an empty sum: z = 0, then bias and activation
-    zero(z, batch * out, dtype, stream);
-    detail::bias_activation(dtype, act, z, bias, act == Activation::kGelu ? pre_activation : nullptr, y, batch,
+    zero(z, batch * out, out_type, stream);
+    detail::bias_activation(out_type, act, z, bias, act == Activation::kGelu ? pre_activation : nullptr, y, batch,
                             out, stream);
     return;
   }
@@ -292,76 +474,96 @@ void linear_forward(ScalarType dtype, MathMode math, const LinearShape& shape, c
       epilogue = CUBLASLT_EPILOGUE_BIAS;
     }
   }
+  const GemmTypes gt{types.input, out_type};
   // yᵀ[out, batch] = op_T(w)·x  (see the mapping at the top of this file)
   bool applied = false;  // bias (and ReLU) applied by the GEMM's epilogue
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    applied = gemm(dtype, math, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, 0.0f, z, out, epilogue,
-                   bias, stream);
+    applied = gemm(gt, math, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, 0.0f, z, out, epilogue, bias,
+                   stream);
   }
   if (!applied) {
-    gemm(dtype, math, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, 0.0f, z, out,
-         CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
+    gemm(gt, math, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, 0.0f, z, out, CUBLASLT_EPILOGUE_DEFAULT,
+         nullptr, stream);
   }
   if (act == Activation::kGelu) {
     // z is pre_activation (or y). If the bias is still missing, add it and store the final pre_activation.
     const bool add_bias = !applied && bias != nullptr;
-    detail::bias_activation(dtype, act, z, add_bias ? bias : nullptr, add_bias ? pre_activation : nullptr, y, batch,
-                            out, stream);
+    detail::bias_activation(out_type, act, z, add_bias ? bias : nullptr, add_bias ? pre_activation : nullptr, y,
+                            batch, out, stream);
   } else if (!applied && (bias != nullptr || act == Activation::kRelu)) {
-    detail::bias_activation(dtype, act, z, bias, nullptr, y, batch, out, stream);
+    detail::bias_activation(out_type, act, z, bias, nullptr, y, batch, out, stream);
   }
 }
 
-void linear_backward(ScalarType dtype, MathMode math, const LinearShape& shape, const void* dy, const void* x,
+void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape, const void* dy, const void* x,
                      const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
                      void* dbias, bool accumulate, void* scratch_dz, StreamHandle stream) {
-  check_linear_dtype(dtype, "linear_backward");
+  check_types(types, "linear_backward");
   DDP_CHECK(shape.batch >= 0 && shape.in >= 0 && shape.out >= 0, "linear_backward: negative shape");
   const std::int64_t batch = shape.batch, in = shape.in, out = shape.out;
   if (batch == 0 || out == 0) {
     // No rows (or no outputs): the weight and bias gradients are empty sums, dx is 0.
     if (!accumulate) {
-      zero(dw, out * in, dtype, stream);
-      zero(dbias, out, dtype, stream);
+      zero(dw, out * in, types.grad, stream);
+      zero(dbias, out, types.grad, stream);
     }
-    zero(dx, batch * in, dtype, stream);
+    zero(dx, batch * in, types.input, stream);
     return;
   }
 
+  // dz in the input type: from our kernel when there is an activation to differentiate or a type to convert
+  // (which then also reduces the bias gradient in the same pass), else dy itself.
   const void* dz = dy;
   bool dbias_done = false;
-  if (act != Activation::kNone) {
+  if (act != Activation::kNone || types.output != types.input) {
+    DDP_CHECK(scratch_dz != nullptr, "linear_backward: scratch_dz is required with an activation or mixed types");
     const void* saved = act == Activation::kRelu ? y : pre_activation;
-    // dz and the bias gradient in one pass over dy.
-    detail::activation_grad_bias(dtype, act, dy, saved, scratch_dz, dbias, accumulate, batch, out, stream);
+    detail::activation_grad_bias(types.output, types.input, types.grad, act, dy, saved, scratch_dz, dbias,
+                                 accumulate, batch, out, stream);
     dz = scratch_dz;
     dbias_done = true;
   } else if (dbias == nullptr) {
     dbias_done = true;
   }
 
-  if (dw != nullptr && in > 0) {
-    // dwᵀ[in, out] (+)= x_cm[in, batch] · op_T(dz_cm[out, batch]); with kNone and overwrite, BGRADB reduces dz
-    // over the batch into dbias in the same kernel.
+  const bool want_dw = dw != nullptr && in > 0;
+  const bool want_dx = dx != nullptr && in > 0;
+  // dw on a second stream while dx runs on this one (both only read dz, x and w).
+  SideStream* side = nullptr;
+  if (want_dw && want_dx && gemm_options().concurrent_backward) {
+    side = &side_stream_for(stream);
+    DDP_CUDA_CHECK(cudaEventRecord(side->fork, stream));
+    DDP_CUDA_CHECK(cudaStreamWaitEvent(side->stream, side->fork, 0));
+  }
+  cudaStream_t dw_stream = side != nullptr ? side->stream : stream;
+
+  if (want_dw) {
+    // dwᵀ[in, out] (+)= x_cm[in, batch] · op_T(dz_cm[out, batch]); with kNone, same types and overwrite, BGRADB
+    // reduces dz over the batch into dbias in the same kernel.
+    const GemmTypes gt{types.input, types.grad};
     bool fused_bias = false;
     if (!dbias_done && !accumulate && alignment_of(dbias) >= 16) {
-      fused_bias = gemm(dtype, math, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dz, out, 0.0f, dw, in,
-                        CUBLASLT_EPILOGUE_BGRADB, dbias, stream);
+      fused_bias = gemm(gt, math, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dz, out, 0.0f, dw, in,
+                        CUBLASLT_EPILOGUE_BGRADB, dbias, dw_stream);
       dbias_done = fused_bias;
     }
     if (!fused_bias) {
-      gemm(dtype, math, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dz, out, accumulate ? 1.0f : 0.0f, dw,
-           in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
+      gemm(gt, math, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dz, out, accumulate ? 1.0f : 0.0f, dw, in,
+           CUBLASLT_EPILOGUE_DEFAULT, nullptr, dw_stream);
     }
   }
   if (!dbias_done) {
-    detail::activation_grad_bias(dtype, Activation::kNone, dz, nullptr, nullptr, dbias, accumulate, batch, out,
-                                 stream);
+    detail::activation_grad_bias(types.output, types.input, types.grad, Activation::kNone, dz, nullptr, nullptr,
+                                 dbias, accumulate, batch, out, stream);
   }
-  if (dx != nullptr && in > 0) {
+  if (want_dx) {
     // dxᵀ[in, batch] = w_cm[in, out] · dz_cm[out, batch]
-    gemm(dtype, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dz, out, 0.0f, dx, in,
-         CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
+    gemm(GemmTypes{types.input, types.input}, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dz, out, 0.0f,
+         dx, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
+  }
+  if (side != nullptr) {
+    DDP_CUDA_CHECK(cudaEventRecord(side->join, side->stream));
+    DDP_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));
   }
 }
 

@@ -11,6 +11,20 @@
 namespace ddp::kernels::cuda {
 namespace {
 
+// The optional bfloat16 copy of the updated parameters: four values as one 8-byte store, or one.
+__device__ __forceinline__ void store_bf16x4(void* copy, std::int64_t v, const float4& p) {
+  if (copy == nullptr) return;
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(p.x, p.y);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(p.z, p.w);
+  uint2 packed;
+  packed.x = *reinterpret_cast<const unsigned int*>(&lo);
+  packed.y = *reinterpret_cast<const unsigned int*>(&hi);
+  reinterpret_cast<uint2*>(copy)[v] = packed;
+}
+__device__ __forceinline__ void store_bf16(void* copy, std::int64_t i, float p) {
+  if (copy != nullptr) static_cast<__nv_bfloat16*>(copy)[i] = __float2bfloat16_rn(p);
+}
+
 struct SgdScalars {
   float lr, momentum, one_minus_dampening, weight_decay;
   bool nesterov, first_step, use_momentum;
@@ -28,7 +42,7 @@ __device__ __forceinline__ float sgd_one(float p, float g, float* buf, const Sgd
 
 // Every array is read and written at the same index only, so no __restrict__ is needed for correctness.
 __global__ void sgd_kernel(float* param, const float* grad, float* buf, std::int64_t n, SgdScalars s,
-                           bool vectorized) {
+                           void* copy, bool vectorized) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   std::int64_t scalar_from = 0;
@@ -48,13 +62,16 @@ __global__ void sgd_kernel(float* param, const float* grad, float* buf, std::int
       p.w = sgd_one(p.w, g.w, &b.w, s);
       p4[v] = p;
       if (s.use_momentum) b4[v] = b;
+      store_bf16x4(copy, v, p);
     }
     scalar_from = n4 * 4;
   }
   for (std::int64_t i = scalar_from + start; i < n; i += stride) {
     float b = (s.use_momentum && !s.first_step) ? buf[i] : 0.0f;
-    param[i] = sgd_one(param[i], grad[i], &b, s);
+    const float p = sgd_one(param[i], grad[i], &b, s);
+    param[i] = p;
     if (s.use_momentum) buf[i] = b;
+    store_bf16(copy, i, p);
   }
 }
 
@@ -78,7 +95,7 @@ __device__ __forceinline__ float adamw_one(float p, float g, float* m, float* v,
 }
 
 __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                             AdamWScalars s, bool vectorized) {
+                             AdamWScalars s, void* copy, bool vectorized) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   std::int64_t scalar_from = 0;
@@ -100,22 +117,28 @@ __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, fl
       p4[i] = p;
       m4[i] = m;
       v4[i] = v;
+      store_bf16x4(copy, i, p);
     }
     scalar_from = n4 * 4;
   }
   for (std::int64_t i = scalar_from + start; i < n; i += stride) {
     float m = exp_avg[i];
     float v = exp_avg_sq[i];
-    param[i] = adamw_one(param[i], grad[i], &m, &v, s);
+    const float p = adamw_one(param[i], grad[i], &m, &v, s);
+    param[i] = p;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
+    store_bf16(copy, i, p);
   }
 }
+
+// The bf16 copy is written four elements (8 bytes) at a time in the vectorized loop.
+bool aligned8(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 7u) == 0; }
 
 }  // namespace
 
 void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int64_t n, const SgdParams& p,
-              StreamHandle stream) {
+              void* param_bf16, StreamHandle stream) {
   if (n <= 0) return;
   SgdScalars s;
   s.lr = static_cast<float>(p.lr);
@@ -127,14 +150,14 @@ void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int6
   s.use_momentum = p.momentum != 0.0;
   DDP_CHECK(!s.use_momentum || momentum_buffer != nullptr, "sgd_step: momentum != 0 needs a momentum buffer");
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) &&
-                          (!s.use_momentum || detail::aligned16(momentum_buffer));
+                          (!s.use_momentum || detail::aligned16(momentum_buffer)) && aligned8(param_bf16);
   sgd_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0, stream>>>(
-      param, grad, momentum_buffer, n, s, vectorized);
+      param, grad, momentum_buffer, n, s, param_bf16, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                const AdamWParams& p, StreamHandle stream) {
+                const AdamWParams& p, void* param_bf16, StreamHandle stream) {
   if (n <= 0) return;
   DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based (the count after this update)");
   const double t = static_cast<double>(p.step);
@@ -150,9 +173,9 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   s.bias_c2_sqrt = static_cast<float>(std::sqrt(bias_c2));
   s.eps = static_cast<float>(p.eps);
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) && detail::aligned16(exp_avg) &&
-                          detail::aligned16(exp_avg_sq);
+                          detail::aligned16(exp_avg_sq) && aligned8(param_bf16);
   adamw_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0, stream>>>(
-      param, grad, exp_avg, exp_avg_sq, n, s, vectorized);
+      param, grad, exp_avg, exp_avg_sq, n, s, param_bf16, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
 

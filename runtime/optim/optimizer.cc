@@ -8,6 +8,16 @@
 
 namespace ddp {
 
+void Optimizer::set_bf16_copy(const Tensor& copy) {
+  if (copy.defined()) {
+    DDP_CHECK(copy.dtype() == DType::kBFloat16 && copy.numel() == store_.total_numel() &&
+                  copy.device() == store_.device(),
+              "Optimizer::set_bf16_copy: need a bfloat16 tensor of " + std::to_string(store_.total_numel()) +
+                  " elements on the store's device, got " + copy.describe());
+  }
+  bf16_copy_ = copy;
+}
+
 Sgd::Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream)
     : Optimizer(store), options_(options) {
   DDP_CHECK(options.lr >= 0.0f, "SGD: learning rate must be >= 0, got " + std::to_string(options.lr));
@@ -30,7 +40,8 @@ void Sgd::step(const Stream& stream) {
   p.nesterov = options_.nesterov;
   p.first_step = steps_ == 0;
   DDP_DISPATCH(store_.device(), sgd_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
-               momentum_.defined() ? momentum_.data<float>() : nullptr, store_.total_numel(), p, stream.handle());
+               momentum_.defined() ? momentum_.data<float>() : nullptr, store_.total_numel(), p, bf16_copy_data(),
+               stream.handle());
   ++steps_;
 }
 
@@ -60,7 +71,8 @@ void AdamW::step(const Stream& stream) {
   p.weight_decay = options_.weight_decay;
   p.step = steps_ + 1;
   DDP_DISPATCH(store_.device(), adamw_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
-               exp_avg_.data<float>(), exp_avg_sq_.data<float>(), store_.total_numel(), p, stream.handle());
+               exp_avg_.data<float>(), exp_avg_sq_.data<float>(), store_.total_numel(), p, bf16_copy_data(),
+               stream.handle());
   ++steps_;
 }
 

@@ -38,8 +38,16 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
   ParameterStore& store() const { return store_; }
 
+  // Mixed precision: every step() also writes bfloat16(updated parameters) into `copy`, a flat bfloat16
+  // tensor laid out as the store (Bf16Weights::flat()), in the same pass over memory instead of a cast pass
+  // of its own. An undefined tensor turns it off.
+  void set_bf16_copy(const Tensor& copy);
+
  protected:
+  void* bf16_copy_data() const { return bf16_copy_.defined() ? bf16_copy_.data_ptr() : nullptr; }
+
   ParameterStore& store_;
+  Tensor bf16_copy_;
   double lr_ = 0.0;  // double, as PyTorch's hyperparameters
   std::int64_t steps_ = 0;
 };

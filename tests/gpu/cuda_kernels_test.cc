@@ -184,9 +184,15 @@ class CudaKernels : public ::testing::Test {
 // ---------------------------------------------------------------------------------------------------------------
 
 struct LinearCase {
-  ScalarType dtype;
+  ScalarType dtype;  // x and w (and dx, dz)
   MathMode math;
   LinearShape shape;
+  // Mixed precision (LinearTypes): y/bias/dy and dw/dbias types; the input type when left unset.
+  ScalarType out = ScalarType::kInt32;
+  ScalarType grad = ScalarType::kInt32;
+  ScalarType out_type() const { return out == ScalarType::kInt32 ? dtype : out; }
+  ScalarType grad_type() const { return grad == ScalarType::kInt32 ? dtype : grad; }
+  LinearTypes types() const { return LinearTypes(dtype, out_type(), grad_type()); }
 };
 
 double linear_tolerance(const LinearCase& c) {
@@ -195,7 +201,11 @@ double linear_tolerance(const LinearCase& c) {
 }
 
 std::string describe(const LinearCase& c, Activation act, bool bias, bool accumulate) {
+  auto name = [](ScalarType t) { return t == ScalarType::kBFloat16 ? "bf16" : "fp32"; };
   return std::string(c.dtype == ScalarType::kBFloat16 ? "bf16" : c.math == MathMode::kTF32 ? "tf32" : "fp32") +
+         (c.out_type() != c.dtype || c.grad_type() != c.dtype
+              ? std::string(" out=") + name(c.out_type()) + " grad=" + name(c.grad_type())
+              : std::string()) +
          " batch=" + std::to_string(c.shape.batch) + " in=" + std::to_string(c.shape.in) +
          " out=" + std::to_string(c.shape.out) + " act=" + act_name(act) + (bias ? " bias" : " no-bias") +
          (accumulate ? " accumulate" : " overwrite");
@@ -210,6 +220,9 @@ std::vector<LinearCase> linear_cases(bool include_large) {
     cases.push_back({ScalarType::kFloat32, MathMode::kFloat32, s});
     cases.push_back({ScalarType::kFloat32, MathMode::kTF32, s});
     cases.push_back({ScalarType::kBFloat16, MathMode::kFloat32, s});
+    // linear_mixed's two shapes: float32 gradients for the FP32 masters, with a bf16 or a float32 output.
+    cases.push_back({ScalarType::kBFloat16, MathMode::kFloat32, s, ScalarType::kBFloat16, ScalarType::kFloat32});
+    cases.push_back({ScalarType::kBFloat16, MathMode::kFloat32, s, ScalarType::kFloat32, ScalarType::kFloat32});
   }
   return cases;
 }
@@ -217,7 +230,8 @@ std::vector<LinearCase> linear_cases(bool include_large) {
 void run_linear_forward_case(const LinearCase& c, Activation act, bool with_bias, cudaStream_t stream) {
   const std::int64_t B = c.shape.batch, I = c.shape.in, O = c.shape.out;
   const std::uint32_t seed = static_cast<std::uint32_t>(B * 7919 + I * 31 + O);
-  TypedBuffer x(c.dtype, B * I), w(c.dtype, O * I), bias(c.dtype, O), y(c.dtype, B * O), pre(c.dtype, B * O);
+  TypedBuffer x(c.dtype, B * I), w(c.dtype, O * I), bias(c.out_type(), O), y(c.out_type(), B * O),
+      pre(c.out_type(), B * O);
   x.set(random_nonzero(B * I, seed + 1));
   // Scale the weights like PyTorch's init so pre-activations stay O(1) and GELU/ReLU see both signs.
   w.set(random_nonzero(O * I, seed + 2, 1.0f / std::sqrt(static_cast<float>(I))));
@@ -225,7 +239,7 @@ void run_linear_forward_case(const LinearCase& c, Activation act, bool with_bias
   y.device.poison();
   pre.device.poison();
   const bool want_pre = act == Activation::kGelu;
-  gpu::linear_forward(c.dtype, c.math, c.shape, x.device.get(), w.device.get(),
+  gpu::linear_forward(c.types(), c.math, c.shape, x.device.get(), w.device.get(),
                       with_bias ? bias.device.get() : nullptr, act, y.device.get(),
                       want_pre ? pre.device.get() : nullptr, stream);
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -251,8 +265,9 @@ void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bia
                               cudaStream_t stream) {
   const std::int64_t B = c.shape.batch, I = c.shape.in, O = c.shape.out;
   const std::uint32_t seed = static_cast<std::uint32_t>(B * 104729 + I * 17 + O * 3);
-  TypedBuffer x(c.dtype, B * I), w(c.dtype, O * I), dy(c.dtype, B * O), y(c.dtype, B * O), pre(c.dtype, B * O);
-  TypedBuffer dx(c.dtype, B * I), dw(c.dtype, O * I), dbias(c.dtype, O), scratch(c.dtype, B * O);
+  TypedBuffer x(c.dtype, B * I), w(c.dtype, O * I), dy(c.out_type(), B * O), y(c.out_type(), B * O),
+      pre(c.out_type(), B * O);
+  TypedBuffer dx(c.dtype, B * I), dw(c.grad_type(), O * I), dbias(c.grad_type(), O), scratch(c.dtype, B * O);
   x.set(random_nonzero(B * I, seed + 1));
   w.set(random_nonzero(O * I, seed + 2, 1.0f / std::sqrt(static_cast<float>(I))));
   dy.set(random_nonzero(B * O, seed + 3));
@@ -273,10 +288,11 @@ void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bia
   scratch.device.poison();
   const std::vector<double> dw0 = dw.host, db0 = dbias.host;
 
-  gpu::linear_backward(c.dtype, c.math, c.shape, dy.device.get(), x.device.get(), w.device.get(), y.device.get(),
+  const bool needs_dz = act != Activation::kNone || c.out_type() != c.dtype;
+  gpu::linear_backward(c.types(), c.math, c.shape, dy.device.get(), x.device.get(), w.device.get(), y.device.get(),
                        pre.device.get(), act, with_dx ? dx.device.get() : nullptr, dw.device.get(),
-                       with_bias ? dbias.device.get() : nullptr, accumulate,
-                       act == Activation::kNone ? nullptr : scratch.device.get(), stream);
+                       with_bias ? dbias.device.get() : nullptr, accumulate, needs_dz ? scratch.device.get() : nullptr,
+                       stream);
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   std::vector<double> dz(B * O);
@@ -311,7 +327,7 @@ void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bia
   if (with_bias) {
     EXPECT_LT(rel_l2(dbias.fetch(), db_ref), tol) << "backward dbias, " << what;
   }
-  if (act != Activation::kNone) {
+  if (needs_dz) {
     EXPECT_LT(rel_l2(scratch.fetch(), dz), tol) << "backward scratch_dz, " << what;
   }
 }
@@ -457,7 +473,7 @@ TEST_F(CudaKernels, LinearAndOptimizerAreGraphCapturable) {
                          dw.device.get(), db.device.get(), false, dz.device.get(), stream_);
     gpu::sum_squares(dw.device.get<float>(), O * I, norm.get<double>(), stream_);
     SgdParams p{0.1f, 0.0f, 0.0f, 0.0f, false, false};
-    gpu::sgd_step(w.device.get<float>(), dw.device.get<float>(), nullptr, O * I, p, stream_);
+    gpu::sgd_step(w.device.get<float>(), dw.device.get<float>(), nullptr, O * I, p, nullptr, stream_);
   };
   reset();
   step();  // warm-up outside capture (lazy handle/workspace creation)
@@ -873,6 +889,15 @@ TEST_F(CudaKernels, RandomMatchesHostCounterRngBitForBit) {
 // Optimizers
 // ---------------------------------------------------------------------------------------------------------------
 
+// The optimizers' bf16 copy must be exactly the round-to-nearest-even of every updated parameter.
+void expect_bf16_copy(const std::vector<float>& params, const std::uint16_t* device_copy, const char* what) {
+  std::vector<std::uint16_t> got(params.size());
+  DDP_CUDA_CHECK(cudaMemcpy(got.data(), device_copy, got.size() * 2, cudaMemcpyDeviceToHost));
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) mismatches += got[i] != bf16_bits(params[i]);
+  EXPECT_EQ(mismatches, 0u) << what << ": bf16 copy differs from the rounded parameters";
+}
+
 TEST_F(CudaKernels, SgdMatchesTorchFormula) {
   const std::int64_t n = 100003;
   const SgdParams configs[] = {
@@ -897,10 +922,15 @@ TEST_F(CudaKernels, SgdMatchesTorchFormula) {
       } else {
         DDP_CUDA_CHECK(cudaMemcpy(buf, bh.data(), n * 4, cudaMemcpyHostToDevice));
       }
-      gpu::sgd_step(param, grad, p.momentum != 0.0f ? buf : nullptr, n, p, stream_);
+      // The bf16 copy of mixed precision, written by the same pass; misaligned too (scalar stores).
+      DeviceBuffer cd((n + 1) * 2);
+      cd.poison();
+      std::uint16_t* copy = cd.get<std::uint16_t>() + misalign;
+      gpu::sgd_step(param, grad, p.momentum != 0.0f ? buf : nullptr, n, p, copy, stream_);
       sync();
       std::vector<float> pg(n), bg(n);
       DDP_CUDA_CHECK(cudaMemcpy(pg.data(), param, n * 4, cudaMemcpyDeviceToHost));
+      expect_bf16_copy(pg, copy, "sgd");
       DDP_CUDA_CHECK(cudaMemcpy(bg.data(), buf, n * 4, cudaMemcpyDeviceToHost));
       std::vector<double> p_ref(n), b_ref(n);
       for (std::int64_t i = 0; i < n; ++i) {
@@ -944,10 +974,14 @@ TEST_F(CudaKernels, AdamWMatchesTorchFormula) {
       DDP_CUDA_CHECK(cudaMemcpy(grad, gh.data(), n * 4, cudaMemcpyHostToDevice));
       DDP_CUDA_CHECK(cudaMemcpy(m, mh.data(), n * 4, cudaMemcpyHostToDevice));
       DDP_CUDA_CHECK(cudaMemcpy(v, vh.data(), n * 4, cudaMemcpyHostToDevice));
-      gpu::adamw_step(param, grad, m, v, n, p, stream_);
+      DeviceBuffer cd((n + 1) * 2);
+      cd.poison();
+      std::uint16_t* copy = cd.get<std::uint16_t>() + misalign;
+      gpu::adamw_step(param, grad, m, v, n, p, copy, stream_);
       sync();
       std::vector<float> pg(n), mg(n), vg(n);
       DDP_CUDA_CHECK(cudaMemcpy(pg.data(), param, n * 4, cudaMemcpyDeviceToHost));
+      expect_bf16_copy(pg, copy, "adamw");
       DDP_CUDA_CHECK(cudaMemcpy(mg.data(), m, n * 4, cudaMemcpyDeviceToHost));
       DDP_CUDA_CHECK(cudaMemcpy(vg.data(), v, n * 4, cudaMemcpyDeviceToHost));
       const double bc1 = 1.0 - std::pow(0.9, static_cast<double>(step));

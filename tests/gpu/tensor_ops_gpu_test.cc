@@ -11,9 +11,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "models/bf16_weights.h"
 #include "models/layers.h"
+#include "ops/cuda/gemm_options.h"
 #include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/allocator.h"
@@ -262,6 +265,94 @@ void mlp_steps(const Stream& s, MathMode math, Bound bound) {
 
 TEST_F(Gpu, MlpTrainingStepFloat32) { mlp_steps(s(), MathMode::kFloat32, kF32); }
 TEST_F(Gpu, MlpTrainingStepTF32) { mlp_steps(s(), MathMode::kTF32, kTF32); }
+
+// Sets GEMM options for one scope and restores the previous ones.
+class GemmOptionsScope {
+ public:
+  explicit GemmOptionsScope(const kernels::cuda::GemmOptions& o) : saved_(kernels::cuda::gemm_options()) {
+    kernels::cuda::set_gemm_options(o);
+  }
+  ~GemmOptionsScope() { kernels::cuda::set_gemm_options(saved_); }
+
+ private:
+  kernels::cuda::GemmOptions saved_;
+};
+
+// With cuBLASLt's candidates timed and the fastest kept, the step still matches the CPU to FP32 precision.
+TEST_F(Gpu, MlpTrainingStepFloat32Autotuned) {
+  kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
+  o.autotune = true;
+  GemmOptionsScope scope(o);
+  mlp_steps(s(), MathMode::kFloat32, kF32);
+}
+
+// dx and dw on two streams is a schedule, not arithmetic: the gradients are bitwise those of one stream.
+TEST_F(Gpu, ConcurrentBackwardGivesTheBitsOfSerialBackward) {
+  const std::vector<std::int64_t> sizes{96, 80, 64, 10};
+  std::vector<std::vector<float>> grads;
+  for (bool concurrent : {false, true}) {
+    kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
+    o.concurrent_backward = concurrent;
+    GemmOptionsScope scope(o);
+    MLP model(sizes, Activation::kRelu, 3, Device::cuda(0), s());
+    ParameterStore& store = model.flatten_parameters(s());
+    Tensor x = Tensor::uniform({48, 96}, -1, 1, 60, 0, Device::cuda(0), s());
+    std::vector<std::int32_t> y(48);
+    for (int i = 0; i < 48; ++i) y[i] = i % 10;
+    model.zero_grad(s());
+    autograd::backward(ops::cross_entropy(model.forward(x, s()), Tensor::from_int32(y, {48}, Device::cuda(0), s()), s()),
+                       s());
+    grads.push_back(store.flat_grads().to_vector<float>(s()));
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < grads[0].size(); ++i) differing += std::memcmp(&grads[0][i], &grads[1][i], 4) != 0;
+  EXPECT_EQ(differing, 0u);
+}
+
+// Mixed precision on both devices: forward_bf16 (bf16 GEMMs, float32 logits and float32 gradients into the
+// masters), SGD refreshing the bf16 copy in its own kernel. GPU and CPU see the same bf16 operands, so they
+// agree to bf16 rounding; the GPU's copy is exactly the rounding of its masters.
+TEST_F(Gpu, MlpBf16MixedPrecisionStepMatchesCpu) {
+  const std::vector<std::int64_t> sizes{64, 48, 32, 10};
+  MLP cpu_model(sizes, Activation::kRelu, 9, Device::cpu(), cpu_stream());
+  MLP gpu_model(sizes, Activation::kRelu, 9, Device::cuda(0), s());
+  ParameterStore& cs = cpu_model.flatten_parameters(cpu_stream(), {5, 4, 3, 2, 1, 0});
+  ParameterStore& gs = gpu_model.flatten_parameters(s(), {5, 4, 3, 2, 1, 0});
+  SgdOptions o{0.05, 0.9, 0.0, 1e-4, true};
+  Sgd copt(cs, o, cpu_stream()), gopt(gs, o, s());
+  Bf16Weights cw(cs, cpu_stream()), gw(gs, s());
+  copt.set_bf16_copy(cw.flat());
+  gopt.set_bf16_copy(gw.flat());
+  int hooks = 0;
+  gs.add_grad_ready_hook([&](std::size_t) { ++hooks; });
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = Tensor::uniform({32, 64}, -1, 1, 70 + step, 0, Device::cpu(), cpu_stream());
+    std::vector<std::int32_t> y(32);
+    for (int i = 0; i < 32; ++i) y[i] = (i * 3 + step) % 10;
+    Tensor yc = Tensor::from_int32(y, {32}, Device::cpu(), cpu_stream());
+    cpu_model.zero_grad(cpu_stream());
+    gpu_model.zero_grad(s());
+    Tensor lc = ops::cross_entropy(forward_bf16(cpu_model, cw, x, cpu_stream()), yc, cpu_stream());
+    Tensor lg = ops::cross_entropy(forward_bf16(gpu_model, gw, x.copy_to(Device::cuda(0), s()), s()),
+                                   yc.copy_to(Device::cuda(0), s()), s());
+    EXPECT_NEAR(lg.to_vector<float>(s())[0], lc.to_vector<float>(cpu_stream())[0], kBF16.atol + kBF16.rtol * 3);
+    autograd::backward(lc, cpu_stream());
+    autograd::backward(lg, s());
+    expect_close(gs.flat_grads().to_vector<float>(s()), cs.flat_grads().to_vector<float>(cpu_stream()), kBF16,
+                 "bf16 flat gradients, step " + std::to_string(step));
+    copt.step(cpu_stream());
+    gopt.step(s());
+    const std::vector<float> rounded = host(gs.flat_params().to_dtype(DType::kBFloat16, s()));
+    const std::vector<float> copy = host(gw.flat());
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < copy.size(); ++i) differing += std::memcmp(&copy[i], &rounded[i], 4) != 0;
+    EXPECT_EQ(differing, 0u) << "GPU bf16 copy vs its rounded masters, step " << step;
+  }
+  expect_close(gs.flat_params().to_vector<float>(s()), cs.flat_params().to_vector<float>(cpu_stream()), kBF16,
+               "bf16 parameters after 3 steps");
+  EXPECT_EQ(hooks, 18);
+}
 
 }  // namespace
 }  // namespace ddp

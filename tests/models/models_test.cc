@@ -2,9 +2,12 @@
 // checks, and a few SGD training steps of an MLP against the same computation in double precision.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include "models/bf16_weights.h"
 #include "models/layers.h"
 #include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
@@ -192,6 +195,64 @@ TEST(Models, MlpTrainingMatchesDoublePrecision) {
       for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], ref[k].w[i], 2e-5) << "layer " << k;
       for (std::size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(b[i], ref[k].b[i], 2e-5) << "layer " << k;
     }
+  }
+}
+
+// Mixed precision as step_bench and train_mlp's users run it: forward_bf16 (bf16 GEMMs, float32 logits, float32
+// gradients written into the masters), the optimizer refreshing the bf16 copy in its own pass. Against the double
+// reference the steps agree to bf16 precision; the copy equals the rounded masters bit for bit after every step;
+// every master's grad-ready hook (what DDP's reducer listens to) fires once per backward.
+TEST(Models, Bf16MixedPrecisionStepsTrackDoublePrecision) {
+  const std::vector<std::int64_t> sizes{6, 8, 5, 3};
+  const int batch = 4;
+  MLP model(sizes, Activation::kRelu, 42);
+  ParameterStore& store = model.flatten_parameters(S(), {5, 4, 3, 2, 1, 0});
+  Sgd sgd(store, SgdOptions{0.1, 0.9, 0.0, 1e-3, false}, S());
+  Bf16Weights weights(store, S());
+  sgd.set_bf16_copy(weights.flat());
+  int hooks_fired = 0;
+  store.add_grad_ready_hook([&](std::size_t) { ++hooks_fired; });
+
+  std::vector<RefLayer> ref;
+  std::vector<std::vector<double>> mw, mb;
+  const NamedTensors params = model.named_parameters();
+  for (std::size_t k = 0; k + 1 < sizes.size(); ++k) {
+    RefLayer l{static_cast<int>(sizes[k]), static_cast<int>(sizes[k + 1]), {}, {}};
+    for (float v : params[2 * k].second.to_vector<float>(S())) l.w.push_back(v);
+    for (float v : params[2 * k + 1].second.to_vector<float>(S())) l.b.push_back(v);
+    mw.emplace_back(l.w.size(), 0.0);
+    mb.emplace_back(l.b.size(), 0.0);
+    ref.push_back(l);
+  }
+  const int steps = 4;
+  for (int step = 0; step < steps; ++step) {
+    Tensor x = Tensor::uniform({batch, 6}, -2.0f, 2.0f, 100 + step, 0, Device::cpu(), S());
+    std::vector<int> y{step % 3, 1, 2, 0};
+    Tensor labels = Tensor::from_int32({y[0], y[1], y[2], y[3]}, {batch}, Device::cpu(), S());
+    model.zero_grad(S());
+    Tensor logits = forward_bf16(model, weights, x, S());
+    ASSERT_EQ(logits.dtype(), DType::kFloat32);
+    Tensor loss = ops::cross_entropy(logits, labels, S());
+    const float loss_value = loss.to_vector<float>(S())[0];
+    autograd::backward(loss, S());
+    sgd.step(S());
+    const double ref_loss = ref_step(ref, mw, mb, x.to_vector<float>(S()), y, batch, Activation::kRelu, 0.1, 0.9,
+                                     1e-3, step == 0);
+    // bf16 operands: ~2^-9 relative per rounding, a handful of roundings deep.
+    EXPECT_NEAR(loss_value, ref_loss, 2e-2 * std::max(1.0, std::abs(ref_loss))) << "step " << step;
+
+    const Tensor rounded = store.flat_params().to_dtype(DType::kBFloat16, S());
+    const auto* want = static_cast<const std::uint16_t*>(rounded.data_ptr());
+    const auto* got = static_cast<const std::uint16_t*>(weights.flat().data_ptr());
+    for (std::int64_t i = 0; i < store.total_numel(); ++i)
+      ASSERT_EQ(got[i], want[i]) << "bf16 copy element " << i << " after step " << step;
+  }
+  EXPECT_EQ(hooks_fired, steps * static_cast<int>(params.size()));
+  for (std::size_t k = 0; k < ref.size(); ++k) {
+    std::vector<float> w = params[2 * k].second.to_vector<float>(S());
+    std::vector<float> b = params[2 * k + 1].second.to_vector<float>(S());
+    for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], ref[k].w[i], 1e-2) << "layer " << k;
+    for (std::size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(b[i], ref[k].b[i], 1e-2) << "layer " << k;
   }
 }
 

@@ -146,6 +146,79 @@ TEST(Linear, Bfloat16MatchesFloat32WithinBf16Precision) {
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(c[i], a[i], 0.03 + 0.01 * std::abs(a[i]));
 }
 
+double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    num += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// linear_mixed (bf16 GEMMs, float32 master weights): the forward is the float32 linear of the bf16-rounded
+// operands; the float32 masters receive float32 gradients, those of the same computation up to dz being rounded
+// to bf16 (what the GEMMs read), and the bf16 copies receive none.
+TEST(LinearMixed, Float32MastersGetTheGradientsOfTheRoundedComputation) {
+  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu}) {
+    const std::int64_t B = 5, I = 12, O = 7;
+    Tensor x = Tensor::uniform({B, I}, -1.0f, 1.0f, 60, 0, Device::cpu(), S());
+    Tensor w = leaf({O, I}, 61), b = leaf({O}, 62);  // the float32 masters
+    const Tensor x_bf = x.to_dtype(DType::kBFloat16, S());
+    const Tensor w_bf = w.to_dtype(DType::kBFloat16, S()), b_bf = b.to_dtype(DType::kBFloat16, S());
+    Tensor t = target_like({B, O});
+
+    autograd::zero_grad({w, b});
+    Tensor y = ops::linear_mixed(x_bf, w, w_bf, b, b_bf, act, DType::kFloat32, S());
+    ASSERT_EQ(y.dtype(), DType::kFloat32);
+    autograd::backward(ops::mse_loss(y, t, S()), S());
+
+    // Reference: float32 linear over the rounded values (bias: the float32 master, as for a float32 output).
+    Tensor xr = x_bf.to_dtype(DType::kFloat32, S());
+    Tensor wr = w_bf.to_dtype(DType::kFloat32, S());
+    Tensor br = b.clone(S());
+    wr.set_requires_grad(true);
+    br.set_requires_grad(true);
+    Tensor yr = ops::linear(xr, wr, br, act, S());
+    autograd::backward(ops::mse_loss(yr, t, S()), S());
+
+    const char* name = act == Activation::kNone ? "none" : act == Activation::kRelu ? "relu" : "gelu";
+    EXPECT_LT(rel_l2(y.to_vector<float>(S()), yr.to_vector<float>(S())), 1e-6) << name;
+    ASSERT_TRUE(w.grad().defined() && b.grad().defined()) << name;
+    EXPECT_EQ(w.grad().dtype(), DType::kFloat32);
+    EXPECT_FALSE(w_bf.grad().defined()) << "the bf16 copy must not receive a gradient";
+    EXPECT_LT(rel_l2(w.grad().to_vector<float>(S()), wr.grad().to_vector<float>(S())), 1e-2) << name;
+    EXPECT_LT(rel_l2(b.grad().to_vector<float>(S()), br.grad().to_vector<float>(S())), 1e-2) << name;
+
+    // A bfloat16 output adds the bf16 bias copy and rounds y once.
+    autograd::NoGradGuard guard;
+    Tensor yh = ops::linear_mixed(x_bf, w, w_bf, b, b_bf, act, DType::kBFloat16, S());
+    ASSERT_EQ(yh.dtype(), DType::kBFloat16);
+    Tensor yh_ref = ops::linear(x_bf, w_bf, b_bf, act, S());
+    EXPECT_EQ(rel_l2(yh.to_dtype(DType::kFloat32, S()).to_vector<float>(S()),
+                     yh_ref.to_dtype(DType::kFloat32, S()).to_vector<float>(S())),
+              0.0)
+        << name;
+  }
+}
+
+TEST(LinearMixed, RefusesWrongTypes) {
+  Tensor x = Tensor::zeros({2, 4}, DType::kBFloat16, Device::cpu(), S());
+  Tensor w = Tensor::zeros({3, 4}, DType::kFloat32, Device::cpu(), S());
+  Tensor w_bf = Tensor::zeros({3, 4}, DType::kBFloat16, Device::cpu(), S());
+  // The master must be float32, the copy bfloat16, x bfloat16.
+  EXPECT_THROW(ops::linear_mixed(x, w_bf, w_bf, Tensor(), Tensor(), Activation::kNone, DType::kFloat32, S()), Error);
+  EXPECT_THROW(ops::linear_mixed(x.to_dtype(DType::kFloat32, S()), w, w_bf, Tensor(), Tensor(), Activation::kNone,
+                                 DType::kFloat32, S()),
+               Error);
+  EXPECT_THROW(ops::linear_mixed(x, w, Tensor::zeros({4, 3}, DType::kBFloat16, Device::cpu(), S()), Tensor(),
+                                 Tensor(), Activation::kNone, DType::kFloat32, S()),
+               Error);
+  // A master bias without its copy.
+  EXPECT_THROW(ops::linear_mixed(x, w, w_bf, Tensor::zeros({3}, DType::kFloat32, Device::cpu(), S()), Tensor(),
+                                 Activation::kNone, DType::kFloat32, S()),
+               Error);
+}
+
 TEST(Linear, ShapeErrorsNameTheShapes) {
   Tensor x = Tensor::zeros({2, 783}, DType::kFloat32, Device::cpu(), S());
   Tensor w = Tensor::zeros({10, 784}, DType::kFloat32, Device::cpu(), S());

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "runtime/core/check.h"
@@ -101,6 +103,37 @@ TEST(AdamW, MatchesTorchFormula) {
   const std::vector<float> exp_avg = adam.state()[0].second.to_vector<float>(S());
   EXPECT_NEAR(exp_avg[f.store.slot(1).offset], m[2], 1e-6);
   EXPECT_NEAR(exp_avg[f.store.slot(0).offset], m[0], 1e-6);
+}
+
+// Mixed precision: the step writes bfloat16(updated parameter) into the attached copy, bit for bit what a
+// separate cast of the parameters gives, for both optimizers and every step.
+TEST(Optimizer, Bf16CopyIsTheRoundedParametersAfterEveryStep) {
+  for (int which = 0; which < 2; ++which) {
+    Fixture f;
+    std::unique_ptr<Optimizer> opt;
+    if (which == 0) {
+      opt = std::make_unique<Sgd>(f.store, SgdOptions{0.1, 0.9, 0.0, 0.01, false}, S());
+    } else {
+      opt = std::make_unique<AdamW>(f.store, AdamWOptions{}, S());
+    }
+    const std::int64_t n = f.store.total_numel();
+    Tensor copy = Tensor::full({n}, 7.0, DType::kBFloat16, Device::cpu(), S());
+    opt->set_bf16_copy(copy);
+    for (int step = 0; step < 3; ++step) {
+      f.set_grads(step);
+      opt->step(S());
+      const Tensor expected = f.store.flat_params().to_dtype(DType::kBFloat16, S());
+      const auto* got_bits = static_cast<const std::uint16_t*>(copy.data_ptr());
+      const auto* want_bits = static_cast<const std::uint16_t*>(expected.data_ptr());
+      for (std::int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(got_bits[i], want_bits[i]) << (which == 0 ? "sgd" : "adamw") << " step " << step << " element " << i;
+    }
+  }
+  Fixture f;
+  Sgd sgd(f.store, {0.1, 0.0, 0.0, 0.0, false}, S());
+  EXPECT_THROW(sgd.set_bf16_copy(Tensor::zeros({f.store.total_numel()}, DType::kFloat32, Device::cpu(), S())), Error);
+  EXPECT_THROW(sgd.set_bf16_copy(Tensor::zeros({f.store.total_numel() + 1}, DType::kBFloat16, Device::cpu(), S())),
+               Error);
 }
 
 TEST(LrSchedule, ConstantAndCosineWithWarmup) {

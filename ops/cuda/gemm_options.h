@@ -1,0 +1,33 @@
+// How the GPU Linear chooses and schedules its cuBLASLt GEMMs. Process-wide settings, read from the
+// environment on first use and settable from code.
+//
+// Why these are switches and not fixed choices:
+//   * autotune: cuBLASLt's first heuristic is deterministic but not always the fastest kernel, most of all for
+//     small batches where few output tiles cannot fill 132 SMs and split-K or smaller tiles win. Timing the top
+//     candidates (the idea of torch.backends.cudnn.benchmark) finds the fastest, but which one wins can change
+//     from run to run with noise, and different algorithms round differently: results stay correct but are no
+//     longer bitwise repeatable across runs. So it is opt-in.
+//   * concurrent backward: a Linear's dx and dw GEMMs are independent; on two streams they fill the GPU
+//     together when either alone would leave SMs idle (small batches). The arithmetic is unchanged (each GEMM
+//     is the same call), so it is on by default; off is for debugging with a strictly serial stream.
+#pragma once
+
+namespace ddp::kernels::cuda {
+
+struct GemmOptions {
+  // DDP_GEMM_AUTOTUNE=1: on the first call of each GEMM configuration outside CUDA-graph capture, time up to
+  // 16 of cuBLASLt's candidates on scratch outputs and keep the fastest (costs milliseconds per shape once).
+  bool autotune = false;
+  // DDP_GEMM_CONCURRENT_BACKWARD=0 turns it off: dw on a second stream, forked from and joined back into the
+  // caller's stream with events (also inside CUDA-graph capture).
+  bool concurrent_backward = true;
+  // DDP_GEMM_LOG=1: one line on stderr per new GEMM configuration: shape, types, epilogue, the algorithm kept
+  // and, with autotune, the time of cuBLASLt's first choice against the fastest.
+  bool log = false;
+};
+
+GemmOptions gemm_options();
+// Applies to GEMM configurations seen from now on (plans already built keep their algorithm).
+void set_gemm_options(const GemmOptions& options);
+
+}  // namespace ddp::kernels::cuda
