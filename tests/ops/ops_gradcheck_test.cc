@@ -219,6 +219,92 @@ TEST(LinearMixed, RefusesWrongTypes) {
                Error);
 }
 
+// out = a + b, an op of this test only (the runtime has no add), to give a tensor two consumers.
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = a.clone(S());
+  float* o = out.data<float>();
+  const float* bp = b.data<float>();
+  for (std::int64_t i = 0; i < out.numel(); ++i) o[i] += bp[i];
+  if (autograd::should_record({&a, &b})) {
+    autograd::record("test_add", {a, b}, {out}, [a, b, out](const Stream& s) {
+      Tensor g = autograd::grad_of(out);
+      for (const Tensor* t : {&a, &b}) {
+        autograd::GradTarget target = autograd::grad_target(*t, s);
+        if (!target.grad.defined()) continue;
+        float* d = target.grad.data<float>();
+        const float* gp = g.data<float>();
+        for (std::int64_t i = 0; i < g.numel(); ++i) d[i] = target.accumulate ? d[i] + gp[i] : gp[i];
+      }
+    });
+  }
+  return out;
+}
+
+// ReLU fusion across layers (ops/linear.cc): y1 = relu(x·W1ᵀ + b1) feeds one Linear (its backward gates dx by
+// the ReLU and the first layer skips its derivative) or two Linears whose outputs are added (no gating: both
+// gradients must be summed before the ReLU's derivative). Gradients against the same network in double.
+TEST(Linear, ReluOutputGradientsWithOneAndTwoConsumers) {
+  const std::int64_t B = 6, I = 5, H = 7, O = 3;
+  for (int consumers : {1, 2}) {
+    Tensor x = leaf({B, I}, 70), w1 = leaf({H, I}, 71), b1 = leaf({H}, 72);
+    Tensor w2 = leaf({O, H}, 73), b2 = leaf({O}, 74), w3 = leaf({O, H}, 75), b3 = leaf({O}, 76);
+    Tensor t = target_like({B, O});
+    autograd::zero_grad({x, w1, b1, w2, b2, w3, b3});
+    Tensor y1 = ops::linear(x, w1, b1, Activation::kRelu, S());
+    Tensor out = ops::linear(y1, w2, b2, Activation::kNone, S());
+    if (consumers == 2) out = add(out, ops::linear(y1, w3, b3, Activation::kNone, S()));
+    autograd::backward(ops::mse_loss(out, t, S()), S());
+
+    // The reference in double.
+    auto v = [](const Tensor& tensor) {
+      std::vector<float> f = tensor.to_vector<float>(S());
+      return std::vector<double>(f.begin(), f.end());
+    };
+    const auto X = v(x), W1 = v(w1), B1 = v(b1), W2 = v(w2), B2 = v(b2), W3 = v(w3), B3 = v(b3), T = v(t);
+    std::vector<double> z1(B * H), Y1(B * H), Out(B * O, 0.0);
+    for (std::int64_t r = 0; r < B; ++r)
+      for (std::int64_t h = 0; h < H; ++h) {
+        double s = B1[h];
+        for (std::int64_t i = 0; i < I; ++i) s += X[r * I + i] * W1[h * I + i];
+        z1[r * H + h] = s;
+        Y1[r * H + h] = s > 0 ? s : 0;
+      }
+    for (std::int64_t r = 0; r < B; ++r)
+      for (std::int64_t o = 0; o < O; ++o) {
+        double s = B2[o] + (consumers == 2 ? B3[o] : 0.0);
+        for (std::int64_t h = 0; h < H; ++h)
+          s += Y1[r * H + h] * (W2[o * H + h] + (consumers == 2 ? W3[o * H + h] : 0.0));
+        Out[r * O + o] = s;
+      }
+    std::vector<double> dOut(B * O), dY1(B * H, 0.0), dW1(H * I, 0.0), dB1(H, 0.0), dW2(O * H, 0.0), dB2(O, 0.0);
+    for (std::int64_t i = 0; i < B * O; ++i) dOut[i] = 2.0 * (Out[i] - T[i]) / static_cast<double>(B * O);
+    for (std::int64_t r = 0; r < B; ++r)
+      for (std::int64_t o = 0; o < O; ++o) {
+        dB2[o] += dOut[r * O + o];
+        for (std::int64_t h = 0; h < H; ++h) {
+          dW2[o * H + h] += dOut[r * O + o] * Y1[r * H + h];
+          dY1[r * H + h] += dOut[r * O + o] * (W2[o * H + h] + (consumers == 2 ? W3[o * H + h] : 0.0));
+        }
+      }
+    for (std::int64_t r = 0; r < B; ++r)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const double dz = z1[r * H + h] > 0 ? dY1[r * H + h] : 0.0;
+        dB1[h] += dz;
+        for (std::int64_t i = 0; i < I; ++i) dW1[h * I + i] += dz * X[r * I + i];
+      }
+    auto expect = [&](const Tensor& got, const std::vector<double>& want, const char* what) {
+      const std::vector<float> g = got.to_vector<float>(S());
+      ASSERT_EQ(g.size(), want.size()) << what;
+      for (std::size_t i = 0; i < g.size(); ++i)
+        EXPECT_NEAR(g[i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << what << "[" << i << "], consumers " << consumers;
+    };
+    expect(w1.grad(), dW1, "dW1");
+    expect(b1.grad(), dB1, "db1");
+    expect(w2.grad(), dW2, "dW2");
+    expect(b2.grad(), dB2, "db2");
+  }
+}
+
 TEST(Linear, ShapeErrorsNameTheShapes) {
   Tensor x = Tensor::zeros({2, 783}, DType::kFloat32, Device::cpu(), S());
   Tensor w = Tensor::zeros({10, 784}, DType::kFloat32, Device::cpu(), S());
