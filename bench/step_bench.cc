@@ -134,13 +134,13 @@ double time_gemms_alone(const Args& a, const std::vector<std::int64_t>& sizes, c
   auto gemms = [&] {
     for (Layer& L : layers)
       kernels::cuda::linear_forward(L.forward_types, math, L.shape, L.x.data_ptr(), L.w.data_ptr(), nullptr,
-                                    kernels::Activation::kNone, L.y.data_ptr(), nullptr, nullptr, stream.handle());
+                                    kernels::Activation::kNone, L.y.data_ptr(), nullptr, stream.handle());
     for (std::size_t l = n; l-- > 0;) {
       Layer& L = layers[l];
       kernels::cuda::linear_backward(L.backward_types, math, L.shape, L.dy.data_ptr(), L.x.data_ptr(),
                                      L.w.data_ptr(), nullptr, nullptr, kernels::Activation::kNone,
                                      L.dx.defined() ? L.dx.data_ptr() : nullptr, L.dw.data_ptr(), nullptr, false,
-                                     nullptr, false, nullptr, stream.handle());
+                                     nullptr, stream.handle());
     }
   };
   for (int i = 0; i < std::max(a.warmup, 2); ++i) gemms();

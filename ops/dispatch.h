@@ -17,15 +17,3 @@
       ::ddp::kernels::cpu::fn(__VA_ARGS__);                     \
     }                                                           \
   } while (0)
-
-// DDP_DISPATCH_RESULT(result, device, fn, args...): as DDP_DISPATCH, assigning fn's return value to `result`.
-#define DDP_DISPATCH_RESULT(result, device, fn, ...)            \
-  do {                                                          \
-    const ::ddp::Device& ddp_dispatch_device_ = (device);       \
-    if (ddp_dispatch_device_.is_cuda()) {                       \
-      ::ddp::CudaDeviceGuard ddp_dispatch_guard_(ddp_dispatch_device_); \
-      (result) = ::ddp::kernels::cuda::fn(__VA_ARGS__);         \
-    } else {                                                    \
-      (result) = ::ddp::kernels::cpu::fn(__VA_ARGS__);          \
-    }                                                           \
-  } while (0)

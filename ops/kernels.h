@@ -46,11 +46,6 @@ struct LinearShape {
   std::int64_t out;    // features out
 };
 
-// Bytes of the ReLU bit mask a linear_forward may write for a [batch, out] output: one bit per element, rows of
-// `out` bits rounded up to 128 (cuBLASLt's layout for its ReLU epilogues). Its bit order is the implementation's
-// own: a mask is only ever read back by linear_backward of the implementation that wrote it.
-inline std::int64_t relu_mask_bytes(const LinearShape& s) { return s.batch * ((s.out + 127) / 128) * 16; }
-
 // Hyperparameters are double, as PyTorch's (Python floats): derived constants such as 1 − β₂ are formed in
 // double before they are rounded to float, so the update matches torch.optim to float rounding.
 struct SgdParams {

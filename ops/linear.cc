@@ -1,10 +1,5 @@
 // linear() and linear_mixed(): forward through kernels::linear_forward, backward through one
 // kernels::linear_backward call that writes dw/db straight into the parameters' gradient views.
-//
-// ReLU fusion across layers: a Linear with a fused ReLU marks its output as a ReLU output (with the kernel's bit
-// mask, where it wrote one). The next Linear's backward, when it is that output's only consumer, gates its dx
-// by the ReLU (on the GPU inside the dx GEMM) and says so (grad_through_relu); this layer's backward then has
-// no ReLU derivative to apply: no elementwise pass, no dz buffer, and its bias gradient comes from its dw GEMM.
 #include "ops/linear.h"
 
 #include "ops/dispatch.h"
@@ -26,27 +21,16 @@ Tensor linear_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const T
   Tensor y = Tensor::empty({shape.batch, out}, out_dtype, device, stream);
   // GELU's backward needs x·wᵀ+b; ReLU's is computed from y.
   Tensor pre = act == Activation::kGelu ? Tensor::empty({shape.batch, out}, out_dtype, device, stream) : Tensor();
-  const bool record = autograd::should_record({&x, &w_target, &b_target});
-  // The ReLU mask for the next layer's backward: only the GPU writes one (the CPU tests x > 0 directly).
-  Tensor mask = record && act == Activation::kRelu && device.is_cuda()
-                    ? Tensor::empty({kernels::relu_mask_bytes(shape) / 4}, DType::kInt32, device, stream)
-                    : Tensor();
-  bool mask_written = false;
-  DDP_DISPATCH_RESULT(mask_written, device, linear_forward, types, math, shape, x.data_ptr(), w.data_ptr(),
-                      bias.defined() ? bias.data_ptr() : nullptr, act, y.data_ptr(),
-                      pre.defined() ? pre.data_ptr() : nullptr, mask.defined() ? mask.data_ptr() : nullptr,
-                      stream.handle());
+  DDP_DISPATCH(device, linear_forward, types, math, shape, x.data_ptr(), w.data_ptr(),
+               bias.defined() ? bias.data_ptr() : nullptr, act, y.data_ptr(),
+               pre.defined() ? pre.data_ptr() : nullptr, stream.handle());
 
-  if (record) {
+  if (autograd::should_record({&x, &w_target, &b_target})) {
     autograd::record(
         "linear", {x, w_target, b_target}, {y},
         [x, w, w_target, b_target, y, pre, act, math, shape, types, device](const Stream& s) {
           Tensor dy = autograd::grad_of(y);
           if (!dy.defined()) return;
-          // The gradient may already have passed our ReLU (the next layer gated it): nothing left to apply.
-          const Activation act_here = act == Activation::kRelu && y.autograd_meta().grad_through_relu
-                                          ? Activation::kNone
-                                          : act;
           autograd::GradTarget gx = autograd::grad_target(x, s);
           autograd::GradTarget gw = autograd::grad_target(w_target, s);
           autograd::GradTarget gb = autograd::grad_target(b_target, s);
@@ -66,31 +50,20 @@ Tensor linear_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const T
             dx_out = gx.accumulate ? Tensor::empty(x.shape(), types.input, device, s) : gx.grad;
           }
           // dz (input type) when there is an activation to differentiate or dy to convert.
-          Tensor scratch = act_here != Activation::kNone || types.output != types.input
+          Tensor scratch = act != Activation::kNone || types.output != types.input
                                ? Tensor::empty({shape.batch, shape.out}, types.input, device, s)
                                : Tensor();
-          // Gate dx by the previous layer's ReLU when x is a ReLU output whose only consumer we are (nobody
-          // else adds to its gradient) and dx is written fresh.
-          AutogradMeta* xm = gx.grad.defined() ? &x.autograd_meta() : nullptr;
-          const bool through_relu = xm != nullptr && xm->relu_output && xm->consumers == 1 && !gx.accumulate;
-          const void* x_mask = through_relu && xm->relu_mask ? Tensor(xm->relu_mask).data_ptr() : nullptr;
           DDP_DISPATCH(device, linear_backward, types, math, shape, dy.data_ptr(), x.data_ptr(), w.data_ptr(),
-                       y.data_ptr(), pre.defined() ? pre.data_ptr() : nullptr, act_here,
+                       y.data_ptr(), pre.defined() ? pre.data_ptr() : nullptr, act,
                        dx_out.defined() ? dx_out.data_ptr() : nullptr,
                        gw.grad.defined() ? gw.grad.data_ptr() : nullptr,
                        gb.grad.defined() ? gb.grad.data_ptr() : nullptr, accumulate,
-                       scratch.defined() ? scratch.data_ptr() : nullptr, through_relu, x_mask, s.handle());
-          if (through_relu) xm->grad_through_relu = true;
+                       scratch.defined() ? scratch.data_ptr() : nullptr, s.handle());
           if (gx.grad.defined() && gx.accumulate) {
             DDP_DISPATCH(device, axpby, dx_out.data<float>(), gx.grad.data<float>(), dx_out.numel(), 1.0f, 1.0f,
                          s.handle());
           }
         });
-    if (act == Activation::kRelu) {
-      AutogradMeta& ym = y.autograd_meta();
-      ym.relu_output = true;
-      if (mask_written) ym.relu_mask = mask.impl();
-    }
   }
   return y;
 }

@@ -48,13 +48,6 @@ void check_types(const char* op, const LinearTypes& t) {
                               "input only)");
 }
 
-// dx_through_relu: the gradient passes the previous layer's ReLU, whose output is x (as torch's
-// threshold_backward: zero where x <= 0).
-void relu_gate(const float* x, std::int64_t n, float* dx) {
-  for (std::int64_t i = 0; i < n; ++i)
-    if (!(x[i] > 0.0f)) dx[i] = 0.0f;
-}
-
 // Where to compute an output of `dtype` in float: the output itself when it is float32, else scratch `slot`.
 float* output_floats(ScalarType dtype, void* out, std::int64_t n, int slot) {
   if (dtype == ScalarType::kFloat32) return static_cast<float*>(out);
@@ -144,11 +137,8 @@ void linear_backward_f32(const LinearShape& s, const float* dz, const float* x, 
 
 }  // namespace
 
-// The CPU writes no ReLU mask (returns false): its backward tests x > 0 directly, which costs no more than
-// reading a mask would.
-bool linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* x, const void* w,
-                    const void* bias, Activation act, void* y, void* pre_activation, void* /*relu_mask*/,
-                    StreamHandle /*stream*/) {
+void linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* x, const void* w,
+                    const void* bias, Activation act, void* y, void* pre_activation, StreamHandle /*stream*/) {
   check_shape("linear_forward", shape);
   check_types("linear_forward", types);
   const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
@@ -156,7 +146,7 @@ bool linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& sha
     linear_forward_f32(shape, static_cast<const float*>(x), static_cast<const float*>(w),
                        static_cast<const float*>(bias), act, static_cast<float*>(y),
                        static_cast<float*>(pre_activation));
-    return false;
+    return;
   }
   // bf16 input: widen, compute in float, store each output once in its own type.
   const float* xf = widen(types.input, x, B * I, 0);
@@ -167,13 +157,11 @@ bool linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& sha
   linear_forward_f32(shape, xf, wf, bf, act, yf, pf);
   store(types.output, yf, B * O, y);
   if (pf != nullptr) store(types.output, pf, B * O, pre_activation);
-  return false;
 }
 
 void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* dy, const void* x,
                      const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
-                     void* dbias, bool accumulate, void* scratch_dz, bool dx_through_relu,
-                     const void* /*x_relu_mask*/, StreamHandle /*stream*/) {
+                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle /*stream*/) {
   check_shape("linear_backward", shape);
   check_types("linear_backward", types);
   const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
@@ -183,7 +171,6 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
                                       static_cast<const float*>(pre_activation), static_cast<float*>(scratch_dz));
     linear_backward_f32(shape, dz, static_cast<const float*>(x), static_cast<const float*>(w),
                         static_cast<float*>(dx), static_cast<float*>(dw), static_cast<float*>(dbias), accumulate);
-    if (dx_through_relu && dx != nullptr) relu_gate(static_cast<const float*>(x), B * I, static_cast<float*>(dx));
     return;
   }
   // bf16 input: widen everything, compute in float, round each output once to its type (accumulation happens
@@ -217,7 +204,6 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
     }
   }
   linear_backward_f32(shape, dzf, xf, wf, dxf, dwf, dbf, accumulate);
-  if (dx_through_relu && dxf != nullptr) relu_gate(xf, B * I, dxf);
   if (dxf != nullptr) narrow(dxf, B * I, static_cast<std::uint16_t*>(dx));
   if (dwf != nullptr) store(types.grad, dwf, O * I, dw);
   if (dbf != nullptr) store(types.grad, dbf, O, dbias);

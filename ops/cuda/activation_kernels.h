@@ -24,7 +24,4 @@ void activation_grad_bias(ScalarType dy_type, ScalarType dz_type, ScalarType bia
                           const void* dy, const void* saved, void* dz, void* dbias, bool accumulate,
                           std::int64_t rows, std::int64_t cols, cudaStream_t stream);
 
-// dx[i] = 0 where !(x[i] > 0) (as torch's threshold_backward), in place, over n elements of `dtype`.
-void relu_gate(ScalarType dtype, const void* x, void* dx, std::int64_t n, cudaStream_t stream);
-
 }  // namespace ddp::kernels::cuda::detail

@@ -184,13 +184,6 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
   }
 }
 
-template <typename T>
-__global__ void relu_gate_kernel(const T* __restrict__ x, T* dx, std::int64_t n) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    if (!(to_float(x[i]) > 0.0f)) dx[i] = from_float<T>(0.0f);
-}
-
 void check_float_type(ScalarType dtype, const char* what) {
   DDP_CHECK(dtype == ScalarType::kFloat32 || dtype == ScalarType::kBFloat16,
             std::string(what) + ": dtype must be float32 or bfloat16");
@@ -240,19 +233,6 @@ void activation_grad_bias(ScalarType dy_type, ScalarType dz_type, ScalarType bia
   if (f_dy && !f_dz && !f_b) return run(F{}, B{}, B{});
   throw Error("activation_grad_bias: unsupported type combination (a float32 dz from a bfloat16 dy)", __FILE__,
               __LINE__);
-}
-
-void relu_gate(ScalarType dtype, const void* x, void* dx, std::int64_t n, cudaStream_t stream) {
-  check_float_type(dtype, "relu_gate");
-  if (n <= 0) return;
-  if (dtype == ScalarType::kFloat32) {
-    relu_gate_kernel<float><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(x),
-                                                                     static_cast<float*>(dx), n);
-  } else {
-    relu_gate_kernel<__nv_bfloat16><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(dx), n);
-  }
-  DDP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace detail

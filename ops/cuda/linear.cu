@@ -23,10 +23,6 @@
 //   * Mixed precision (LinearTypes): bf16 x and w may produce a float32 y (the logits, no cast pass) and write
 //     float32 dw/dbias (the FP32 master weights' gradient slots, no bf16 weight gradient and no cast pass);
 //     cuBLASLt takes bf16 A/B with float32 C/D directly, and the bias (gradient) then has D's type.
-//   * ReLU across layers: a ReLU forward writes cuBLASLt's bit mask of y > 0 (RELU_AUX epilogues) and the next
-//     layer's dx GEMM applies it (DRELU epilogue), so the gradient leaves that GEMM already w.r.t. the ReLU's
-//     input and the ReLU layer's backward has no elementwise pass (ops/linear.cc decides when that is valid).
-//     Where an epilogue is not offered for a shape, the mask is not written, or dx is gated by x > 0 in a pass.
 //   * Algorithm choice and scheduling follow GemmOptions (gemm_options.h): cuBLASLt's first heuristic or, with
 //     autotune, the fastest of its candidates timed once per configuration; dx and dw of one backward on two
 //     streams so that small GEMMs fill the GPU together.
@@ -105,15 +101,13 @@ struct GemmKey {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t lda = 0, ldb = 0, ldc = 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0, align_aux = 0;
-  std::int64_t aux_ld = 0;  // ReLU bit mask: leading dimension in bits
+  std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
 
   bool operator==(const GemmKey& o) const {
     return device == o.device && ab_type == o.ab_type && cd_type == o.cd_type && compute == o.compute &&
            transa == o.transa && transb == o.transb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
            ldb == o.ldb && ldc == o.ldc && epilogue == o.epilogue && align_a == o.align_a &&
-           align_b == o.align_b && align_c == o.align_c && align_bias == o.align_bias &&
-           align_aux == o.align_aux && aux_ld == o.aux_ld;
+           align_b == o.align_b && align_c == o.align_c && align_bias == o.align_bias;
   }
 };
 
@@ -134,7 +128,6 @@ struct GemmKeyHash {
     mix(static_cast<std::uint64_t>(k.epilogue));
     mix((static_cast<std::uint64_t>(k.align_a) << 48) ^ (static_cast<std::uint64_t>(k.align_b) << 32) ^
         (static_cast<std::uint64_t>(k.align_c) << 16) ^ k.align_bias);
-    mix(static_cast<std::uint64_t>(k.aux_ld) * 512 + k.align_aux);
     return h;
   }
 };
@@ -151,12 +144,6 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
       return "RELU_BIAS";
     case CUBLASLT_EPILOGUE_BGRADB:
       return "BGRADB";
-    case CUBLASLT_EPILOGUE_RELU_AUX:
-      return "RELU_AUX";
-    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS:
-      return "RELU_AUX_BIAS";
-    case CUBLASLT_EPILOGUE_DRELU:
-      return "DRELU";
     default:
       return "other";
   }
@@ -177,10 +164,6 @@ std::string describe(const GemmKey& key) {
 class GemmPlan {
  public:
   static constexpr int kMaxCandidates = 16;
-  // Autotune enumerates every configuration for GEMMs of at most this many multiply-adds (2^30: the MLPs of a
-  // batch of a few hundred), at most kMaxEnumerated of them.
-  static constexpr double kExhaustiveLimit = 1073741824.0;
-  static constexpr std::size_t kMaxEnumerated = 384;
 
   GemmPlan() = default;
   GemmPlan(const GemmPlan&) = delete;
@@ -193,8 +176,7 @@ class GemmPlan {
     if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
   }
 
-  void build(const GemmKey& key, const void* bias, const void* aux, cublasLtHandle_t handle,
-             std::size_t workspace_bytes) {
+  void build(const GemmKey& key, const void* bias, cublasLtHandle_t handle, std::size_t workspace_bytes) {
     key_ = key;
     DDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, key.compute, CUDA_R_32F));
     DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &key.transa,
@@ -210,11 +192,6 @@ class GemmPlan {
                                                       sizeof(bias_type)));
       // The heuristics read the pointer's value to learn its alignment.
       set_bias(bias);
-    }
-    if (uses_aux(key.epilogue)) {
-      DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &key.aux_ld,
-                                                      sizeof(key.aux_ld)));
-      set_aux(aux);
     }
     const bool ta = key.transa != CUBLAS_OP_N;
     const bool tb = key.transb != CUBLAS_OP_N;
@@ -262,10 +239,8 @@ class GemmPlan {
   bool needs_tuning() const { return !tuned_; }
 
   void run(cublasLtHandle_t handle, void* workspace, std::size_t workspace_bytes, float alpha, const void* a,
-           const void* b, float beta, const void* c, void* d, const void* bias, const void* aux,
-           cudaStream_t stream) {
+           const void* b, float beta, const void* c, void* d, const void* bias, cudaStream_t stream) {
     if (uses_bias(key_.epilogue)) set_bias(bias);
-    if (uses_aux(key_.epilogue)) set_aux(aux);
     const cublasLtMatmulHeuristicResult_t& algo = candidates_[chosen_];
     DDP_CHECK(algo.workspaceSize <= workspace_bytes, "cuBLASLt algorithm needs more workspace than was allocated");
     DDP_CUBLAS_CHECK(cublasLtMatmul(handle, desc_, &alpha, a, layout_a_, b, layout_b_, &beta, c, layout_c_, d,
@@ -276,30 +251,18 @@ class GemmPlan {
   // not touched) and keeps the fastest. Not during CUDA-graph capture: the plan then stays untuned and the
   // first eager call tunes it. Synchronises `stream`, so it belongs to warm-up, like any first call.
   void tune(cublasLtHandle_t handle, void* workspace, std::size_t workspace_bytes, const void* a, const void* b,
-            const void* bias, const void* aux, cudaStream_t stream) {
+            const void* bias, cudaStream_t stream) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     DDP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) return;
     tuned_ = true;
-    // Small GEMMs (a few GFLOP at most) are latency-bound and few output tiles leave SMs idle; the heuristics'
-    // handful of candidates rarely explores split-K and tile sizes there, so add every configuration cuBLASLt
-    // accepts. Large GEMMs keep the heuristics' list: their candidates take milliseconds each to time.
-    if (static_cast<double>(key_.m) * static_cast<double>(key_.n) * static_cast<double>(key_.k) <= kExhaustiveLimit)
-      add_enumerated_candidates(handle, workspace_bytes);
     if (candidates_.size() < 2) return;
     const std::size_t elem = key_.cd_type == CUDA_R_32F ? 4 : 2;
-    auto round256 = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
-    const std::size_t d_bytes = round256(static_cast<std::size_t>(key_.ldc) * static_cast<std::size_t>(key_.n) * elem);
-    const std::size_t bias_bytes =
-        round256(key_.epilogue == CUBLASLT_EPILOGUE_BGRADB ? static_cast<std::size_t>(key_.m) * elem : 0);
-    // The RELU_AUX epilogues write a mask: into scratch as well (DRELU reads the caller's).
-    const bool writes_aux = key_.epilogue == CUBLASLT_EPILOGUE_RELU_AUX || key_.epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
-    const std::size_t aux_bytes = writes_aux ? static_cast<std::size_t>(key_.aux_ld / 8 * key_.n) : 0;
+    const std::size_t d_bytes = (static_cast<std::size_t>(key_.ldc) * static_cast<std::size_t>(key_.n) * elem + 255) / 256 * 256;
+    const std::size_t bias_bytes = key_.epilogue == CUBLASLT_EPILOGUE_BGRADB ? static_cast<std::size_t>(key_.m) * elem : 0;
     void* scratch = nullptr;
-    DDP_CUDA_CHECK(cudaMalloc(&scratch, d_bytes + bias_bytes + aux_bytes));
+    DDP_CUDA_CHECK(cudaMalloc(&scratch, d_bytes + bias_bytes));
     void* scratch_bias = static_cast<char*>(scratch) + d_bytes;
-    void* scratch_aux = static_cast<char*>(scratch) + d_bytes + bias_bytes;
-    const void* tuning_aux = writes_aux ? scratch_aux : aux;
     // The BIAS epilogues read the caller's bias; BGRADB writes the scratch one. Same alignment class: both
     // 256-byte aligned or the caller's, which the plan was built for, is at least as aligned as 16 bytes.
     const void* tuning_bias = key_.epilogue == CUBLASLT_EPILOGUE_BGRADB ? scratch_bias : bias;
@@ -309,7 +272,6 @@ class GemmPlan {
     const float one = 1.0f, zero = 0.0f;
     auto launch = [&](std::size_t i) {
       if (uses_bias(key_.epilogue)) set_bias(tuning_bias);
-      if (uses_aux(key_.epilogue)) set_aux(tuning_aux);
       return cublasLtMatmul(handle, desc_, &one, a, layout_a_, b, layout_b_, &zero, scratch, layout_c_, scratch,
                             layout_c_, &candidates_[i].algo, workspace, workspace_bytes, stream);
     };
@@ -341,80 +303,6 @@ class GemmPlan {
     if (times_ms_[chosen_] == FLT_MAX) chosen_ = 0;
   }
 
-  // Every (algorithm, tile, split-K, reduction scheme) cuBLASLt validates for this configuration, appended to the
-  // heuristics' candidates (at most kMaxEnumerated).
-  void add_enumerated_candidates(cublasLtHandle_t handle, std::size_t workspace_bytes) {
-    constexpr int kMaxIds = 128;
-    int ids[kMaxIds];
-    int id_count = 0;
-    if (cublasLtMatmulAlgoGetIds(handle, key_.compute, CUDA_R_32F, key_.ab_type, key_.ab_type, key_.cd_type,
-                                 key_.cd_type, kMaxIds, ids, &id_count) != CUBLAS_STATUS_SUCCESS)
-      return;
-    const std::size_t before = candidates_.size();
-    for (int a = 0; a < id_count && candidates_.size() - before < kMaxEnumerated; ++a) {
-      cublasLtMatmulAlgo_t algo;
-      if (cublasLtMatmulAlgoInit(handle, key_.compute, CUDA_R_32F, key_.ab_type, key_.ab_type, key_.cd_type,
-                                 key_.cd_type, ids[a], &algo) != CUBLAS_STATUS_SUCCESS)
-        continue;
-      std::uint32_t epilogues = 0;
-      std::size_t written = 0;
-      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_EPILOGUE_MASK, &epilogues, sizeof(epilogues), &written);
-      if ((epilogues & static_cast<std::uint32_t>(key_.epilogue)) != static_cast<std::uint32_t>(key_.epilogue)) continue;
-      bool aligned = true;
-      const std::pair<cublasLtMatmulAlgoCapAttributes_t, std::uint32_t> needs[] = {
-          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, key_.align_a},
-          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES, key_.align_b},
-          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, key_.align_c},
-          {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES, key_.align_c}};
-      for (const auto& [cap, have] : needs) {
-        std::uint32_t need = 0;
-        if (cublasLtMatmulAlgoCapGetAttribute(&algo, cap, &need, sizeof(need), &written) == CUBLAS_STATUS_SUCCESS &&
-            need > have)
-          aligned = false;
-      }
-      if (!aligned) continue;
-      int tiles[64];
-      std::size_t tile_bytes = 0;
-      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, sizeof(tiles), &tile_bytes);
-      int tile_count = static_cast<int>(tile_bytes / sizeof(int));
-      if (tile_count == 0) {
-        tiles[0] = CUBLASLT_MATMUL_TILE_UNDEFINED;
-        tile_count = 1;
-      }
-      std::int32_t splitk_support = 0;
-      std::uint32_t schemes = 0;
-      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splitk_support,
-                                        sizeof(splitk_support), &written);
-      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes),
-                                        &written);
-      for (int t = 0; t < tile_count; ++t) {
-        for (std::int32_t splits : {1, 2, 4, 8, 16}) {
-          if (splits > 1 && splitk_support == 0) break;
-          for (std::uint32_t scheme : {0u, 1u, 2u, 4u}) {
-            if ((splits == 1) != (scheme == 0u)) continue;
-            if (scheme != 0u && (schemes & scheme) == 0u) continue;
-            cublasLtMatmulAlgo_t configured = algo;
-            cublasLtMatmulAlgoConfigSetAttribute(&configured, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[t], sizeof(int));
-            cublasLtMatmulAlgoConfigSetAttribute(&configured, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                                 sizeof(splits));
-            cublasLtMatmulAlgoConfigSetAttribute(&configured, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                                 sizeof(scheme));
-            cublasLtMatmulHeuristicResult_t result;
-            std::memset(&result, 0, sizeof(result));
-            if (cublasLtMatmulAlgoCheck(handle, desc_, layout_a_, layout_b_, layout_c_, layout_c_, &configured,
-                                        &result) != CUBLAS_STATUS_SUCCESS ||
-                result.workspaceSize > workspace_bytes)
-              continue;
-            result.algo = configured;
-            result.state = CUBLAS_STATUS_SUCCESS;
-            candidates_.push_back(result);
-            if (candidates_.size() - before >= kMaxEnumerated) return;
-          }
-        }
-      }
-    }
-  }
-
   std::string summary() const {
     std::string text = describe(key_) + ": " + std::to_string(candidates_.size()) + " candidate(s), kept #" +
                        std::to_string(chosen_);
@@ -430,17 +318,10 @@ class GemmPlan {
  private:
   static bool uses_bias(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_BGRADA ||
-           e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
-  }
-  static bool uses_aux(cublasLtEpilogue_t e) {
-    return e == CUBLASLT_EPILOGUE_RELU_AUX || e == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DRELU;
+           e == CUBLASLT_EPILOGUE_BGRADB;
   }
   void set_bias(const void* bias) {
     DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  }
-  void set_aux(const void* aux) {
-    DDP_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   }
 
   GemmKey key_;
@@ -465,7 +346,7 @@ struct GemmTypes {
 bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
           std::int64_t n, std::int64_t k, const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
           float beta, void* d, std::int64_t ldd, cublasLtEpilogue_t epilogue, const void* bias,
-          cudaStream_t stream, const void* aux = nullptr, std::int64_t aux_ld = 0) {
+          cudaStream_t stream) {
   const BlasContext ctx = blas_context(stream);
   GemmKey key;
   DDP_CUDA_CHECK(cudaGetDevice(&key.device));
@@ -486,15 +367,13 @@ bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperat
   key.align_b = alignment_of(b);
   key.align_c = alignment_of(d);
   key.align_bias = bias != nullptr ? alignment_of(bias) : 0;
-  key.align_aux = aux != nullptr ? alignment_of(aux) : 0;
-  key.aux_ld = aux_ld;
 
   thread_local std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
   auto it = plans.find(key);
   const GemmOptions options = gemm_options();
   if (it == plans.end()) {
     auto plan = std::make_unique<GemmPlan>();
-    plan->build(key, bias, aux, ctx.handle, ctx.workspace_bytes);
+    plan->build(key, bias, ctx.handle, ctx.workspace_bytes);
     it = plans.emplace(key, std::move(plan)).first;
     if (options.log && !options.autotune && it->second->has_algo())
       std::fprintf(stderr, "ddp gemm: %s\n", it->second->summary().c_str());
@@ -509,10 +388,10 @@ bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperat
                 __FILE__, __LINE__);
   }
   if (options.autotune && plan.needs_tuning()) {
-    plan.tune(ctx.handle, ctx.workspace, ctx.workspace_bytes, a, b, bias, aux, stream);
+    plan.tune(ctx.handle, ctx.workspace, ctx.workspace_bytes, a, b, bias, stream);
     if (options.log && !plan.needs_tuning()) std::fprintf(stderr, "ddp gemm: %s\n", plan.summary().c_str());
   }
-  plan.run(ctx.handle, ctx.workspace, ctx.workspace_bytes, 1.0f, a, b, beta, d, d, bias, aux, stream);
+  plan.run(ctx.handle, ctx.workspace, ctx.workspace_bytes, 1.0f, a, b, beta, d, d, bias, stream);
   return true;
 }
 
@@ -569,13 +448,12 @@ void set_gemm_options(const GemmOptions& options) {
   options_storage() = options;
 }
 
-bool linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, const void* x, const void* w,
-                    const void* bias, Activation act, void* y, void* pre_activation, void* relu_mask,
-                    StreamHandle stream) {
+void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, const void* x, const void* w,
+                    const void* bias, Activation act, void* y, void* pre_activation, StreamHandle stream) {
   check_types(types, "linear_forward");
   DDP_CHECK(shape.batch >= 0 && shape.in >= 0 && shape.out >= 0, "linear_forward: negative shape");
   const std::int64_t batch = shape.batch, in = shape.in, out = shape.out;
-  if (batch == 0 || out == 0) return false;
+  if (batch == 0 || out == 0) return;
   const ScalarType out_type = types.output;
   // With kGelu the GEMM result goes to pre_activation (when given), and y = gelu(pre_activation) afterwards.
   void* z = (act == Activation::kGelu && pre_activation != nullptr) ? pre_activation : y;
@@ -583,7 +461,7 @@ bool linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
     zero(z, batch * out, out_type, stream);
     detail::bias_activation(out_type, act, z, bias, act == Activation::kGelu ? pre_activation : nullptr, y, batch,
                             out, stream);
-    return false;
+    return;
   }
   // Bias epilogues only with a 16-byte aligned bias: the MIN_ALIGNMENT preferences cover A, B, C and D but not the
   // bias vector, and a bias that is a view into a flat parameter buffer need not be aligned.
@@ -599,13 +477,6 @@ bool linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
   const GemmTypes gt{types.input, out_type};
   // yᵀ[out, batch] = op_T(w)·x  (see the mapping at the top of this file)
   bool applied = false;  // bias (and ReLU) applied by the GEMM's epilogue
-  if (act == Activation::kRelu && relu_mask != nullptr && bias_fusable) {
-    // The same GEMM and epilogue, plus the bit mask of y > 0 for the next layer's DRELU.
-    applied = gemm(gt, math, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, 0.0f, z, out,
-                   bias != nullptr ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX, bias, stream,
-                   relu_mask, (out + 127) / 128 * 128);
-    if (applied) return true;
-  }
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     applied = gemm(gt, math, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, 0.0f, z, out, epilogue, bias,
                    stream);
@@ -622,13 +493,11 @@ bool linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
   } else if (!applied && (bias != nullptr || act == Activation::kRelu)) {
     detail::bias_activation(out_type, act, z, bias, nullptr, y, batch, out, stream);
   }
-  return false;
 }
 
 void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape, const void* dy, const void* x,
                      const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
-                     void* dbias, bool accumulate, void* scratch_dz, bool dx_through_relu,
-                     const void* x_relu_mask, StreamHandle stream) {
+                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle stream) {
   check_types(types, "linear_backward");
   DDP_CHECK(shape.batch >= 0 && shape.in >= 0 && shape.out >= 0, "linear_backward: negative shape");
   const std::int64_t batch = shape.batch, in = shape.in, out = shape.out;
@@ -688,19 +557,9 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
                                  dbias, accumulate, batch, out, stream);
   }
   if (want_dx) {
-    // dxᵀ[in, batch] = w_cm[in, out] · dz_cm[out, batch], through the previous layer's ReLU when asked: by the
-    // DRELU epilogue with its mask, else by a gating pass on x > 0.
-    const GemmTypes gt{types.input, types.input};
-    bool gated = false;
-    if (dx_through_relu && x_relu_mask != nullptr) {
-      gated = gemm(gt, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dz, out, 0.0f, dx, in,
-                   CUBLASLT_EPILOGUE_DRELU, nullptr, stream, x_relu_mask, (in + 127) / 128 * 128);
-    }
-    if (!gated) {
-      gemm(gt, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dz, out, 0.0f, dx, in,
-           CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
-      if (dx_through_relu) detail::relu_gate(types.input, x, dx, batch * in, stream);
-    }
+    // dxᵀ[in, batch] = w_cm[in, out] · dz_cm[out, batch]
+    gemm(GemmTypes{types.input, types.input}, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dz, out, 0.0f,
+         dx, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
   }
   if (side != nullptr) {
     DDP_CUDA_CHECK(cudaEventRecord(side->join, side->stream));

@@ -39,16 +39,10 @@ bool should_record(std::initializer_list<const Tensor*> tensors) {
 void record(std::string name, std::vector<Tensor> inputs, std::vector<Tensor> outputs, BackwardFn backward) {
   Node node;
   node.name = std::move(name);
-  for (Tensor& t : inputs) {
-    if (!t.defined() || !t.requires_grad()) continue;
-    AutogradMeta& m = t.autograd_meta();
-    if (m.consumers < 2) ++m.consumers;  // 0, 1 or "several"
-    node.inputs.push_back(std::move(t));
-  }
+  for (Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) node.inputs.push_back(std::move(t));
   for (Tensor& t : outputs) {
-    AutogradMeta& m = t.autograd_meta();
-    m.requires_grad = true;
-    m.consumers = 0;  // a fresh result: nothing consumes it yet
+    t.autograd_meta().requires_grad = true;
     node.outputs.push_back(std::move(t));
   }
   node.backward = std::move(backward);
@@ -147,7 +141,6 @@ void backward(const Tensor& loss, const Stream& stream) {
         m.grad.reset();
         m.grad_valid = false;
         m.grad_host_scalar.reset();
-        m.grad_through_relu = false;
       }
     }
     ready.clear();

@@ -17,11 +17,6 @@
 //     MLP that is the last layer's weight and bias first. The DDP reducer launches bucket all-reduces from them.
 //     The hooks fire after the node's kernels are *enqueued* on `stream`; device-side consumers must order after
 //     `stream` (record an event on it), which is what the reducer does.
-//   * A gradient may arrive "through a ReLU": when a tensor is the output of a ReLU fused into the op that made
-//     it and has exactly one consumer (AutogradMeta::consumers, counted by record()), that consumer may write its
-//     gradient already multiplied by the ReLU's derivative and set grad_through_relu; the producer then applies
-//     no derivative of its own. Only one consumer makes this valid: nobody else adds to that gradient. The flag
-//     is cleared with the gradient.
 //   * NoGradGuard: ops record nothing (evaluation).
 //   * Views of tensors that require grad are not tracked: parameters are used whole.
 #pragma once
@@ -63,8 +58,7 @@ class NoGradGuard {
 // True when grad mode is on and at least one of `tensors` requires grad: the op should record a node.
 bool should_record(std::initializer_list<const Tensor*> tensors);
 // Appends a node to this thread's tape; marks every output as requiring grad. `inputs` that do not require
-// grad are dropped (the closure must check grad_target(...).grad.defined() for optional inputs); each kept input
-// counts one more consumer.
+// grad are dropped (the closure must check grad_target(...).grad.defined() for optional inputs).
 void record(std::string name, std::vector<Tensor> inputs, std::vector<Tensor> outputs, BackwardFn backward);
 std::size_t tape_size();
 // Drops the recorded nodes without running them (e.g. after an exception in the middle of forward).

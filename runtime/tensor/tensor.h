@@ -77,18 +77,6 @@ struct AutogradMeta {
   std::vector<std::function<void()>> grad_ready_hooks;
   // Set by backward() for the loss: its gradient is this host constant (1.0), so loss nodes need no read-back.
   std::optional<double> grad_host_scalar;
-
-  // ---- ReLU fusion across ops (ops/linear.cc; the rules are in runtime/autograd/autograd.h) ----
-  // Recorded nodes that take this tensor as an input: 0, 1, or 2 for "several". With exactly one, that node is
-  // the only writer of this tensor's gradient.
-  int consumers = 0;
-  // This tensor is the output of a ReLU fused into the op that produced it; `relu_mask` is that op's forward
-  // bit mask of y > 0 (kernels::relu_mask_bytes; may be null).
-  bool relu_output = false;
-  std::shared_ptr<struct TensorImpl> relu_mask;
-  // Set by the (only) consumer that wrote `grad` already gated by that ReLU, i.e. as the gradient w.r.t. the
-  // ReLU's input: the producer then skips the ReLU's derivative. Cleared with the gradient.
-  bool grad_through_relu = false;
 };
 
 struct TensorImpl {

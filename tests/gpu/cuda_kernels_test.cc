@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -242,7 +241,7 @@ void run_linear_forward_case(const LinearCase& c, Activation act, bool with_bias
   const bool want_pre = act == Activation::kGelu;
   gpu::linear_forward(c.types(), c.math, c.shape, x.device.get(), w.device.get(),
                       with_bias ? bias.device.get() : nullptr, act, y.device.get(),
-                      want_pre ? pre.device.get() : nullptr, nullptr, stream);
+                      want_pre ? pre.device.get() : nullptr, stream);
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   std::vector<double> z_ref(B * O), y_ref(B * O);
@@ -293,7 +292,7 @@ void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bia
   gpu::linear_backward(c.types(), c.math, c.shape, dy.device.get(), x.device.get(), w.device.get(), y.device.get(),
                        pre.device.get(), act, with_dx ? dx.device.get() : nullptr, dw.device.get(),
                        with_bias ? dbias.device.get() : nullptr, accumulate, needs_dz ? scratch.device.get() : nullptr,
-                       false, nullptr, stream);
+                       stream);
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   std::vector<double> dz(B * O);
@@ -361,60 +360,6 @@ TEST_F(CudaKernels, LinearBackwardWithoutDx) {
   for (Activation act : kActivations) run_linear_backward_case(c, act, true, false, false, stream_);
 }
 
-// ReLU fusion across layers: a ReLU layer's forward writes its bit mask (RELU_AUX epilogue, where cuBLASLt offers
-// it) and the next layer's dx is gated by it (DRELU epilogue) or, without a mask, by x > 0 in a pass. Both must
-// give (dz·w) ⊙ 1[x > 0] with exact zeros where x <= 0.
-TEST_F(CudaKernels, ReluMaskGatesTheNextLayersDx) {
-  for (ScalarType dtype : {ScalarType::kFloat32, ScalarType::kBFloat16}) {
-    const LinearShape s1{64, 96, 67}, s2{64, 67, 33};
-    TypedBuffer x(dtype, 64 * 96), w1(dtype, 67 * 96), b1(dtype, 67), y1(dtype, 64 * 67);
-    TypedBuffer w2(dtype, 33 * 67), dy2(dtype, 64 * 33), dx2(dtype, 64 * 67), dw2(dtype, 33 * 67);
-    DeviceBuffer mask(static_cast<std::size_t>(relu_mask_bytes(s1)));
-    x.set(random_nonzero(64 * 96, 201));
-    w1.set(random_nonzero(67 * 96, 202, 0.1f));
-    b1.set(random_nonzero(67, 203, 0.1f));
-    w2.set(random_nonzero(33 * 67, 204, 0.1f));
-    dy2.set(random_nonzero(64 * 33, 205));
-    y1.device.poison();
-    const bool written = gpu::linear_forward(dtype, MathMode::kFloat32, s1, x.device.get(), w1.device.get(),
-                                             b1.device.get(), Activation::kRelu, y1.device.get(), nullptr,
-                                             mask.get(), stream_);
-    sync();
-    const char* name = dtype == ScalarType::kFloat32 ? "fp32" : "bf16";
-    std::printf("%s: ReLU mask %s\n", name, written ? "written by the RELU_AUX epilogue" : "not offered, x > 0 gates");
-    const std::vector<double> y = y1.fetch();
-    std::vector<double> z_ref(64 * 67);
-    for (int b = 0; b < 64; ++b)
-      for (int o = 0; o < 67; ++o) {
-        double v = b1.host[o];
-        for (int i = 0; i < 96; ++i) v += x.host[b * 96 + i] * w1.host[o * 96 + i];
-        z_ref[b * 67 + o] = v > 0 ? v : 0;
-      }
-    EXPECT_LT(rel_l2(y, z_ref), dtype == ScalarType::kFloat32 ? 1e-5 : 2e-2) << name << " forward";
-    std::vector<double> dx_ref(64 * 67);
-    for (int b = 0; b < 64; ++b)
-      for (int i = 0; i < 67; ++i) {
-        double v = 0;
-        for (int o = 0; o < 33; ++o) v += dy2.host[b * 33 + o] * w2.host[o * 67 + i];
-        dx_ref[b * 67 + i] = y[b * 67 + i] > 0 ? v : 0.0;
-      }
-    for (bool use_mask : {true, false}) {
-      if (use_mask && !written) continue;
-      dx2.device.poison();
-      gpu::linear_backward(dtype, MathMode::kFloat32, s2, dy2.device.get(), y1.device.get(), w2.device.get(), nullptr,
-                           nullptr, Activation::kNone, dx2.device.get(), dw2.device.get(), nullptr, false, nullptr,
-                           true, use_mask ? mask.get() : nullptr, stream_);
-      sync();
-      const std::vector<double> dx = dx2.fetch();
-      std::size_t leaks = 0;
-      for (std::size_t i = 0; i < dx.size(); ++i) leaks += (y[i] <= 0 && dx[i] != 0.0);
-      const std::string what = std::string(name) + (use_mask ? " DRELU with the mask" : " gated by x > 0");
-      EXPECT_EQ(leaks, 0u) << what << ": gradient passed where the ReLU was off";
-      EXPECT_LT(rel_l2(dx, dx_ref), dtype == ScalarType::kFloat32 ? 1e-5 : 2e-2) << what;
-    }
-  }
-}
-
 // Views into a flat parameter buffer are not 256-byte aligned; cuBLASLt must be told, not assume it.
 TEST_F(CudaKernels, LinearForwardOnMisalignedViews) {
   const LinearShape s{37, 129, 67};
@@ -431,7 +376,7 @@ TEST_F(CudaKernels, LinearForwardOnMisalignedViews) {
   DDP_CUDA_CHECK(cudaMemcpy(bias, bh.data(), bh.size() * 4, cudaMemcpyHostToDevice));
   DDP_CUDA_CHECK(cudaMemset(y, 0xff, B * O * 4));
   gpu::linear_forward(ScalarType::kFloat32, MathMode::kFloat32, s, x, w, bias, Activation::kRelu, y, nullptr,
-                      nullptr, stream_);
+                      stream_);
   sync();
   std::vector<float> yh(B * O);
   DDP_CUDA_CHECK(cudaMemcpy(yh.data(), y, yh.size() * 4, cudaMemcpyDeviceToHost));
@@ -451,7 +396,7 @@ TEST_F(CudaKernels, LinearForwardOnMisalignedViews) {
   float* dx = dbias + O + 1;
   grads.poison();
   gpu::linear_backward(ScalarType::kFloat32, MathMode::kFloat32, s, y, x, w, nullptr, nullptr, Activation::kNone,
-                       dx, dw, dbias, false, nullptr, false, nullptr, stream_);
+                       dx, dw, dbias, false, nullptr, stream_);
   sync();
   std::vector<float> dwh(O * I), dbh(O), dxh(B * I);
   DDP_CUDA_CHECK(cudaMemcpy(dwh.data(), dw, dwh.size() * 4, cudaMemcpyDeviceToHost));
@@ -483,9 +428,9 @@ TEST_F(CudaKernels, LinearSteadyStateDoesNotAllocate) {
     auto iteration = [&](int i) {
       for (Activation act : kActivations) {
         gpu::linear_forward(dtype, MathMode::kTF32, s, x.get(), w.get(), b.get(), act, y.get(),
-                            act == Activation::kGelu ? pre.get() : nullptr, nullptr, stream_);
+                            act == Activation::kGelu ? pre.get() : nullptr, stream_);
         gpu::linear_backward(dtype, MathMode::kTF32, s, dy.get(), x.get(), w.get(), y.get(), pre.get(), act,
-                             dx.get(), dw.get(), db.get(), i % 2 == 1, dz.get(), false, nullptr, stream_);
+                             dx.get(), dw.get(), db.get(), i % 2 == 1, dz.get(), stream_);
       }
     };
     // Warm-up: the handle, the stream's workspace and every GEMM plan are created here.
@@ -520,12 +465,12 @@ TEST_F(CudaKernels, LinearAndOptimizerAreGraphCapturable) {
   };
   auto step = [&] {
     gpu::linear_forward(ScalarType::kFloat32, MathMode::kFloat32, s, x.device.get(), w.device.get(),
-                        b.device.get(), Activation::kRelu, y.device.get(), nullptr, nullptr, stream_);
+                        b.device.get(), Activation::kRelu, y.device.get(), nullptr, stream_);
     gpu::softmax_cross_entropy(y.device.get<float>(), labels.get<std::int32_t>(), B, O, loss.get<float>(),
                                dlogits.get<float>(), stream_);
     gpu::linear_backward(ScalarType::kFloat32, MathMode::kFloat32, s, dlogits.get(), x.device.get(),
                          w.device.get(), y.device.get(), nullptr, Activation::kRelu, dx.device.get(),
-                         dw.device.get(), db.device.get(), false, dz.device.get(), false, nullptr, stream_);
+                         dw.device.get(), db.device.get(), false, dz.device.get(), stream_);
     gpu::sum_squares(dw.device.get<float>(), O * I, norm.get<double>(), stream_);
     SgdParams p{0.1f, 0.0f, 0.0f, 0.0f, false, false};
     gpu::sgd_step(w.device.get<float>(), dw.device.get<float>(), nullptr, O * I, p, nullptr, stream_);
