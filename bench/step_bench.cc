@@ -118,8 +118,8 @@ double time_gemms_alone(const Args& a, const std::vector<std::int64_t>& sizes, c
   const std::size_t n = sizes.size() - 1;
   for (std::size_t l = 0; l < n; ++l) {
     const std::int64_t fi = sizes[l], fo = sizes[l + 1];
-    // As the step: bf16 GEMMs write float32 weight gradients and, in the last layer, float32 logits.
-    const DType out = bf16 && l + 1 == n ? DType::kFloat32 : in;
+    // As the step: bf16 GEMMs write bf16 activations and logits and float32 weight gradients.
+    const DType out = in;
     const DType grad = DType::kFloat32;
     Layer L{{a.batch, fi, fo}, kernels::LinearTypes(in, out, grad), kernels::LinearTypes(in, in, grad), {}, {}, {},
             {}, {}, {}};

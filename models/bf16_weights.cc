@@ -84,7 +84,10 @@ Tensor cast(const Tensor& x, DType dtype, const Stream& stream) {
   return y;
 }
 
-Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const Tensor& x, const Stream& stream) {
+Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const Tensor& x, const Stream& stream,
+                    DType logits_dtype) {
+  DDP_CHECK(logits_dtype == DType::kFloat32 || logits_dtype == DType::kBFloat16,
+            std::string("forward_bf16: logits must be float32 or bfloat16, got ") + dtype_name(logits_dtype));
   Tensor h = cast(x, DType::kBFloat16, stream);
   const auto& kids = model.children();
   std::size_t last_linear = kids.size();
@@ -101,10 +104,10 @@ Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const T
     const Tensor b_copy = b.defined() ? weights.copy(weights.index_of(b)) : Tensor();
     h = ops::linear_mixed(h, w, weights.copy(weights.index_of(w)), b, b_copy,
                           act != nullptr ? act->activation() : kernels::Activation::kNone,
-                          i == last_linear ? DType::kFloat32 : DType::kBFloat16, stream);
+                          i == last_linear ? logits_dtype : DType::kBFloat16, stream);
     if (act != nullptr) ++i;
   }
-  return cast(h, DType::kFloat32, stream);  // a no-op after a Linear, whose logits are already float32
+  return h;
 }
 
 }  // namespace ddp

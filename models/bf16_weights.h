@@ -7,7 +7,8 @@
 //   * the copy is refreshed by the optimizer's own kernel (Optimizer::set_bf16_copy), not by a cast pass;
 //   * forward_bf16's GEMMs write the weight and bias gradients in FP32 straight into the masters' gradient
 //     slots (ops::linear_mixed): no bf16 weight gradient, no cast back, and the DDP hooks fire on the masters;
-//   * the last layer's GEMM writes the logits in FP32 for the loss: no bf16 logits and no cast up.
+//   * the logits stay bfloat16 into the loss, whose gradient is bfloat16 too (as under autocast), or the last
+//     GEMM writes them in FP32 directly (forward_bf16's logits_dtype): no cast pass either way.
 //
 //   Bf16Weights w(*model.parameter_store(), stream);        // after flatten / DDP relayout
 //   optimizer.set_bf16_copy(w.flat());                      // or call w.refresh(stream) after each step
@@ -53,7 +54,9 @@ Tensor cast(const Tensor& x, DType dtype, const Stream& stream);
 
 // The forward of `model` (Linear layers with fused activations, as Sequential::forward) on the bf16 copies:
 // `x` float32 is cast to bf16, every GEMM runs in bf16 through ops::linear_mixed (FP32 gradients into the
-// masters), and the last one writes the logits in float32 for the loss.
-Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const Tensor& x, const Stream& stream);
+// masters). The last GEMM writes the logits in `logits_dtype`: bfloat16 (as autocast; ops::cross_entropy takes
+// them, in half the memory and traffic of float32 logits and their gradient) or float32.
+Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const Tensor& x, const Stream& stream,
+                    DType logits_dtype = DType::kBFloat16);
 
 }  // namespace ddp

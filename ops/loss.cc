@@ -13,6 +13,14 @@ namespace {
 void propagate_saved_grad(const Tensor& loss, const Tensor& input, const Tensor& g, const Stream& s) {
   const double upstream = autograd::scalar_grad_value(loss, s);
   const Device device = input.device();
+  if (g.dtype() != DType::kFloat32) {
+    // bfloat16 logits (mixed precision): the saved gradient is handed over as is; scaling or adding it to an
+    // existing gradient would need float32 here.
+    DDP_CHECK(upstream == 1.0 && autograd::adopt_grad(input, g),
+              "cross_entropy on bfloat16 logits: backward must start at this loss and the logits must have no "
+              "other gradient; compute the logits in float32 (forward_bf16(..., DType::kFloat32)) otherwise");
+    return;
+  }
   if (upstream != 1.0) DDP_DISPATCH(device, scale, g.data<float>(), g.numel(), static_cast<float>(upstream), s.handle());
   if (autograd::adopt_grad(input, g)) return;
   autograd::GradTarget t = autograd::grad_target(input, s);
@@ -20,10 +28,11 @@ void propagate_saved_grad(const Tensor& loss, const Tensor& input, const Tensor&
                s.handle());
 }
 
-void check_logits_labels(const char* op, const Tensor& logits, const Tensor& labels, const Stream& stream) {
+void check_logits_labels(const char* op, const Tensor& logits, const Tensor& labels, const Stream& stream,
+                         bool allow_bf16 = false) {
   detail::check_defined(op, "logits", logits);
   detail::check_defined(op, "labels", labels);
-  detail::check_dtype(op, "logits", logits, DType::kFloat32);
+  if (!allow_bf16 || logits.dtype() != DType::kBFloat16) detail::check_dtype(op, "logits", logits, DType::kFloat32);
   detail::check_dtype(op, "labels", labels, DType::kInt32);
   DDP_CHECK(logits.dim() == 2, std::string(op) + ": logits must be [batch, classes], got " + logits.describe());
   DDP_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0),
@@ -36,14 +45,14 @@ void check_logits_labels(const char* op, const Tensor& logits, const Tensor& lab
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Stream& stream) {
-  check_logits_labels("cross_entropy", logits, labels, stream);
+  check_logits_labels("cross_entropy", logits, labels, stream, /*allow_bf16=*/true);
   const Device device = logits.device();
   const std::int64_t batch = logits.size(0), classes = logits.size(1);
   Tensor loss = Tensor::empty({}, DType::kFloat32, device, stream);
   const bool record = autograd::should_record({&logits});
-  Tensor dlogits = record ? Tensor::empty(logits.shape(), DType::kFloat32, device, stream) : Tensor();
-  DDP_DISPATCH(device, softmax_cross_entropy, logits.data<float>(), labels.data<std::int32_t>(), batch, classes,
-               loss.data<float>(), record ? dlogits.data<float>() : nullptr, stream.handle());
+  Tensor dlogits = record ? Tensor::empty(logits.shape(), logits.dtype(), device, stream) : Tensor();
+  DDP_DISPATCH(device, softmax_cross_entropy, logits.dtype(), logits.data_ptr(), labels.data<std::int32_t>(), batch,
+               classes, loss.data<float>(), record ? dlogits.data_ptr() : nullptr, stream.handle());
   if (record) {
     autograd::record("cross_entropy", {logits}, {loss}, [logits, loss, dlogits](const Stream& s) {
       propagate_saved_grad(loss, logits, dlogits, s);

@@ -12,7 +12,9 @@
 
 namespace ddp::ops {
 
-// Mean over the batch of −log softmax(logits)[label]; logits [batch, classes] float32, labels [batch] int32.
+// Mean over the batch of −log softmax(logits)[label]; logits [batch, classes] float32 or bfloat16 (mixed
+// precision, as autocast's logits: computed in float32, the gradient stored in bfloat16), labels [batch] int32.
+// The loss is float32.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Stream& stream);
 // Mean over all elements of (pred − target)²; same shape, float32. Only `pred` receives a gradient.
 Tensor mse_loss(const Tensor& pred, const Tensor& target, const Stream& stream);

@@ -1,9 +1,12 @@
-// CPU losses and metrics: numerically stable softmax cross-entropy (row max subtracted, sums in double),
+// CPU losses and metrics: numerically stable softmax cross-entropy (row max subtracted, sums in double; float32 or
+// bfloat16 logits),
 // mean squared error, argmax with ties to the lowest index.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "ops/cpu/bfloat16.h"
+#include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
 #include "runtime/core/check.h"
 
@@ -32,10 +35,25 @@ std::int32_t row_argmax(const float* row, std::int64_t classes) {
 
 }  // namespace
 
-void softmax_cross_entropy(const float* logits, const std::int32_t* labels, std::int64_t batch,
-                           std::int64_t classes, float* loss, float* dlogits, StreamHandle /*stream*/) {
+void softmax_cross_entropy(ScalarType dtype, const void* logits_in, const std::int32_t* labels, std::int64_t batch,
+                           std::int64_t classes, float* loss, void* dlogits_out, StreamHandle /*stream*/) {
   DDP_CHECK(batch > 0 && classes > 0, "softmax_cross_entropy: empty logits [" + std::to_string(batch) + ", " +
                                           std::to_string(classes) + "]");
+  DDP_CHECK(dtype == ScalarType::kFloat32 || dtype == ScalarType::kBFloat16,
+            "softmax_cross_entropy: logits must be float32 or bfloat16");
+  const bool bf16 = dtype == ScalarType::kBFloat16;
+  const std::int64_t n = batch * classes;
+  // bfloat16 logits are widened into scratch and the gradient computed there, then rounded once.
+  const float* logits = static_cast<const float*>(logits_in);
+  if (bf16) {
+    float* wide = detail::scratch_floats(0, static_cast<std::size_t>(n));
+    const auto* h = static_cast<const std::uint16_t*>(logits_in);
+    for (std::int64_t i = 0; i < n; ++i) wide[i] = bf16_to_float(h[i]);
+    logits = wide;
+  }
+  float* dlogits = dlogits_out == nullptr ? nullptr
+                   : bf16               ? detail::scratch_floats(1, static_cast<std::size_t>(n))
+                                        : static_cast<float*>(dlogits_out);
   double total = 0.0;
   const float inv_batch = 1.0f / static_cast<float>(batch);
   for (std::int64_t r = 0; r < batch; ++r) {
@@ -58,6 +76,10 @@ void softmax_cross_entropy(const float* logits, const std::int32_t* labels, std:
     }
   }
   loss[0] = static_cast<float>(total / static_cast<double>(batch));
+  if (bf16 && dlogits != nullptr) {
+    auto* out = static_cast<std::uint16_t*>(dlogits_out);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(dlogits[i]);
+  }
 }
 
 void mse_loss(const float* pred, const float* target, std::int64_t n, float* loss, float* dpred,

@@ -50,6 +50,10 @@ StreamBuffers& buffers_for(int device, cudaStream_t stream) {
     DDP_CUDA_CHECK(cudaMalloc(&base, kBlasWorkspaceBytes + kReductionScratchBytes));
     b.workspace = base;
     b.scratch = static_cast<char*>(base) + kBlasWorkspaceBytes;
+    // The counters at the end of the reduction scratch start at zero (see blas_handle.h); the scratch is only
+    // ever used on `stream`, so zeroing it there orders it before every use.
+    DDP_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(b.scratch) + kReductionScratchBytes - kReductionCounterBytes,
+                                   0, kReductionCounterBytes, stream));
   }
   return b;
 }

@@ -16,9 +16,12 @@ namespace ddp::kernels::cuda {
 
 // 32 MiB: enough for every split-K / stream-K configuration cuBLASLt's heuristics pick on Hopper.
 inline constexpr std::size_t kBlasWorkspaceBytes = std::size_t{32} << 20;
-// Small per-stream scratch for the two-pass deterministic reductions (losses, sum of squares): partial results
-// from the first pass, summed in a fixed order by the second.
+// Small per-stream scratch for the two-pass deterministic reductions (losses, sum of squares, bias gradients):
+// partial results from the first pass, summed in a fixed order by the second. Its last kReductionCounterBytes
+// are counters, zero when the scratch is created, that every kernel using them leaves at zero again (the
+// "last block finishes the reduction" pattern of the bias gradient), so graph replays find them zero too.
 inline constexpr std::size_t kReductionScratchBytes = std::size_t{1} << 20;
+inline constexpr std::size_t kReductionCounterBytes = 4096;
 
 struct BlasContext {
   cublasLtHandle_t handle = nullptr;

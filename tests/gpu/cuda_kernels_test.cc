@@ -213,9 +213,11 @@ std::string describe(const LinearCase& c, Activation act, bool bias, bool accumu
 
 std::vector<LinearCase> linear_cases(bool include_large) {
   std::vector<LinearCase> cases;
-  const std::vector<LinearShape> shapes = include_large
-                                              ? std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {256, 784, 1024}}
-                                              : std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {64, 32, 16}};
+  // {1000, 40, 264}: the bias gradient over 125 row chunks and a partial column tile (the vectorised reduction
+  // with its last-block finish); {64, 32, 16}: one chunk.
+  const std::vector<LinearShape> shapes =
+      include_large ? std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {256, 784, 1024}}
+                    : std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {64, 32, 16}, {1000, 40, 264}};
   for (const auto& s : shapes) {
     cases.push_back({ScalarType::kFloat32, MathMode::kFloat32, s});
     cases.push_back({ScalarType::kFloat32, MathMode::kTF32, s});
@@ -466,7 +468,8 @@ TEST_F(CudaKernels, LinearAndOptimizerAreGraphCapturable) {
   auto step = [&] {
     gpu::linear_forward(ScalarType::kFloat32, MathMode::kFloat32, s, x.device.get(), w.device.get(),
                         b.device.get(), Activation::kRelu, y.device.get(), nullptr, stream_);
-    gpu::softmax_cross_entropy(y.device.get<float>(), labels.get<std::int32_t>(), B, O, loss.get<float>(),
+    gpu::softmax_cross_entropy(ScalarType::kFloat32, y.device.get<float>(), labels.get<std::int32_t>(), B, O,
+                               loss.get<float>(),
                                dlogits.get<float>(), stream_);
     gpu::linear_backward(ScalarType::kFloat32, MathMode::kFloat32, s, dlogits.get(), x.device.get(),
                          w.device.get(), y.device.get(), nullptr, Activation::kRelu, dx.device.get(),
@@ -563,15 +566,21 @@ TEST_F(CudaKernels, ActivationsInPlace) {
 // Losses
 // ---------------------------------------------------------------------------------------------------------------
 
-void check_softmax_xent(std::int64_t batch, std::int64_t classes, float offset, cudaStream_t stream) {
+// float32 or bfloat16 logits (mixed precision): the loss is computed in float32 from the logits as stored, the
+// gradient is stored in the logits' type (bf16: within its rounding, 2^-9 relative).
+void check_softmax_xent(std::int64_t batch, std::int64_t classes, float offset, cudaStream_t stream,
+                        ScalarType dtype = ScalarType::kFloat32) {
   auto logits = random_nonzero(batch * classes, static_cast<std::uint32_t>(batch + classes), 4.0f);
   for (auto& v : logits) v += offset;  // a large common offset: only a max-subtracting kernel survives it
   std::vector<std::int32_t> labels(batch);
   std::mt19937 rng(5);
   for (auto& l : labels) l = static_cast<std::int32_t>(rng() % classes);
-  DeviceBuffer ld(logits.size() * 4), lab(batch * 4), loss(4), grad(logits.size() * 4);
-  upload(ld, logits);
+  TypedBuffer ld(dtype, logits.size()), grad(dtype, logits.size());
+  DeviceBuffer lab(batch * 4), loss(4);
+  ld.set(logits);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(ld.host[i]);  // as stored
   upload(lab, labels);
+  const double grad_tol = dtype == ScalarType::kFloat32 ? 1e-5 : 1e-2;
   double loss_ref = 0.0;
   std::vector<double> grad_ref(logits.size());
   for (std::int64_t r = 0; r < batch; ++r) {
@@ -585,28 +594,29 @@ void check_softmax_xent(std::int64_t batch, std::int64_t classes, float offset, 
           (std::exp(logits[r * classes + c] - m) / s - (c == labels[r] ? 1.0 : 0.0)) / static_cast<double>(batch);
   }
   loss_ref /= static_cast<double>(batch);
+  const char* type = dtype == ScalarType::kFloat32 ? "fp32" : "bf16";
   for (bool with_grad : {true, false}) {
     loss.poison();
-    grad.poison();
-    gpu::softmax_cross_entropy(ld.get<float>(), lab.get<std::int32_t>(), batch, classes, loss.get<float>(),
-                               with_grad ? grad.get<float>() : nullptr, stream);
+    grad.device.poison();
+    gpu::softmax_cross_entropy(dtype, ld.device.get(), lab.get<std::int32_t>(), batch, classes, loss.get<float>(),
+                               with_grad ? grad.device.get() : nullptr, stream);
     DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
     const float got = download<float>(loss, 1)[0];
     EXPECT_NEAR(got, loss_ref, 1e-5 * std::max(1.0, std::abs(loss_ref)))
-        << "softmax_cross_entropy loss batch=" << batch << " classes=" << classes << " offset=" << offset;
+        << "softmax_cross_entropy loss " << type << " batch=" << batch << " classes=" << classes
+        << " offset=" << offset;
     if (with_grad) {
-      const auto g = download<float>(grad, logits.size());
-      std::vector<double> gd(g.begin(), g.end());
-      EXPECT_LT(rel_l2(gd, grad_ref), 1e-5) << "softmax_cross_entropy dlogits batch=" << batch;
+      EXPECT_LT(rel_l2(grad.fetch(), grad_ref), grad_tol)
+          << "softmax_cross_entropy dlogits " << type << " batch=" << batch << " classes=" << classes;
     }
   }
   // Deterministic: the same inputs give the same bits.
-  gpu::softmax_cross_entropy(ld.get<float>(), lab.get<std::int32_t>(), batch, classes, loss.get<float>(), nullptr,
-                             stream);
+  gpu::softmax_cross_entropy(dtype, ld.device.get(), lab.get<std::int32_t>(), batch, classes, loss.get<float>(),
+                             nullptr, stream);
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
   const float first = download<float>(loss, 1)[0];
   for (int i = 0; i < 3; ++i) {
-    gpu::softmax_cross_entropy(ld.get<float>(), lab.get<std::int32_t>(), batch, classes, loss.get<float>(),
+    gpu::softmax_cross_entropy(dtype, ld.device.get(), lab.get<std::int32_t>(), batch, classes, loss.get<float>(),
                                nullptr, stream);
     DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
     EXPECT_EQ(float_bits(first), float_bits(download<float>(loss, 1)[0]));
@@ -619,6 +629,11 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyMatchesReference) {
   check_softmax_xent(1000, 1000, 0.0f, stream_);
   check_softmax_xent(20000, 33, 0.0f, stream_);  // more rows than the partials: grid-stride rows
   check_softmax_xent(64, 17, 1000.0f, stream_);
+  // Rows of a multiple of 8 classes take the 16-byte path; bfloat16 logits (forward_bf16's) both ways.
+  check_softmax_xent(96, 4096, 0.0f, stream_);
+  check_softmax_xent(96, 4096, 0.0f, stream_, ScalarType::kBFloat16);
+  check_softmax_xent(256, 10, 0.0f, stream_, ScalarType::kBFloat16);
+  check_softmax_xent(64, 1000, 100.0f, stream_, ScalarType::kBFloat16);
 }
 
 TEST_F(CudaKernels, MseMatchesReference) {

@@ -198,11 +198,11 @@ TEST(Models, MlpTrainingMatchesDoublePrecision) {
   }
 }
 
-// Mixed precision as step_bench and train_mlp's users run it: forward_bf16 (bf16 GEMMs, float32 logits, float32
-// gradients written into the masters), the optimizer refreshing the bf16 copy in its own pass. Against the double
+// Mixed precision as step_bench runs it: forward_bf16 (bf16 GEMMs, bfloat16 or float32 logits, float32 gradients
+// written into the masters), the optimizer refreshing the bf16 copy in its own pass. Against the double
 // reference the steps agree to bf16 precision; the copy equals the rounded masters bit for bit after every step;
 // every master's grad-ready hook (what DDP's reducer listens to) fires once per backward.
-TEST(Models, Bf16MixedPrecisionStepsTrackDoublePrecision) {
+void bf16_steps(DType logits_dtype) {
   const std::vector<std::int64_t> sizes{6, 8, 5, 3};
   const int batch = 4;
   MLP model(sizes, Activation::kRelu, 42);
@@ -230,8 +230,8 @@ TEST(Models, Bf16MixedPrecisionStepsTrackDoublePrecision) {
     std::vector<int> y{step % 3, 1, 2, 0};
     Tensor labels = Tensor::from_int32({y[0], y[1], y[2], y[3]}, {batch}, Device::cpu(), S());
     model.zero_grad(S());
-    Tensor logits = forward_bf16(model, weights, x, S());
-    ASSERT_EQ(logits.dtype(), DType::kFloat32);
+    Tensor logits = forward_bf16(model, weights, x, S(), logits_dtype);
+    ASSERT_EQ(logits.dtype(), logits_dtype);
     Tensor loss = ops::cross_entropy(logits, labels, S());
     const float loss_value = loss.to_vector<float>(S())[0];
     autograd::backward(loss, S());
@@ -253,6 +253,13 @@ TEST(Models, Bf16MixedPrecisionStepsTrackDoublePrecision) {
     std::vector<float> b = params[2 * k + 1].second.to_vector<float>(S());
     for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], ref[k].w[i], 1e-2) << "layer " << k;
     for (std::size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(b[i], ref[k].b[i], 1e-2) << "layer " << k;
+  }
+}
+
+TEST(Models, Bf16MixedPrecisionStepsTrackDoublePrecision) {
+  for (DType logits_dtype : {DType::kBFloat16, DType::kFloat32}) {
+    SCOPED_TRACE(std::string("logits ") + dtype_name(logits_dtype));
+    bf16_steps(logits_dtype);
   }
 }
 

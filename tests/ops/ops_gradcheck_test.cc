@@ -275,6 +275,28 @@ TEST(Losses, CrossEntropyValueAndGradient) {
   EXPECT_NEAR(v, 1000.0, 1e-3);  // both rows pick the logit 1000 below the max
 }
 
+// bfloat16 logits (forward_bf16's): the loss of the float32 cross-entropy over the same (rounded) values, and its
+// gradient rounded to bfloat16.
+TEST(Losses, CrossEntropyOnBfloat16Logits) {
+  Tensor logits32 = leaf({6, 9}, 55, -3.0f, 3.0f);
+  Tensor logits = logits32.to_dtype(DType::kBFloat16, S());
+  logits.set_requires_grad(true);
+  Tensor rounded = logits.to_dtype(DType::kFloat32, S());
+  rounded.set_requires_grad(true);
+  Tensor y = Tensor::from_int32({0, 8, 2, 2, 5, 1}, {6}, Device::cpu(), S());
+  Tensor loss = ops::cross_entropy(logits, y, S());
+  Tensor loss_ref = ops::cross_entropy(rounded, y, S());
+  EXPECT_EQ(loss.dtype(), DType::kFloat32);
+  EXPECT_FLOAT_EQ(loss.to_vector<float>(S())[0], loss_ref.to_vector<float>(S())[0]);
+  autograd::backward(loss, S());
+  autograd::backward(loss_ref, S());
+  ASSERT_EQ(logits.grad().dtype(), DType::kBFloat16);
+  const std::vector<float> g = logits.grad().to_dtype(DType::kFloat32, S()).to_vector<float>(S());
+  const std::vector<float> want = rounded.grad().to_dtype(DType::kBFloat16, S()).to_dtype(DType::kFloat32, S())
+                                      .to_vector<float>(S());
+  EXPECT_EQ(g, want);
+}
+
 TEST(Losses, CrossEntropyRejectsBadLabels) {
   Tensor logits = leaf({2, 3}, 51);
   EXPECT_THROW(ops::cross_entropy(logits, Tensor::from_int32({0, 3}, {2}, Device::cpu(), S()), S()), Error);
