@@ -27,7 +27,8 @@ python3 - "$csv" <<'PY'
 import csv, io, sys
 text = open(sys.argv[1]).read()
 rows = list(csv.DictReader(io.StringIO(text[text.find('"ID"'):])))
-kernels = [(r["Kernel Name"], float(r["Metric Value"]) / 1000.0) for r in rows if r.get("Metric Name") == "gpu__time_duration.sum"]
+kernels = [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")) / 1000.0) for r in rows
+           if r.get("Metric Name") == "gpu__time_duration.sum"]
 # The step is the span after the second-to-last optimizer kernel up to the last one.
 ends = [i for i, (n, _) in enumerate(kernels) if "sgd_kernel" in n or "adamw_kernel" in n]
 first = ends[-2] + 1 if len(ends) >= 2 else 0

@@ -55,19 +55,23 @@ big=(--sizes $S3 --batch 8192 --device cuda --warmup 5 --iters 10 --repeats 5)
 A="784-1024-1024-10 b256 fp32 eager"
 torch "$A" ref "${small[@]}" --precision fp32
 ours "$A" ours "${small[@]}" --precision fp32
-A="784-1024-1024-10 b256 fp32 graph"; B2="$A autotune"; C="$A serial"
-torch "$A|$B2|$C" ref "${small[@]}" --precision fp32 --graph
+A="784-1024-1024-10 b256 fp32 graph"; B2="$A autotune"; C="$A serial"; D="$A own bias pass"
+torch "$A|$B2|$C|$D" ref "${small[@]}" --precision fp32 --graph
+ours "$D" ours "${small[@]}" --precision fp32 --graph --gemm-floor --no-bias-epilogue
 ours "$A" ours "${small[@]}" --precision fp32 --graph --gemm-floor
 ours "$B2" ours "${small[@]}" --precision fp32 --graph --gemm-floor --autotune --serial-backward
 ours "$C" ours "${small[@]}" --precision fp32 --graph --gemm-floor --serial-backward
 for p in fp32 tf32; do
-  A="1024-2048x4-1024 b4096 $p"; B2="$A autotune"
-  torch "$A|$B2" ref "${mid[@]}" --precision $p
+  A="1024-2048x4-1024 b4096 $p"; B2="$A autotune"; C="$A own bias pass"; D="$A own bias pass autotune"
+  torch "$A|$B2|$C|$D" ref "${mid[@]}" --precision $p
   ours "$A" ours "${mid[@]}" --precision $p --gemm-floor
   DDP_GEMM_LOG=1 ours "$B2" ours "${mid[@]}" --precision $p --gemm-floor --autotune
+  ours "$C" ours "${mid[@]}" --precision $p --gemm-floor --no-bias-epilogue
+  ours "$D" ours "${mid[@]}" --precision $p --gemm-floor --no-bias-epilogue --autotune
 done
-A="4096x4 b8192 bf16 (master fp32)"; B2="$A autotune"
-torch "$A|$B2" ref "${big[@]}" --precision bf16
+A="4096x4 b8192 bf16 (master fp32)"; B2="$A autotune"; C="$A own bias pass"
+torch "$A|$B2|$C" ref "${big[@]}" --precision bf16
+ours "$C" ours "${big[@]}" --precision bf16 --gemm-floor --no-bias-epilogue
 ours "$A" ours "${big[@]}" --precision bf16 --gemm-floor
 DDP_GEMM_LOG=1 ours "$B2" ours "${big[@]}" --precision bf16 --gemm-floor --autotune
 

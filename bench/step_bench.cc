@@ -13,7 +13,8 @@
 // --gemm-floor (GPU) also times the step's GEMMs alone, timed the same way: the same cuBLASLt calls (shapes,
 // types, transposes, algorithms, the same dx/dw streams) with no epilogue and nothing else around them. The step
 // over that time is what the rest of the step costs: issue 6's "within 5% of its GEMMs alone".
-// --autotune and --serial-backward set ops/cuda/gemm_options.h (algorithm timing, one stream in backward).
+// --autotune, --serial-backward and --no-bias-epilogue set ops/cuda/gemm_options.h (algorithm timing, one stream
+// in backward, bias and activation by our own pass after the GEMM).
 #include <cblas.h>
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -58,6 +59,7 @@ struct Args {
   bool autotune = false;
   bool serial_backward = false;
   bool gemm_floor = false;
+  bool no_bias_epilogue = false;
 };
 
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
@@ -178,6 +180,7 @@ int run(int argc, char** argv) {
   app.add_flag("--autotune", a.autotune, "time cuBLASLt's candidate algorithms per GEMM shape, keep the fastest");
   app.add_flag("--serial-backward", a.serial_backward, "dx and dw GEMMs on one stream (default: two)");
   app.add_flag("--gemm-floor", a.gemm_floor, "also time the step's GEMMs alone (GPU)");
+  app.add_flag("--no-bias-epilogue", a.no_bias_epilogue, "bias and ReLU by our kernel after the GEMM, not cuBLASLt's epilogue");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -190,6 +193,7 @@ int run(int argc, char** argv) {
   kernels::cuda::GemmOptions gemm_options = kernels::cuda::gemm_options();
   if (a.autotune) gemm_options.autotune = true;
   if (a.serial_backward) gemm_options.concurrent_backward = false;
+  if (a.no_bias_epilogue) gemm_options.bias_epilogue = false;
   kernels::cuda::set_gemm_options(gemm_options);
 
   // The backend decides whether the world needs an NCCL communicator (DDP_BACKEND=mpi: several ranks per GPU).
@@ -403,6 +407,7 @@ int run(int argc, char** argv) {
     j["times_us"] = times_us;
     j["autotune"] = gemm_options.autotune;
     j["concurrent_backward"] = gemm_options.concurrent_backward;
+    j["bias_epilogue"] = gemm_options.bias_epilogue;
     if (gemm_us > 0) j["gemm_us"] = gemm_us;
     if (a.ddp) {
       j["bucket_mb"] = a.bucket_mb;

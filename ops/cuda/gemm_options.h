@@ -21,6 +21,10 @@ struct GemmOptions {
   // DDP_GEMM_CONCURRENT_BACKWARD=0 turns it off: dw on a second stream, forked from and joined back into the
   // caller's stream with events (also inside CUDA-graph capture).
   bool concurrent_backward = true;
+  // DDP_GEMM_BIAS_EPILOGUE=0 turns it off: the forward GEMM without cuBLASLt's BIAS / RELU_BIAS epilogue, and
+  // our vectorised bias+activation pass after it (for GEMM kernels that run their epilogue as a slow pass of
+  // its own; see bench/RESULTS.md).
+  bool bias_epilogue = true;
   // DDP_GEMM_LOG=1: one line on stderr per new GEMM configuration: shape, types, epilogue, the algorithm kept
   // and, with autotune, the time of cuBLASLt's first choice against the fastest.
   bool log = false;

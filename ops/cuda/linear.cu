@@ -71,6 +71,7 @@ GemmOptions& options_storage() {
     opts->autotune = env_flag("DDP_GEMM_AUTOTUNE", opts->autotune);
     opts->concurrent_backward = env_flag("DDP_GEMM_CONCURRENT_BACKWARD", opts->concurrent_backward);
     opts->log = env_flag("DDP_GEMM_LOG", opts->log);
+    opts->bias_epilogue = env_flag("DDP_GEMM_BIAS_EPILOGUE", opts->bias_epilogue);
     return opts;
   }();
   return *o;
@@ -460,7 +461,7 @@ void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
   }
   // Bias epilogues only with a 16-byte aligned bias: the MIN_ALIGNMENT preferences cover A, B, C and D but not the
   // bias vector, and a bias that is a view into a flat parameter buffer need not be aligned.
-  const bool bias_fusable = bias == nullptr || alignment_of(bias) >= 16;
+  const bool bias_fusable = (bias == nullptr || alignment_of(bias) >= 16) && gemm_options().bias_epilogue;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (bias_fusable) {
     if (act == Activation::kRelu) {

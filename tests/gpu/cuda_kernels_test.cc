@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ops/counter_rng.h"
+#include "ops/cuda/gemm_options.h"
 #include "ops/kernels.h"
 #include "runtime/core/check.h"
 
@@ -340,6 +341,19 @@ TEST_F(CudaKernels, LinearForwardMatchesReference) {
   for (const auto& c : linear_cases(true))
     for (Activation act : kActivations)
       for (bool bias : {false, true}) run_linear_forward_case(c, act, bias, stream_);
+}
+
+// The forward without cuBLASLt's bias epilogues: a plain GEMM, then our bias+activation pass (vectorised where
+// rows are a multiple of 8 elements).
+TEST_F(CudaKernels, LinearForwardWithoutBiasEpilogueMatchesReference) {
+  const gpu::GemmOptions saved = gpu::gemm_options();
+  gpu::GemmOptions o = saved;
+  o.bias_epilogue = false;
+  gpu::set_gemm_options(o);
+  for (const auto& c : linear_cases(true))
+    for (Activation act : kActivations)
+      for (bool bias : {false, true}) run_linear_forward_case(c, act, bias, stream_);
+  gpu::set_gemm_options(saved);
 }
 
 TEST_F(CudaKernels, LinearBackwardMatchesReference) {
