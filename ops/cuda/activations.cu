@@ -192,21 +192,32 @@ __global__ void __launch_bounds__(256)
   const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
   const std::int64_t row_end = min(rows, row_begin + rows_per_chunk);
   float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  // Four of the warp's rows per step, all loads issued before the first use (more bytes in flight); the sums
+  // still take the rows in order.
+  constexpr int kRowsInFlight = 4;
   if (col0 < cols) {
-    for (std::int64_t r = row_begin + warp; r < row_end; r += 8) {
-      const std::int64_t i = r * cols + col0;
-      float g[8];
-      load8(dy + i, g);
-      if (act != Activation::kNone) {
-        float sv[8];
-        load8(saved + i, sv);
-        for (int j = 0; j < 8; ++j) g[j] *= activation_grad(act, sv[j]);
+    for (std::int64_t r = row_begin + warp; r < row_end; r += 8 * kRowsInFlight) {
+      float g[kRowsInFlight][8], sv[kRowsInFlight][8];
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) {
+        const std::int64_t rr = r + 8 * u;
+        if (rr < row_end) {
+          load8(dy + rr * cols + col0, g[u]);
+          if (act != Activation::kNone) load8(saved + rr * cols + col0, sv[u]);
+        }
       }
-      if (dz != nullptr) {
-        store8(dz + i, g);
-        for (int j = 0; j < 8; ++j) g[j] = to_float(from_float<TDz>(g[j]));  // sum exactly the dz stored
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) {
+        const std::int64_t rr = r + 8 * u;
+        if (rr >= row_end) break;
+        if (act != Activation::kNone)
+          for (int j = 0; j < 8; ++j) g[u][j] *= activation_grad(act, sv[u][j]);
+        if (dz != nullptr) {
+          store8(dz + rr * cols + col0, g[u]);
+          for (int j = 0; j < 8; ++j) g[u][j] = to_float(from_float<TDz>(g[u][j]));  // sum exactly the dz stored
+        }
+        for (int j = 0; j < 8; ++j) sum[j] += g[u][j];
       }
-      for (int j = 0; j < 8; ++j) sum[j] += g[j];
     }
   }
   if (dbias == nullptr) return;
