@@ -9,8 +9,10 @@
 //   for (...) { model.zero_grad(stream); ddp.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream)); optimizer.step(stream); }
 #pragma once
 
+#include "models/bf16_weights.h"
 #include "models/layers.h"
 #include "models/module.h"
+#include "ops/cuda/gemm_options.h"
 #include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/autograd/parameter_store.h"
