@@ -153,6 +153,26 @@ double ref_step(std::vector<RefLayer>& L, std::vector<std::vector<double>>& mw, 
   return loss;
 }
 
+// A double-precision copy of an MLP's parameters (nn.Sequential order: weight, bias per layer) with zeroed SGD
+// momentum, for ref_step.
+struct RefModel {
+  std::vector<RefLayer> layers;
+  std::vector<std::vector<double>> mw, mb;
+};
+
+RefModel reference_of(const NamedTensors& params, const std::vector<std::int64_t>& sizes) {
+  RefModel m;
+  for (std::size_t k = 0; k + 1 < sizes.size(); ++k) {
+    RefLayer l{static_cast<int>(sizes[k]), static_cast<int>(sizes[k + 1]), {}, {}};
+    for (float v : params[2 * k].second.to_vector<float>(S())) l.w.push_back(v);
+    for (float v : params[2 * k + 1].second.to_vector<float>(S())) l.b.push_back(v);
+    m.mw.emplace_back(l.w.size(), 0.0);
+    m.mb.emplace_back(l.b.size(), 0.0);
+    m.layers.push_back(l);
+  }
+  return m;
+}
+
 TEST(Models, MlpTrainingMatchesDoublePrecision) {
   for (Activation act : {Activation::kRelu, Activation::kGelu}) {
     const std::vector<std::int64_t> sizes{6, 8, 5, 3};
@@ -165,17 +185,10 @@ TEST(Models, MlpTrainingMatchesDoublePrecision) {
     opt.weight_decay = 1e-3f;
     Sgd sgd(store, opt, S());
 
-    std::vector<RefLayer> ref;
-    std::vector<std::vector<double>> mw, mb;
     const NamedTensors params = model.named_parameters();
-    for (std::size_t k = 0; k + 1 < sizes.size(); ++k) {
-      RefLayer l{static_cast<int>(sizes[k]), static_cast<int>(sizes[k + 1]), {}, {}};
-      for (float v : params[2 * k].second.to_vector<float>(S())) l.w.push_back(v);
-      for (float v : params[2 * k + 1].second.to_vector<float>(S())) l.b.push_back(v);
-      mw.emplace_back(l.w.size(), 0.0);
-      mb.emplace_back(l.b.size(), 0.0);
-      ref.push_back(l);
-    }
+    RefModel reference = reference_of(params, sizes);
+    std::vector<RefLayer>& ref = reference.layers;
+    std::vector<std::vector<double>>&mw = reference.mw, &mb = reference.mb;
     for (int step = 0; step < 4; ++step) {
       Tensor x = Tensor::uniform({batch, 6}, -2.0f, 2.0f, 100 + step, 0, Device::cpu(), S());
       std::vector<int> y{step % 3, 1, 2, 0};
@@ -213,17 +226,10 @@ void bf16_steps(DType logits_dtype) {
   int hooks_fired = 0;
   store.add_grad_ready_hook([&](std::size_t) { ++hooks_fired; });
 
-  std::vector<RefLayer> ref;
-  std::vector<std::vector<double>> mw, mb;
   const NamedTensors params = model.named_parameters();
-  for (std::size_t k = 0; k + 1 < sizes.size(); ++k) {
-    RefLayer l{static_cast<int>(sizes[k]), static_cast<int>(sizes[k + 1]), {}, {}};
-    for (float v : params[2 * k].second.to_vector<float>(S())) l.w.push_back(v);
-    for (float v : params[2 * k + 1].second.to_vector<float>(S())) l.b.push_back(v);
-    mw.emplace_back(l.w.size(), 0.0);
-    mb.emplace_back(l.b.size(), 0.0);
-    ref.push_back(l);
-  }
+  RefModel reference = reference_of(params, sizes);
+  std::vector<RefLayer>& ref = reference.layers;
+  std::vector<std::vector<double>>&mw = reference.mw, &mb = reference.mb;
   const int steps = 4;
   for (int step = 0; step < steps; ++step) {
     Tensor x = Tensor::uniform({batch, 6}, -2.0f, 2.0f, 100 + step, 0, Device::cpu(), S());
