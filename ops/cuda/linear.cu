@@ -143,8 +143,6 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
       return "RELU";
     case CUBLASLT_EPILOGUE_RELU_BIAS:
       return "RELU_BIAS";
-    case CUBLASLT_EPILOGUE_BGRADB:
-      return "BGRADB";
     default:
       return "other";
   }
@@ -313,8 +311,7 @@ class GemmPlan {
 
  private:
   static bool uses_bias(cublasLtEpilogue_t e) {
-    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_BGRADA ||
-           e == CUBLASLT_EPILOGUE_BGRADB;
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS;
   }
   void set_bias(const void* bias) {
     DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
