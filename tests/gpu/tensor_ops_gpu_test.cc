@@ -12,8 +12,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <memory>
-#include <string>
 #include <vector>
 
 #include "models/bf16_weights.h"
@@ -231,11 +229,8 @@ TEST_F(Gpu, ActivationsAndLosses) {
   expect_close(host(gp.grad()), host(p.grad()), kElementwise, "mse gradient");
 }
 
-// A full training step, three times: forward, cross-entropy, backward into the flat gradient buffer, SGD. With
-// `bf16`, mixed precision on both devices: forward_bf16 (bf16 GEMMs, bf16 logits, float32 gradients into the
-// masters) and SGD refreshing the bf16 copy in its own kernel; GPU and CPU see the same bf16 operands, so they
-// agree to bf16 rounding, and the GPU's copy is exactly the rounding of its masters after every step.
-void mlp_steps(const Stream& s, MathMode math, Bound bound, bool bf16 = false) {
+// A full training step, three times: forward, cross-entropy, backward into the flat gradient buffer, SGD.
+void mlp_steps(const Stream& s, MathMode math, Bound bound) {
   const std::vector<std::int64_t> sizes{64, 48, 32, 10};
   MLP cpu_model(sizes, Activation::kRelu, 9, Device::cpu(), cpu_stream());
   MLP gpu_model(sizes, Activation::kRelu, 9, Device::cuda(0), s);
@@ -244,46 +239,27 @@ void mlp_steps(const Stream& s, MathMode math, Bound bound, bool bf16 = false) {
   ParameterStore& gs = gpu_model.flatten_parameters(s, {5, 4, 3, 2, 1, 0});
   SgdOptions o{0.05f, 0.9f, 0.0f, 1e-4f, true};
   Sgd copt(cs, o, cpu_stream()), gopt(gs, o, s);
-  std::unique_ptr<Bf16Weights> cw, gw;
-  if (bf16) {
-    cw = std::make_unique<Bf16Weights>(cs, cpu_stream());
-    gw = std::make_unique<Bf16Weights>(gs, s);
-    copt.set_bf16_copy(cw->flat());
-    gopt.set_bf16_copy(gw->flat());
-  }
   std::vector<std::size_t> hook_order;
   gs.add_grad_ready_hook([&](std::size_t i) { hook_order.push_back(i); });
-  const std::string what = bf16 ? "bf16 " : "";
   for (int step = 0; step < 3; ++step) {
     Tensor x = Tensor::uniform({32, 64}, -1, 1, 50 + step, 0, Device::cpu(), cpu_stream());
-    Tensor xg = x.copy_to(Device::cuda(0), s);
     std::vector<std::int32_t> y(32);
     for (int i = 0; i < 32; ++i) y[i] = (i * 3 + step) % 10;
     Tensor yc = Tensor::from_int32(y, {32}, Device::cpu(), cpu_stream());
     cpu_model.zero_grad(cpu_stream());
     gpu_model.zero_grad(s);
-    Tensor lc = ops::cross_entropy(bf16 ? forward_bf16(cpu_model, *cw, x, cpu_stream()) : cpu_model.forward(x, cpu_stream()),
-                                   yc, cpu_stream());
-    Tensor lg = ops::cross_entropy(bf16 ? forward_bf16(gpu_model, *gw, xg, s) : gpu_model.forward(xg, s),
-                                   yc.copy_to(Device::cuda(0), s), s);
+    Tensor lc = ops::cross_entropy(cpu_model.forward(x, cpu_stream()), yc, cpu_stream());
+    Tensor lg = ops::cross_entropy(gpu_model.forward(x.copy_to(Device::cuda(0), s), s), yc.copy_to(Device::cuda(0), s), s);
     EXPECT_NEAR(lg.to_vector<float>(s)[0], lc.to_vector<float>(cpu_stream())[0], bound.atol + bound.rtol * 3);
     autograd::backward(lc, cpu_stream());
     autograd::backward(lg, s);
     expect_close(gs.flat_grads().to_vector<float>(s), cs.flat_grads().to_vector<float>(cpu_stream()), bound,
-                 what + "flat gradients, step " + std::to_string(step));
+                 "flat gradients, step " + std::to_string(step));
     copt.step(cpu_stream());
     gopt.step(s);
-    if (bf16) {
-      const Tensor rounded = gs.flat_params().to_dtype(DType::kBFloat16, s);
-      const std::vector<float> want = rounded.to_dtype(DType::kFloat32, s).to_vector<float>(s);
-      const std::vector<float> copy = gw->flat().to_dtype(DType::kFloat32, s).to_vector<float>(s);
-      std::size_t differing = 0;
-      for (std::size_t i = 0; i < copy.size(); ++i) differing += std::memcmp(&copy[i], &want[i], 4) != 0;
-      EXPECT_EQ(differing, 0u) << "GPU bf16 copy vs its rounded masters, step " << step;
-    }
   }
   expect_close(gs.flat_params().to_vector<float>(s), cs.flat_params().to_vector<float>(cpu_stream()), bound,
-               what + "parameters after 3 steps");
+               "parameters after 3 steps");
   EXPECT_EQ(hook_order.size(), 18u);
 }
 
@@ -334,8 +310,49 @@ TEST_F(Gpu, ConcurrentBackwardGivesTheBitsOfSerialBackward) {
   EXPECT_EQ(differing, 0u);
 }
 
-// Mixed precision on both devices (see mlp_steps).
-TEST_F(Gpu, MlpBf16MixedPrecisionStepMatchesCpu) { mlp_steps(s(), MathMode::kFloat32, kBF16, /*bf16=*/true); }
+// Mixed precision on both devices: forward_bf16 (bf16 GEMMs, float32 logits and float32 gradients into the
+// masters), SGD refreshing the bf16 copy in its own kernel. GPU and CPU see the same bf16 operands, so they
+// agree to bf16 rounding; the GPU's copy is exactly the rounding of its masters.
+TEST_F(Gpu, MlpBf16MixedPrecisionStepMatchesCpu) {
+  const std::vector<std::int64_t> sizes{64, 48, 32, 10};
+  MLP cpu_model(sizes, Activation::kRelu, 9, Device::cpu(), cpu_stream());
+  MLP gpu_model(sizes, Activation::kRelu, 9, Device::cuda(0), s());
+  ParameterStore& cs = cpu_model.flatten_parameters(cpu_stream(), {5, 4, 3, 2, 1, 0});
+  ParameterStore& gs = gpu_model.flatten_parameters(s(), {5, 4, 3, 2, 1, 0});
+  SgdOptions o{0.05, 0.9, 0.0, 1e-4, true};
+  Sgd copt(cs, o, cpu_stream()), gopt(gs, o, s());
+  Bf16Weights cw(cs, cpu_stream()), gw(gs, s());
+  copt.set_bf16_copy(cw.flat());
+  gopt.set_bf16_copy(gw.flat());
+  int hooks = 0;
+  gs.add_grad_ready_hook([&](std::size_t) { ++hooks; });
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = Tensor::uniform({32, 64}, -1, 1, 70 + step, 0, Device::cpu(), cpu_stream());
+    std::vector<std::int32_t> y(32);
+    for (int i = 0; i < 32; ++i) y[i] = (i * 3 + step) % 10;
+    Tensor yc = Tensor::from_int32(y, {32}, Device::cpu(), cpu_stream());
+    cpu_model.zero_grad(cpu_stream());
+    gpu_model.zero_grad(s());
+    Tensor lc = ops::cross_entropy(forward_bf16(cpu_model, cw, x, cpu_stream()), yc, cpu_stream());
+    Tensor lg = ops::cross_entropy(forward_bf16(gpu_model, gw, x.copy_to(Device::cuda(0), s()), s()),
+                                   yc.copy_to(Device::cuda(0), s()), s());
+    EXPECT_NEAR(lg.to_vector<float>(s())[0], lc.to_vector<float>(cpu_stream())[0], kBF16.atol + kBF16.rtol * 3);
+    autograd::backward(lc, cpu_stream());
+    autograd::backward(lg, s());
+    expect_close(gs.flat_grads().to_vector<float>(s()), cs.flat_grads().to_vector<float>(cpu_stream()), kBF16,
+                 "bf16 flat gradients, step " + std::to_string(step));
+    copt.step(cpu_stream());
+    gopt.step(s());
+    const std::vector<float> rounded = host(gs.flat_params().to_dtype(DType::kBFloat16, s()));
+    const std::vector<float> copy = host(gw.flat());
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < copy.size(); ++i) differing += std::memcmp(&copy[i], &rounded[i], 4) != 0;
+    EXPECT_EQ(differing, 0u) << "GPU bf16 copy vs its rounded masters, step " << step;
+  }
+  expect_close(gs.flat_params().to_vector<float>(s()), cs.flat_params().to_vector<float>(cpu_stream()), kBF16,
+               "bf16 parameters after 3 steps");
+  EXPECT_EQ(hooks, 18);
+}
 
 }  // namespace
 }  // namespace ddp
