@@ -121,9 +121,15 @@ TEST(BatchLoader, PrefetchIsBoundedByTheBuffers) {
   loader.start_epoch(0);
   const Batch* first = loader.next();
   ASSERT_NE(first, nullptr);
+  // The prefetcher fills the free buffer (however slow a loaded machine is), then must stop: one buffer is held
+  // by the consumer, so at most one more batch may be prepared.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (filled.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(filled.load(), 2) << "the prefetcher did not fill the free buffer within 30 s";
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // One buffer is held by the consumer, so at most one more batch was prepared.
-  EXPECT_EQ(filled.load(), 2);
+  EXPECT_EQ(filled.load(), 2) << "the prefetcher filled a buffer the consumer still holds";
 }
 
 TEST(BatchLoader, ManualReleaseKeepsABatchWhileTheNextIsHandedOut) {
