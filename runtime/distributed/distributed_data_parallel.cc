@@ -59,8 +59,37 @@ void DistributedDataParallel::backward(const Tensor& loss) {
     }
     throw;
   }
+  handle_unused_parameters();
   reducer_->finalize();
   if (options_.trace != nullptr) trace_step(begin_us);
+}
+
+void DistributedDataParallel::handle_unused_parameters() {
+  const std::vector<std::size_t> unused = reducer_->unready_parameters();
+  if (unused.empty()) return;
+  if (!options_.find_unused_parameters) {
+    std::string names;
+    for (std::size_t i : unused) names += (names.empty() ? "" : ", ") + parameters_.slot(i).name;
+    try {
+      reducer_->finalize();  // throws for the same reason; leaves the reducer ready for the next step
+    } catch (...) {
+    }
+    throw InvalidArgument("step " + std::to_string(reducer_->steps()) + ": parameter(s) " + names +
+                          " got no gradient in this backward (they took no part in the loss on this rank); if "
+                          "that is intended, construct DistributedDataParallel with "
+                          "DdpOptions::find_unused_parameters = true");
+  }
+  for (std::size_t i : unused) {
+    const ParameterSlot& slot = parameters_.slot(i);
+    AutogradMeta& meta = slot.param.autograd_meta();
+    // Contents that count as zero (zero_grad) may be stale: zero them, as the all-reduce reads them.
+    if (!meta.grad_valid) {
+      Tensor grad = slot.grad;  // a handle to the slot's view of the flat buffer
+      grad.zero_(compute_);
+    }
+    meta.grad_valid = true;
+    reducer_->mark_ready(i);
+  }
 }
 
 void DistributedDataParallel::trace_step(double begin_us) {

@@ -32,6 +32,14 @@ struct DdpOptions {
   bool broadcast_parameters = true;  // rank 0's initial parameters on every rank
   bool average = true;               // average (PyTorch) or sum the gradients
   GradientCompression compression = GradientCompression::kNone;
+  // PyTorch's find_unused_parameters. Off: a parameter that got no gradient in a backward (its part of the
+  // model did not take part in the loss on this rank) is an error naming it. On: after backward, such a
+  // parameter counts as ready with a zero gradient (or, under no_sync accumulation, with what earlier backwards
+  // accumulated), so the ranks that did use it get the average over all ranks, zeros included, as in PyTorch.
+  // One difference: a parameter no rank used gets a zero gradient here, where PyTorch leaves its .grad as it
+  // was so that the optimizer skips it; the fused optimizer here updates every parameter, so momentum and
+  // weight decay still move it.
+  bool find_unused_parameters = false;
   // When set, each backward adds a `backward` span (category compute) and one `allreduce` span per bucket
   // (category comm, with bucket index and bytes) to this recorder. Reading device timings waits for the step.
   io::TraceRecorder* trace = nullptr;
@@ -70,6 +78,9 @@ class DistributedDataParallel {
   ProcessGroup& group() { return group_; }
 
  private:
+  // After autograd: parameters without a gradient in this backward get a zero one and are marked ready
+  // (find_unused_parameters), or are named in an error.
+  void handle_unused_parameters();
   void trace_step(double begin_us);
 
   ParameterStore& parameters_;

@@ -71,6 +71,14 @@ void Reducer::mark_ready(std::size_t index) {
   if (sync_) launch_ready_buckets();
 }
 
+std::vector<std::size_t> Reducer::unready_parameters() const {
+  std::vector<std::size_t> out;
+  for (std::size_t k = 0; k < ready_.size(); ++k) {
+    if (!ready_[k]) out.push_back(k);
+  }
+  return out;
+}
+
 void Reducer::launch_ready_buckets() {
   // Strictly in order: a later bucket that is complete waits for the earlier ones, so every rank issues the
   // same collectives in the same order whatever order its gradients became ready in.
@@ -94,8 +102,8 @@ void Reducer::finalize() {
   in_backward_ = false;
   for (std::size_t k = 0; k < ready_.size(); ++k) {
     DDP_CHECK(ready_[k], "parameter " + std::to_string(k) +
-                             " got no gradient in this backward: every parameter must take part in the loss "
-                             "(unused parameters are not supported)");
+                             " got no gradient in this backward: every parameter must take part in the loss, "
+                             "or be marked ready by the caller (DdpOptions::find_unused_parameters)");
   }
   stats_.backward_end_us = now_us();
   stats_.backward_ms = stats_.backward_end_us / 1000.0;

@@ -73,6 +73,8 @@ class Reducer {
   // After backward: launches what is left, then orders the compute stream after every bucket's all-reduce.
   // Throws if some parameter never got a gradient (a parameter unused in forward), naming it.
   void finalize();
+  // During backward: the parameters (registration indices) whose gradients are not marked ready yet.
+  std::vector<std::size_t> unready_parameters() const;
   // Skips communication for the next backward(s): gradients accumulate locally (DDP's no_sync).
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }

@@ -1,7 +1,8 @@
 // DistributedDataParallel against a single process: N ranks with batch b each end, after several optimizer
 // steps, with the parameters of one model trained on the N·b batch (computed on every rank as the
 // reference), for SGD with momentum and for AdamW. Also: no_sync accumulation over k micro-batches equals one
-// batch k times larger, the parameters are broadcast from rank 0, and models that differ end every rank.
+// batch k times larger, the parameters are broadcast from rank 0, models that differ end every rank, and
+// parameters a rank did not use are either named in an error or (find_unused_parameters) averaged as zeros.
 //
 // Tolerance: the reduction order of the gradient (per-rank means, then the average across ranks) differs from
 // the single mean over N·b, so values agree to float rounding: relative 2e-5 of the largest parameter after
@@ -39,6 +40,34 @@ GlobalBatch make_batch(std::int64_t rows, int step) {
   for (std::int64_t r = 0; r < rows; ++r) b.y[r] = static_cast<std::int32_t>((r * 7 + step * 3) % kSizes.back());
   return b;
 }
+
+// A trunk and two heads, of which forward uses one (`use_b`), plus a head no forward ever uses: the model
+// of find_unused_parameters (a branch taken on some ranks only).
+class TwoHeads : public Module {
+ public:
+  TwoHeads(std::uint64_t seed, const Device& device, const Stream& stream) {
+    std::uint64_t offset = 0;
+    auto layer = [&](const char* name, std::int64_t in, std::int64_t out) {
+      auto l = std::make_shared<Linear>(in, out, true, seed, offset, device, stream);
+      offset += l->init_counters();
+      register_module(name, l);
+      return l;
+    };
+    trunk_ = layer("trunk", kSizes.front(), 40);
+    head_a_ = layer("head_a", 40, kSizes.back());
+    head_b_ = layer("head_b", 40, kSizes.back());
+    layer("never", 40, kSizes.back());
+  }
+  Tensor forward(const Tensor& x, const Stream& stream) override {
+    const Tensor h = trunk_->forward_fused(x, Activation::kRelu, stream);
+    return (use_b ? head_b_ : head_a_)->forward(h, stream);
+  }
+  std::string type_name() const override { return "TwoHeads"; }
+  bool use_b = false;
+
+ private:
+  std::shared_ptr<Linear> trunk_, head_a_, head_b_;
+};
 
 class DdpTest : public ::testing::Test {
  protected:
@@ -194,6 +223,87 @@ TEST_F(DdpTest, ModelsThatDifferEndEveryRankWithTheParameterNamed) {
               std::string::npos)
         << what;
   }
+}
+
+// Gradients in registration order (independent of the flat layout).
+std::vector<float> ordered_grads(Module& m, const Stream& stream) {
+  std::vector<float> out;
+  const ParameterStore& store = *m.parameter_store();
+  for (std::size_t i = 0; i < store.size(); ++i) {
+    const auto g = store.slot(i).grad.to_vector<float>(stream);
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
+TEST_F(DdpTest, FindUnusedParametersAveragesZerosForTheHeadARankDidNotUse) {
+  // Odd ranks use head_b, even ranks head_a; no rank uses `never`. Small buckets, so that buckets holding used
+  // and unused parameters launch at different moments on different ranks.
+  DdpOptions options;
+  options.find_unused_parameters = true;
+  options.first_bucket_cap_mb = 0.001;
+  options.bucket_cap_mb = 0.002;
+  TwoHeads model(7 + 1000 * rank_, device_, stream_);  // made equal by the broadcast
+  DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_, options);
+  ASSERT_GT(ddp.plan().buckets.size(), 2u);
+
+  // The reference on every rank: the mean over ranks of each rank's gradient, unused heads counting zero.
+  TwoHeads reference(7, device_, stream_);
+  reference.flatten_parameters(stream_);
+  for (int step = 0; step < 2; ++step) {
+    const GlobalBatch batch = make_batch(kLocalBatch * size_, step);
+    std::vector<double> want;
+    for (int r = 0; r < size_; ++r) {
+      auto [x, y] = rows(batch, r * kLocalBatch, kLocalBatch);
+      reference.zero_grad(stream_);
+      reference.use_b = r % 2 == 1;
+      autograd::backward(ops::cross_entropy(reference.forward(x, stream_), y, stream_), stream_);
+      const auto g = ordered_grads(reference, stream_);
+      want.resize(g.size(), 0.0);
+      for (std::size_t i = 0; i < g.size(); ++i) want[i] += g[i] / static_cast<double>(size_);
+    }
+
+    auto [x, y] = rows(batch, rank_ * kLocalBatch, kLocalBatch);
+    // Step 1 leaves last step's averaged gradients in place (zero_grad only marks them stale): the unused
+    // parameters' stale contents must not reach the all-reduce.
+    if (step == 0) {
+      model.zero_grad(stream_);
+    } else {
+      autograd::zero_grad(model.parameters());
+    }
+    model.use_b = rank_ % 2 == 1;
+    ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
+    const auto got = ordered_grads(model, stream_);
+    expect_close(got, std::vector<float>(want.begin(), want.end()), 2e-5);
+
+    // `never` (registered last): exactly zero everywhere.
+    const ParameterStore& store = *model.parameter_store();
+    for (std::size_t i = store.size() - 2; i < store.size(); ++i) {
+      ASSERT_EQ(store.slot(i).name.rfind("never.", 0), 0u) << store.slot(i).name;
+      for (float v : store.slot(i).grad.to_vector<float>(stream_)) ASSERT_EQ(v, 0.0f) << store.slot(i).name;
+    }
+  }
+}
+
+TEST_F(DdpTest, AnUnusedParameterIsNamedUnlessFindUnusedParametersIsSet) {
+  TwoHeads model(7, device_, stream_);
+  DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_);
+  const GlobalBatch batch = make_batch(kLocalBatch * size_, 0);
+  auto [x, y] = rows(batch, rank_ * kLocalBatch, kLocalBatch);
+  model.zero_grad(stream_);
+  try {
+    ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
+    FAIL() << "DDP accepted parameters without a gradient";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("parameter(s) head_b.weight, head_b.bias, never.weight, never.bias got no gradient"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("DdpOptions::find_unused_parameters = true"), std::string::npos) << what;
+  }
+  // Every rank failed alike and no bucket with an unused parameter was launched; the launched ones complete
+  // before the next test.
+  group_->barrier();
 }
 
 TEST_F(DdpTest, StatsAndBucketsAreReported) {
