@@ -60,6 +60,7 @@ struct Flags {
   std::string trace_file;
   long long log_every = 50;
   bool skip_nonfinite = false;
+  double clip_grad_norm = 0;  // 0: no clipping
   int threads = 0;
 };
 
@@ -101,6 +102,10 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--trace-file", f.trace_file, "Chrome trace JSON of backward and the all-reduces (rank 0)");
   app.add_option("--log-every", f.log_every, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--skip-nonfinite", f.skip_nonfinite, "skip a step whose loss is NaN or infinite instead of stopping");
+  app.add_option("--clip-grad-norm", f.clip_grad_norm,
+                 "clip the averaged gradients to this total L2 norm before each update (0: no clipping)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", f.threads, "OpenBLAS threads per rank (0: cores / ranks on this node)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   try {
@@ -430,6 +435,20 @@ int train(int argc, char** argv) {
         DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &mean_loss, 1, MPI_DOUBLE, MPI_SUM, world.comm()));
         mean_loss /= world.size();
       }
+      double grad_norm = 0;
+      if (flags.clip_grad_norm > 0) {
+        // Every rank holds the same averaged gradients, so every rank gets the same norm and decides alike.
+        grad_norm = ddp::clip_grad_norm(*model.parameter_store(), flags.clip_grad_norm, stream);
+        if (!std::isfinite(grad_norm)) {
+          if (!flags.skip_nonfinite) {
+            world.agree("the gradient norm is " + std::to_string(grad_norm) + " at step " + std::to_string(step + 1) +
+                            " (lower --lr, or pass --skip-nonfinite to skip such steps)",
+                        "training diverged");
+          }
+          if (lead) progress.line("skipping step " + std::to_string(step + 1) + ": the gradient norm is not finite");
+          continue;
+        }
+      }
       optimizer->step(stream);
       ++step;
       maybe_inject_fault(step, world.rank());
@@ -443,8 +462,10 @@ int train(int argc, char** argv) {
           const double rate = window_samples / std::max(seconds, 1e-9);
           progress.step(step, epoch, mean_loss, rate, hidden);
           if (metrics) {
-            metrics->write({{"step", step}, {"epoch", epoch}, {"loss", mean_loss}, {"samples_per_s", rate},
-                            {"comm_hidden", hidden}, {"lr", optimizer->lr()}});
+            nlohmann::json line = {{"step", step},           {"epoch", epoch},        {"loss", mean_loss},
+                                   {"samples_per_s", rate},  {"comm_hidden", hidden}, {"lr", optimizer->lr()}};
+            if (flags.clip_grad_norm > 0) line["grad_norm"] = grad_norm;  // before clipping
+            metrics->write(line);
           }
         }
         window_start = std::chrono::steady_clock::now();

@@ -29,5 +29,6 @@
 #include "runtime/io/checkpoint.h"
 #include "runtime/io/metrics.h"
 #include "runtime/io/trace.h"
+#include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/tensor/tensor.h"

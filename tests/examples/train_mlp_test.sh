@@ -3,6 +3,7 @@
 #   - a short training reaches a stated accuracy and writes metrics, a trace and a checkpoint;
 #   - the checkpoint loads into torch.nn.Sequential (strict) and PyTorch computes the same test accuracy;
 #   - a run stopped at step 30 and resumed gives bitwise the same losses as a run never stopped;
+#   - gradient clipping with a bound never reached changes nothing, a tight bound logs norms and clips;
 #   - resuming on 3 ranks from a position 3 ranks cannot split is refused, on 1 rank it works;
 #   - bad input ends every rank with one clear message and a non-zero exit.
 set -uo pipefail
@@ -60,6 +61,18 @@ if [ "$(losses "$work/full.jsonl")" != "$(losses "$work/part.jsonl")" ]; then
 fi
 [ "$(losses "$work/full.jsonl" | wc -l)" -eq 6 ] || fail "expected 6 logged losses"
 
+# 3b. --clip-grad-norm: a bound no gradient reaches changes nothing (bitwise the same losses as the run above);
+#     a tight one logs the norms before clipping and changes the training.
+"$ddprun" -np 2 -- "$train" "${small[@]}" --max-steps 60 --clip-grad-norm 1e9 --metrics-file "$work/loose.jsonl" \
+  >/dev/null 2>&1 || fail "run with --clip-grad-norm 1e9 failed"
+[ "$(losses "$work/full.jsonl")" == "$(losses "$work/loose.jsonl")" ] || fail "a clip bound never reached changed the losses"
+"$ddprun" -np 2 -- "$train" "${small[@]}" --max-steps 60 --clip-grad-norm 0.05 --metrics-file "$work/clip.jsonl" \
+  >/dev/null 2>&1 || fail "run with --clip-grad-norm 0.05 failed"
+norms=$(grep -o '"grad_norm":[0-9.e+-]*' "$work/clip.jsonl" | sed 's/.*://')
+[ "$(wc -w <<<"$norms")" -eq 6 ] || fail "expected 6 logged gradient norms, got: $norms"
+awk '{ for (i = 1; i <= NF; i++) if (!($i > 0.05)) exit 1 }' <<<"$norms" || fail "gradient norms not above the 0.05 bound: $norms"
+[ "$(losses "$work/full.jsonl")" != "$(losses "$work/clip.jsonl")" ] || fail "clipping to 0.05 changed nothing"
+
 # 4. Re-sharding: step 10 of 2 ranks x 32 stopped at global sample 640, which 3 ranks cannot split evenly:
 #    refused with a message; 1 rank resumes the 60-step checkpoint (sample 3840).
 if out=$("$ddprun" -np 3 -- "$train" "${small[@]}" --max-steps 20 --resume "$work/odd" 2>&1); then
@@ -79,6 +92,7 @@ expect_error() {  # NAME EXPECTED ARGS...
 expect_error "unknown flag" "--bogus" --bogus
 expect_error "zero batch" "--batch-size" --batch-size 0
 expect_error "negative lr" "--lr" --lr -1
+expect_error "negative clip norm" "--clip-grad-norm" --clip-grad-norm -1
 expect_error "missing data" "install the data set" --data "$work/nowhere"
 expect_error "batch over shard" "larger than rank" --batch-size 40000
 expect_error "divergence" "training diverged" --optimizer sgd --lr 1e12 --momentum 0 --log-every 1 --max-steps 20

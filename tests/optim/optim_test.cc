@@ -1,6 +1,7 @@
 // Optimizer steps against torch.optim's formulas written out by hand in double precision: SGD plain, with
 // weight decay, momentum (first-step buffer = gradient), dampening and Nesterov; AdamW with decoupled decay
-// and bias correction; and the LR schedules.
+// and bias correction; the LR schedules; and gradient-norm clipping against torch.nn.utils.clip_grad_norm_'s
+// formula.
 #include "runtime/optim/optimizer.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +11,9 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
+#include "runtime/optim/clip_grad.h"
 
 namespace ddp {
 namespace {
@@ -34,6 +37,16 @@ struct Fixture {
     float* gb = store.slot(1).grad.data<float>();
     for (int i = 0; i < 2; ++i) ga[i] = static_cast<float>(g[i]);
     for (int i = 0; i < 3; ++i) gb[i] = static_cast<float>(g[2 + i]);
+  }
+  // Gradients as backward leaves them: written and current.
+  void set_current_grads(int step) {
+    set_grads(step);
+    for (const ParameterSlot& slot : store.slots()) slot.param.autograd_meta().grad_valid = true;
+  }
+  std::vector<float> gradient_values() const {
+    std::vector<float> v = store.slot(0).grad.to_vector<float>(S());
+    for (float x : store.slot(1).grad.to_vector<float>(S())) v.push_back(x);
+    return v;
   }
   std::vector<float> values() const {
     std::vector<float> v = a.to_vector<float>(S());
@@ -151,6 +164,68 @@ TEST(LrSchedule, ConstantAndCosineWithWarmup) {
   s.apply(sgd);
   EXPECT_FLOAT_EQ(sgd.lr(), 0.25f);
   EXPECT_THROW(CosineWithWarmup(1.0, 5, 4), Error);
+}
+
+TEST(ClipGradNorm, ScalesEveryGradientByMaxNormOverTheTotalNorm) {
+  Fixture f;
+  f.set_current_grads(0);
+  const std::vector<double> g = f.grads(0);
+  double sum = 0;
+  for (double v : g) sum += v * v;
+  const double norm = std::sqrt(sum);
+  const double max_norm = 0.5 * norm;
+  EXPECT_NEAR(clip_grad_norm(f.store, max_norm, S()), norm, 1e-6 * norm);
+  const std::vector<float> got = f.gradient_values();
+  double clipped = 0;
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NEAR(got[i], g[i] * max_norm / (norm + 1e-6), 1e-6) << "element " << i;
+    clipped += static_cast<double>(got[i]) * got[i];
+  }
+  EXPECT_NEAR(std::sqrt(clipped), max_norm, 1e-5);
+}
+
+TEST(ClipGradNorm, LeavesGradientsBelowMaxNormUntouched) {
+  Fixture f;
+  f.set_current_grads(1);
+  const std::vector<float> before = f.gradient_values();
+  double sum = 0;
+  for (float v : before) sum += static_cast<double>(v) * v;
+  EXPECT_NEAR(clip_grad_norm(f.store, 2.0 * std::sqrt(sum), S()), std::sqrt(sum), 1e-6);
+  EXPECT_EQ(f.gradient_values(), before);
+}
+
+TEST(ClipGradNorm, GradientsThatAreNotCurrentCountAsZero) {
+  Fixture f;
+  f.set_current_grads(2);
+  // `a` was zeroed lazily after its gradient was written: its stale contents must neither count nor change.
+  autograd::zero_grad({f.store.slot(0).param});
+  const std::vector<float> stale_a = f.store.slot(0).grad.to_vector<float>(S());
+  const std::vector<double> g = f.grads(2);
+  const double norm = std::sqrt(g[2] * g[2] + g[3] * g[3] + g[4] * g[4]);
+  EXPECT_NEAR(clip_grad_norm(f.store, 0.25 * norm, S()), norm, 1e-6 * norm);
+  EXPECT_EQ(f.store.slot(0).grad.to_vector<float>(S()), stale_a);
+  const std::vector<float> b = f.store.slot(1).grad.to_vector<float>(S());
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(b[i], g[2 + i] * 0.25 * norm / (norm + 1e-6), 1e-6);
+}
+
+TEST(ClipGradNorm, NonFiniteNormLeavesGradientsForTheCallerToSkip) {
+  Fixture f;
+  f.set_current_grads(3);
+  f.store.slot(1).grad.data<float>()[1] = std::nanf("");
+  const std::vector<float> before = f.gradient_values();
+  EXPECT_TRUE(std::isnan(clip_grad_norm(f.store, 1e-3, S())));
+  const std::vector<float> after = f.gradient_values();
+  for (int i = 0; i < 5; ++i) {
+    if (std::isnan(before[i])) continue;
+    EXPECT_EQ(after[i], before[i]) << "element " << i;
+  }
+}
+
+TEST(ClipGradNorm, RejectsANonPositiveMaxNorm) {
+  Fixture f;
+  f.set_current_grads(0);
+  EXPECT_THROW(clip_grad_norm(f.store, 0.0, S()), InvalidArgument);
+  EXPECT_THROW(clip_grad_norm(f.store, -1.0, S()), InvalidArgument);
 }
 
 }  // namespace
