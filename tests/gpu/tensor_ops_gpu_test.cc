@@ -21,6 +21,7 @@
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/allocator.h"
 #include "runtime/core/device.h"
+#include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
 
 namespace ddp {
@@ -265,6 +266,40 @@ void mlp_steps(const Stream& s, MathMode math, Bound bound) {
 
 TEST_F(Gpu, MlpTrainingStepFloat32) { mlp_steps(s(), MathMode::kFloat32, kF32); }
 TEST_F(Gpu, MlpTrainingStepTF32) { mlp_steps(s(), MathMode::kTF32, kTF32); }
+
+// clip_grad_norm on the GPU against the CPU after the same backward: the whole-buffer path, then the per-slot
+// path (one gradient made stale by a lazy zero_grad, so it neither counts nor changes).
+TEST_F(Gpu, ClipGradNormMatchesCpu) {
+  const std::vector<std::int64_t> sizes{64, 48, 10};
+  MLP cpu_model(sizes, Activation::kRelu, 4, Device::cpu(), cpu_stream());
+  MLP gpu_model(sizes, Activation::kRelu, 4, Device::cuda(0), s());
+  ParameterStore& cs = cpu_model.flatten_parameters(cpu_stream());
+  ParameterStore& gs = gpu_model.flatten_parameters(s());
+  Tensor x = Tensor::uniform({16, 64}, -1, 1, 77, 0, Device::cpu(), cpu_stream());
+  std::vector<std::int32_t> y(16);
+  for (int i = 0; i < 16; ++i) y[i] = i % 10;
+  Tensor yc = Tensor::from_int32(y, {16}, Device::cpu(), cpu_stream());
+  for (bool stale : {false, true}) {
+    cpu_model.zero_grad(cpu_stream());
+    gpu_model.zero_grad(s());
+    autograd::backward(ops::cross_entropy(cpu_model.forward(x, cpu_stream()), yc, cpu_stream()), cpu_stream());
+    autograd::backward(
+        ops::cross_entropy(gpu_model.forward(x.copy_to(Device::cuda(0), s()), s()), yc.copy_to(Device::cuda(0), s()), s()),
+        s());
+    if (stale) {
+      autograd::zero_grad({cs.slot(0).param});
+      autograd::zero_grad({gs.slot(0).param});
+    }
+    const double norm = clip_grad_norm(cs, 1e9, cpu_stream());  // not reached: only measures
+    ASSERT_GT(norm, 0.0);
+    const double cpu_norm = clip_grad_norm(cs, 0.5 * norm, cpu_stream());
+    const double gpu_norm = clip_grad_norm(gs, 0.5 * norm, s());
+    EXPECT_NEAR(gpu_norm, cpu_norm, 1e-5 * cpu_norm) << (stale ? "per-slot path" : "whole-buffer path");
+    expect_close(gs.flat_grads().to_vector<float>(s()), cs.flat_grads().to_vector<float>(cpu_stream()), kF32,
+                 stale ? "clipped gradients, one stale" : "clipped gradients");
+    EXPECT_NEAR(clip_grad_norm(gs, 1e9, s()), 0.5 * norm, 1e-5 * norm) << "norm after clipping";
+  }
+}
 
 // Sets GEMM options for one scope and restores the previous ones.
 class GemmOptionsScope {
