@@ -400,6 +400,18 @@ int train(int argc, char** argv) {
   bool done = step >= total_steps;
   Evaluation last_eval;
   bool evaluated = false;
+  // Called on every rank when `quantity` is not finite on some rank at the step about to be taken: without
+  // --skip-nonfinite the job ends with one message naming the ranks; with it the caller skips the step.
+  auto reject_nonfinite_step = [&](const std::string& quantity, double local_value) {
+    if (!flags.skip_nonfinite) {
+      world.agree(std::isfinite(local_value) ? ""
+                                             : "the " + quantity + " is " + std::to_string(local_value) +
+                                                   " at step " + std::to_string(step + 1) +
+                                                   " (lower --lr, or pass --skip-nonfinite to skip such steps)",
+                  "training diverged");
+    }
+    if (lead) progress.line("skipping step " + std::to_string(step + 1) + ": the " + quantity + " is not finite");
+  };
   for (long long epoch = start_epoch; epoch < flags.epochs && !done; ++epoch) {
     loader->start_epoch(epoch, epoch == start_epoch ? start_position : 0);
     long long position = epoch == start_epoch ? start_position : 0;
@@ -421,14 +433,7 @@ int train(int argc, char** argv) {
         double bad = std::isfinite(value) ? 0.0 : 1.0;
         DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_MAX, world.comm()));
         if (bad > 0) {
-          if (!flags.skip_nonfinite) {
-            world.agree(std::isfinite(value) ? ""
-                                             : "the loss is " + std::to_string(value) + " at step " +
-                                                   std::to_string(step + 1) +
-                                                   " (lower --lr, or pass --skip-nonfinite to skip such steps)",
-                        "training diverged");
-          }
-          if (lead) progress.line("skipping step " + std::to_string(step + 1) + ": the loss is not finite");
+          reject_nonfinite_step("loss", value);
           continue;  // no update: the gradients are zeroed at the next step
         }
         mean_loss = value;
@@ -440,12 +445,7 @@ int train(int argc, char** argv) {
         // Every rank holds the same averaged gradients, so every rank gets the same norm and decides alike.
         grad_norm = ddp::clip_grad_norm(*model.parameter_store(), flags.clip_grad_norm, stream);
         if (!std::isfinite(grad_norm)) {
-          if (!flags.skip_nonfinite) {
-            world.agree("the gradient norm is " + std::to_string(grad_norm) + " at step " + std::to_string(step + 1) +
-                            " (lower --lr, or pass --skip-nonfinite to skip such steps)",
-                        "training diverged");
-          }
-          if (lead) progress.line("skipping step " + std::to_string(step + 1) + ": the gradient norm is not finite");
+          reject_nonfinite_step("gradient norm", grad_norm);
           continue;
         }
       }
