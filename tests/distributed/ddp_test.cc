@@ -100,6 +100,17 @@ class DdpTest : public ::testing::Test {
     return out;
   }
 
+  // Gradients in registration order (independent of the flat layout).
+  std::vector<float> ordered_grads(Module& m) {
+    std::vector<float> out;
+    const ParameterStore& store = *m.parameter_store();
+    for (std::size_t i = 0; i < store.size(); ++i) {
+      const auto g = store.slot(i).grad.to_vector<float>(stream_);
+      out.insert(out.end(), g.begin(), g.end());
+    }
+    return out;
+  }
+
   static void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel) {
     ASSERT_EQ(got.size(), want.size());
     double scale = 0;
@@ -197,15 +208,9 @@ TEST_F(DdpTest, NoSyncAccumulationEqualsOneLargerBatch) {
   autograd::backward(ops::cross_entropy(reference.forward(gx, stream_), gy, stream_), stream_);
 
   // Summed micro-batch means = k × the mean over the k-times larger batch.
-  std::vector<float> want;
-  std::vector<float> got;
-  for (std::size_t i = 0; i < reference.parameter_store()->size(); ++i) {
-    const auto r = reference.parameter_store()->slot(i).grad.to_vector<float>(stream_);
-    const auto g = model.parameter_store()->slot(i).grad.to_vector<float>(stream_);
-    for (float v : r) want.push_back(k * v);
-    got.insert(got.end(), g.begin(), g.end());
-  }
-  expect_close(got, want, 2e-5);
+  std::vector<float> want = ordered_grads(reference);
+  for (float& v : want) v *= k;
+  expect_close(ordered_grads(model), want, 2e-5);
 }
 
 TEST_F(DdpTest, ModelsThatDifferEndEveryRankWithTheParameterNamed) {
@@ -223,17 +228,6 @@ TEST_F(DdpTest, ModelsThatDifferEndEveryRankWithTheParameterNamed) {
               std::string::npos)
         << what;
   }
-}
-
-// Gradients in registration order (independent of the flat layout).
-std::vector<float> ordered_grads(Module& m, const Stream& stream) {
-  std::vector<float> out;
-  const ParameterStore& store = *m.parameter_store();
-  for (std::size_t i = 0; i < store.size(); ++i) {
-    const auto g = store.slot(i).grad.to_vector<float>(stream);
-    out.insert(out.end(), g.begin(), g.end());
-  }
-  return out;
 }
 
 TEST_F(DdpTest, FindUnusedParametersAveragesZerosForTheHeadARankDidNotUse) {
@@ -258,7 +252,7 @@ TEST_F(DdpTest, FindUnusedParametersAveragesZerosForTheHeadARankDidNotUse) {
       reference.zero_grad(stream_);
       reference.use_b = r % 2 == 1;
       autograd::backward(ops::cross_entropy(reference.forward(x, stream_), y, stream_), stream_);
-      const auto g = ordered_grads(reference, stream_);
+      const auto g = ordered_grads(reference);
       want.resize(g.size(), 0.0);
       for (std::size_t i = 0; i < g.size(); ++i) want[i] += g[i] / static_cast<double>(size_);
     }
@@ -273,7 +267,7 @@ TEST_F(DdpTest, FindUnusedParametersAveragesZerosForTheHeadARankDidNotUse) {
     }
     model.use_b = rank_ % 2 == 1;
     ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
-    const auto got = ordered_grads(model, stream_);
+    const auto got = ordered_grads(model);
     expect_close(got, std::vector<float>(want.begin(), want.end()), 2e-5);
 
     // `never` (registered last): exactly zero everywhere.
