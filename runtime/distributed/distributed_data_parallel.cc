@@ -52,16 +52,21 @@ void DistributedDataParallel::backward(const Tensor& loss) {
   try {
     autograd::backward(loss, compute_);
   } catch (...) {
-    // Leave the reducer consistent for the caller's error handling; the collectives already issued complete.
-    try {
-      reducer_->finalize();
-    } catch (...) {
-    }
+    end_failed_backward();
     throw;
   }
   handle_unused_parameters();
   reducer_->finalize();
   if (options_.trace != nullptr) trace_step(begin_us);
+}
+
+void DistributedDataParallel::end_failed_backward() {
+  // Leaves the reducer consistent for the caller's error handling (ready for the next prepare_for_backward);
+  // the collectives already issued complete. Its own error, if any, is the one being reported.
+  try {
+    reducer_->finalize();
+  } catch (...) {
+  }
 }
 
 void DistributedDataParallel::handle_unused_parameters() {
@@ -70,10 +75,7 @@ void DistributedDataParallel::handle_unused_parameters() {
   if (!options_.find_unused_parameters) {
     std::string names;
     for (std::size_t i : unused) names += (names.empty() ? "" : ", ") + parameters_.slot(i).name;
-    try {
-      reducer_->finalize();  // throws for the same reason; leaves the reducer ready for the next step
-    } catch (...) {
-    }
+    end_failed_backward();
     throw InvalidArgument("step " + std::to_string(reducer_->steps()) + ": parameter(s) " + names +
                           " got no gradient in this backward (they took no part in the loss on this rank); if "
                           "that is intended, construct DistributedDataParallel with "

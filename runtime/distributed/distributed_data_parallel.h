@@ -81,6 +81,8 @@ class DistributedDataParallel {
   // After autograd: parameters without a gradient in this backward get a zero one and are marked ready
   // (find_unused_parameters), or are named in an error.
   void handle_unused_parameters();
+  // Ends a backward that failed, so that the caller's error handling finds the reducer consistent.
+  void end_failed_backward();
   void trace_step(double begin_us);
 
   ParameterStore& parameters_;
