@@ -81,8 +81,7 @@ void Module::train(bool training) {
 void Module::to(const Device& device, const Stream& stream) {
   if (store_ != nullptr) {
     std::vector<std::size_t> layout = store_->layout();
-    set_device(device);
-    flatten_parameters(stream, layout);
+    flatten_onto(device, stream, std::move(layout));
     return;
   }
   for (auto& [name, t] : named_parameters()) {
@@ -95,10 +94,29 @@ void Module::to(const Device& device, const Stream& stream) {
   set_device(device);
 }
 
+Device Module::parameters_device() const {
+  const NamedTensors params = named_parameters();
+  if (params.empty()) return device_;
+  const auto& [first_name, first] = params.front();
+  for (const auto& [name, t] : params) {
+    if (t.device() != first.device()) {
+      throw InvalidArgument(type_name() + ": parameter " + first_name + " is on " + first.device().str() + " but " +
+                            name + " is on " + t.device().str() +
+                            "; move the whole module with to(device) before flatten_parameters");
+    }
+  }
+  return first.device();
+}
+
 ParameterStore& Module::flatten_parameters(const Stream& stream, std::vector<std::size_t> layout) {
+  // The store goes where the parameters are, whether or not a user-written module declared its device.
+  return flatten_onto(parameters_device(), stream, std::move(layout));
+}
+
+ParameterStore& Module::flatten_onto(const Device& device, const Stream& stream, std::vector<std::size_t> layout) {
+  set_device(device);
   // The new store copies from wherever the parameters are now (possibly the old store's buffers).
-  auto store = std::make_shared<ParameterStore>(named_parameters(), device_, stream, std::move(layout));
-  store_ = std::move(store);
+  store_ = std::make_shared<ParameterStore>(named_parameters(), device, stream, std::move(layout));
   return *store_;
 }
 

@@ -52,8 +52,9 @@ class Module {
   void to(const Device& device, const Stream& stream);
   const Device& device() const { return device_; }
 
-  // Puts all parameters into one flat buffer (and their gradients into another) on the module's device, in
-  // `layout` order (registration indices; empty: registration order). Replaces any previous store.
+  // Puts all parameters into one flat buffer (and their gradients into another) on the device that holds them
+  // (they must all be on one; InvalidArgument otherwise), in `layout` order (registration indices; empty:
+  // registration order). Replaces any previous store.
   ParameterStore& flatten_parameters(const Stream& stream, std::vector<std::size_t> layout = {});
   ParameterStore* parameter_store() const { return store_.get(); }
   // Zeroes every parameter gradient (the flat buffer when flattened).
@@ -69,6 +70,8 @@ class Module {
 
  private:
   void collect(const std::string& prefix, NamedTensors& out) const;
+  Device parameters_device() const;
+  ParameterStore& flatten_onto(const Device& device, const Stream& stream, std::vector<std::size_t> layout);
 
   NamedTensors params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -20,6 +20,7 @@
 #include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/allocator.h"
+#include "runtime/core/check.h"
 #include "runtime/core/device.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
@@ -95,6 +96,38 @@ TEST_F(Gpu, CopiesRoundTripAndViews) {
   Tensor pageable = Tensor::zeros({1000}, DType::kFloat32, Device::cpu(), cpu_stream());
   pageable.copy_from(g, s());
   EXPECT_EQ(pageable.to_vector<float>(cpu_stream()), after);
+}
+
+// A module written by a user, built from layers on the GPU, that never declares its own device: its flat store
+// goes where its parameters are (it once went to the CPU and forward failed "x is on cuda:0 but weight is on cpu").
+class UserModule : public Module {
+ public:
+  UserModule(const Device& a, const Device& b, const Stream& stream) {
+    register_module("first", std::make_shared<Linear>(8, 4, true, 1, 0, a, stream));
+    register_module("second", std::make_shared<Linear>(4, 2, true, 2, 0, b, stream));
+  }
+  Tensor forward(const Tensor& x, const Stream& stream) override {
+    return children()[1].second->forward(children()[0].second->forward(x, stream), stream);
+  }
+  std::string type_name() const override { return "UserModule"; }
+};
+
+TEST_F(Gpu, AModuleFlattensOntoTheDeviceOfItsParameters) {
+  UserModule on_gpu(Device::cuda(0), Device::cuda(0), s());
+  ParameterStore& store = on_gpu.flatten_parameters(s());
+  EXPECT_EQ(store.device(), Device::cuda(0));
+  EXPECT_EQ(on_gpu.device(), Device::cuda(0));
+  Tensor x = Tensor::uniform({3, 8}, -1.0f, 1.0f, 5, 0, Device::cuda(0), s());
+  EXPECT_EQ(on_gpu.forward(x, s()).device(), Device::cuda(0));
+
+  UserModule mixed(Device::cuda(0), Device::cpu(), s());
+  try {
+    mixed.flatten_parameters(s());
+    FAIL() << "flattened parameters that live on two devices";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("first.weight is on cuda:0 but second.weight is on cpu"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(Gpu, SeededInitIsBitwiseIdentical) {
