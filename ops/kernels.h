@@ -10,6 +10,7 @@
 // Every `accumulate` flag means "add into the output" (gradient accumulation) instead of overwriting it.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -48,6 +49,26 @@ struct LinearShape {
 
 // Hyperparameters are double, as PyTorch's (Python floats): derived constants such as 1 − β₂ are formed in
 // double before they are rounded to float, so the update matches torch.optim to float rounding.
+// The values a fused step kernel uses, derived from the hyperparameters in double and rounded to float once
+// (sgd_scalars / adamw_scalars below, shared by both implementations so that they compute the same update).
+struct SgdScalars {
+  float lr, momentum, one_minus_dampening, weight_decay;
+  bool nesterov, first_step, use_momentum;
+};
+struct AdamWScalars {
+  float decay;  // 1 − lr·wd
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float step_size;     // lr / (1 − β1^t)
+  float bias_c2_sqrt;  // sqrt(1 − β2^t)
+  float eps;
+};
+
+// Graph-capturable steps: when `device_scalars` is not null, the step reads its scalars from there (memory of
+// the step's device, written by write_sgd_scalars / write_adamw_scalars before the step runs) instead of
+// deriving them from the fields above. A CUDA graph that captured the step then replays with each step's
+// learning rate and bias corrections, and the host never waits: the write is a launch whose arguments carry
+// the values.
 struct SgdParams {
   double lr;
   double momentum;      // 0 disables the buffer
@@ -55,6 +76,7 @@ struct SgdParams {
   double weight_decay;  // L2, added to the gradient as in torch.optim.SGD
   bool nesterov;
   bool first_step;      // PyTorch initialises the momentum buffer to the gradient on the first step
+  const SgdScalars* device_scalars;
 };
 struct AdamWParams {
   double lr;
@@ -63,7 +85,37 @@ struct AdamWParams {
   double eps;
   double weight_decay;  // decoupled: param *= 1 − lr·wd before the Adam update
   std::int64_t step;    // 1-based step count after this update, for bias correction
+  const AdamWScalars* device_scalars;
 };
+
+inline SgdScalars sgd_scalars(const SgdParams& p) {
+  SgdScalars s;
+  s.lr = static_cast<float>(p.lr);
+  s.momentum = static_cast<float>(p.momentum);
+  s.one_minus_dampening = static_cast<float>(1.0 - p.dampening);
+  s.weight_decay = static_cast<float>(p.weight_decay);
+  s.nesterov = p.nesterov;
+  s.first_step = p.first_step;
+  s.use_momentum = p.momentum != 0.0;
+  return s;
+}
+
+// `p.step` must be >= 1 (the caller checks).
+inline AdamWScalars adamw_scalars(const AdamWParams& p) {
+  const double t = static_cast<double>(p.step);
+  const double bias_c1 = 1.0 - std::pow(p.beta1, t);
+  const double bias_c2 = 1.0 - std::pow(p.beta2, t);
+  AdamWScalars s;
+  s.decay = static_cast<float>(1.0 - p.lr * p.weight_decay);
+  s.beta1 = static_cast<float>(p.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - p.beta1);
+  s.beta2 = static_cast<float>(p.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - p.beta2);
+  s.step_size = static_cast<float>(p.lr / bias_c1);
+  s.bias_c2_sqrt = static_cast<float>(std::sqrt(bias_c2));
+  s.eps = static_cast<float>(p.eps);
+  return s;
+}
 }  // namespace ddp::kernels
 
 namespace ddp::kernels::cpu {

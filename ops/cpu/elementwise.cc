@@ -1,4 +1,4 @@
-// CPU elementwise kernels: standalone activations, fills, axpby/scale, casts and reductions. Plain loops over
+// CPU elementwise kernels: standalone activations, fills, axpby/scale, casts, reductions and row gathers. Plain loops over
 // contiguous arrays, which -O3 vectorises.
 #include <cmath>
 #include <cstdint>
@@ -126,6 +126,13 @@ void flag_nonfinite(const float* x, std::int64_t n, std::int32_t* flag, StreamHa
   bool bad = false;
   for (std::int64_t i = 0; i < n; ++i) bad |= !std::isfinite(x[i]);
   if (bad) flag[0] = 1;
+}
+
+void gather_rows(const void* src, std::int64_t row_bytes, const std::int64_t* indices, std::int64_t count,
+                 void* dst, StreamHandle /*stream*/) {
+  const auto* from = static_cast<const unsigned char*>(src);
+  auto* to = static_cast<unsigned char*>(dst);
+  for (std::int64_t i = 0; i < count; ++i) std::memcpy(to + i * row_bytes, from + indices[i] * row_bytes, row_bytes);
 }
 
 }  // namespace ddp::kernels::cpu

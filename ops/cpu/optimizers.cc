@@ -22,10 +22,9 @@ void write_bf16_copy(const float* param, std::int64_t n, void* param_bf16) {
 
 void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int64_t n, const SgdParams& p,
               void* param_bf16, StreamHandle /*stream*/) {
-  // Constants are derived in double (the hyperparameters' type, as in PyTorch) and rounded once.
-  const float lr = static_cast<float>(p.lr), wd = static_cast<float>(p.weight_decay);
-  const float mu = static_cast<float>(p.momentum), keep = static_cast<float>(1.0 - p.dampening);
-  if (mu == 0.0f) {
+  const SgdScalars s = p.device_scalars != nullptr ? *p.device_scalars : sgd_scalars(p);
+  const float lr = s.lr, wd = s.weight_decay, mu = s.momentum, keep = s.one_minus_dampening;
+  if (!s.use_momentum) {
     for (std::int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + wd * param[i]);
     write_bf16_copy(param, n, param_bf16);
     return;
@@ -34,9 +33,9 @@ void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int6
   for (std::int64_t i = 0; i < n; ++i) {
     const float g = grad[i] + wd * param[i];
     // PyTorch: the first step initialises the buffer to the gradient itself (no dampening).
-    const float buf = p.first_step ? g : mu * momentum_buffer[i] + keep * g;
+    const float buf = s.first_step ? g : mu * momentum_buffer[i] + keep * g;
     momentum_buffer[i] = buf;
-    const float update = p.nesterov ? g + mu * buf : buf;
+    const float update = s.nesterov ? g + mu * buf : buf;
     param[i] -= lr * update;
   }
   write_bf16_copy(param, n, param_bf16);
@@ -44,27 +43,27 @@ void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int6
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
                 const AdamWParams& p, void* param_bf16, StreamHandle /*stream*/) {
-  DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based, got " + std::to_string(p.step));
-  const double t = static_cast<double>(p.step);
-  // Constants are derived in double (the hyperparameters' type, as in PyTorch) and rounded once, exactly as
-  // ops/cuda/optimizers.cu does, so both devices compute the same update.
-  const double bias_correction1 = 1.0 - std::pow(p.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(p.beta2, t);
-  const float step_size = static_cast<float>(p.lr / bias_correction1);
-  const float sqrt_bc2 = static_cast<float>(std::sqrt(bias_correction2));
-  const float decay = static_cast<float>(1.0 - p.lr * p.weight_decay);
-  const float b1 = static_cast<float>(p.beta1), b2 = static_cast<float>(p.beta2), eps = static_cast<float>(p.eps);
-  const float one_minus_b1 = static_cast<float>(1.0 - p.beta1), one_minus_b2 = static_cast<float>(1.0 - p.beta2);
+  if (p.device_scalars == nullptr) DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based, got " + std::to_string(p.step));
+  const AdamWScalars s = p.device_scalars != nullptr ? *p.device_scalars : adamw_scalars(p);
   for (std::int64_t i = 0; i < n; ++i) {
     const float g = grad[i];
-    const float m = b1 * exp_avg[i] + one_minus_b1 * g;
-    const float v = b2 * exp_avg_sq[i] + one_minus_b2 * g * g;
+    const float m = s.beta1 * exp_avg[i] + s.one_minus_beta1 * g;
+    const float v = s.beta2 * exp_avg_sq[i] + s.one_minus_beta2 * g * g;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
-    const float denom = std::sqrt(v) / sqrt_bc2 + eps;
-    param[i] = param[i] * decay - step_size * (m / denom);
+    const float denom = std::sqrt(v) / s.bias_c2_sqrt + s.eps;
+    param[i] = param[i] * s.decay - s.step_size * (m / denom);
   }
   write_bf16_copy(param, n, param_bf16);
+}
+
+void write_sgd_scalars(const SgdParams& p, SgdScalars* device_scalars, StreamHandle /*stream*/) {
+  *device_scalars = sgd_scalars(p);
+}
+
+void write_adamw_scalars(const AdamWParams& p, AdamWScalars* device_scalars, StreamHandle /*stream*/) {
+  DDP_CHECK(p.step >= 1, "write_adamw_scalars: step is 1-based, got " + std::to_string(p.step));
+  *device_scalars = adamw_scalars(p);
 }
 
 }  // namespace ddp::kernels::cpu

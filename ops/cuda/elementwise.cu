@@ -1,4 +1,4 @@
-// Elementwise utilities of the kernel contract: fill, axpby, scale, cast, sum_squares, flag_nonfinite.
+// Elementwise utilities of the kernel contract: fill, axpby, scale, cast, sum_squares, flag_nonfinite, gather_rows.
 //
 // Each is one grid-stride kernel, using 16-byte vector accesses when every pointer involved is 16-byte aligned
 // (tensor views into a flat parameter buffer need not be). sum_squares is the one reduction: a fixed number of
@@ -256,6 +256,50 @@ void flag_nonfinite(const float* x, std::int64_t n, std::int32_t* flag, StreamHa
   const bool vectorized = aligned16(x);
   flag_nonfinite_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(x, n, flag, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+// One work item per `Unit` of a row: consecutive threads copy consecutive pieces of one row, so both the reads
+// (within a source row) and the writes are coalesced.
+template <typename Unit>
+__global__ void gather_rows_kernel(const Unit* __restrict__ src, std::int64_t units_per_row,
+                                   const std::int64_t* __restrict__ indices, std::int64_t count,
+                                   Unit* __restrict__ dst) {
+  const std::int64_t total = count * units_per_row;
+  for (std::int64_t k = thread_index(); k < total; k += grid_stride()) {
+    const std::int64_t row = k / units_per_row;
+    const std::int64_t col = k - row * units_per_row;
+    dst[k] = src[indices[row] * units_per_row + col];
+  }
+}
+
+template <typename Unit>
+void launch_gather(const void* src, std::int64_t row_bytes, const std::int64_t* indices, std::int64_t count,
+                   void* dst, cudaStream_t stream) {
+  const std::int64_t units = row_bytes / static_cast<std::int64_t>(sizeof(Unit));
+  gather_rows_kernel<Unit><<<blocks_for(count * units), kThreads, 0, stream>>>(
+      static_cast<const Unit*>(src), units, indices, count, static_cast<Unit*>(dst));
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void gather_rows(const void* src, std::int64_t row_bytes, const std::int64_t* indices, std::int64_t count,
+                 void* dst, StreamHandle stream) {
+  if (count <= 0 || row_bytes <= 0) return;
+  // The widest access every row start allows: 16 bytes for 784 float features, 4 for an int32 label.
+  const auto fits = [&](std::int64_t unit) {
+    return row_bytes % unit == 0 && reinterpret_cast<std::uintptr_t>(src) % unit == 0 &&
+           reinterpret_cast<std::uintptr_t>(dst) % unit == 0;
+  };
+  if (fits(16)) {
+    launch_gather<uint4>(src, row_bytes, indices, count, dst, stream);
+  } else if (fits(4)) {
+    launch_gather<std::uint32_t>(src, row_bytes, indices, count, dst, stream);
+  } else {
+    launch_gather<unsigned char>(src, row_bytes, indices, count, dst, stream);
+  }
 }
 
 }  // namespace ddp::kernels::cuda

@@ -3,7 +3,9 @@
 //
 // The formulas are PyTorch's, term by term (torch.optim.SGD and torch.optim.AdamW, amsgrad off, not maximize),
 // so a run here and a run in PyTorch follow each other to float rounding. Step-dependent scalars (AdamW's bias
-// corrections) are computed on the host in double, as PyTorch does for a non-capturable step.
+// corrections) are computed on the host in double, as PyTorch does for a non-capturable step (ops/kernels.h:
+// adamw_scalars, shared with the CPU), and reach the kernel as arguments or, for a CUDA graph, through device
+// memory written before each replay.
 #include <cmath>
 
 #include "ops/cuda/device_utils.cuh"
@@ -25,11 +27,6 @@ __device__ __forceinline__ void store_bf16(void* copy, std::int64_t i, float p) 
   if (copy != nullptr) static_cast<__nv_bfloat16*>(copy)[i] = __float2bfloat16_rn(p);
 }
 
-struct SgdScalars {
-  float lr, momentum, one_minus_dampening, weight_decay;
-  bool nesterov, first_step, use_momentum;
-};
-
 __device__ __forceinline__ float sgd_one(float p, float g, float* buf, const SgdScalars& s) {
   if (s.weight_decay != 0.0f) g = g + s.weight_decay * p;  // d_p = d_p.add(param, alpha=weight_decay)
   if (s.use_momentum) {
@@ -41,8 +38,9 @@ __device__ __forceinline__ float sgd_one(float p, float g, float* buf, const Sgd
 }
 
 // Every array is read and written at the same index only, so no __restrict__ is needed for correctness.
-__global__ void sgd_kernel(float* param, const float* grad, float* buf, std::int64_t n, SgdScalars s,
-                           void* copy, bool vectorized) {
+__global__ void sgd_kernel(float* param, const float* grad, float* buf, std::int64_t n, SgdScalars from_host,
+                           const SgdScalars* from_device, void* copy, bool vectorized) {
+  const SgdScalars s = from_device != nullptr ? *from_device : from_host;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   std::int64_t scalar_from = 0;
@@ -75,15 +73,6 @@ __global__ void sgd_kernel(float* param, const float* grad, float* buf, std::int
   }
 }
 
-struct AdamWScalars {
-  float decay;           // 1 − lr·wd
-  float beta1, one_minus_beta1;
-  float beta2, one_minus_beta2;
-  float step_size;       // lr / (1 − β1^t)
-  float bias_c2_sqrt;    // sqrt(1 − β2^t)
-  float eps;
-};
-
 __device__ __forceinline__ float adamw_one(float p, float g, float* m, float* v, const AdamWScalars& s) {
   p = p * s.decay;
   const float m_new = s.beta1 * *m + s.one_minus_beta1 * g;
@@ -95,7 +84,8 @@ __device__ __forceinline__ float adamw_one(float p, float g, float* m, float* v,
 }
 
 __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                             AdamWScalars s, void* copy, bool vectorized) {
+                             AdamWScalars from_host, const AdamWScalars* from_device, void* copy, bool vectorized) {
+  const AdamWScalars s = from_device != nullptr ? *from_device : from_host;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   std::int64_t scalar_from = 0;
@@ -140,42 +130,49 @@ bool aligned8(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 7u)
 void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int64_t n, const SgdParams& p,
               void* param_bf16, StreamHandle stream) {
   if (n <= 0) return;
-  SgdScalars s;
-  s.lr = static_cast<float>(p.lr);
-  s.momentum = static_cast<float>(p.momentum);
-  s.one_minus_dampening = static_cast<float>(1.0 - p.dampening);
-  s.weight_decay = static_cast<float>(p.weight_decay);
-  s.nesterov = p.nesterov;
-  s.first_step = p.first_step;
-  s.use_momentum = p.momentum != 0.0;
+  // The momentum flag decides the buffer's alignment check; it is a hyperparameter, not a per-step value, so the
+  // host's copy is right also when the kernel reads device_scalars.
+  const SgdScalars s = sgd_scalars(p);
   DDP_CHECK(!s.use_momentum || momentum_buffer != nullptr, "sgd_step: momentum != 0 needs a momentum buffer");
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) &&
                           (!s.use_momentum || detail::aligned16(momentum_buffer)) && aligned8(param_bf16);
   sgd_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0, stream>>>(
-      param, grad, momentum_buffer, n, s, param_bf16, vectorized);
+      param, grad, momentum_buffer, n, s, p.device_scalars, param_bf16, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
                 const AdamWParams& p, void* param_bf16, StreamHandle stream) {
   if (n <= 0) return;
-  DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based (the count after this update)");
-  const double t = static_cast<double>(p.step);
-  const double bias_c1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
-  const double bias_c2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
-  AdamWScalars s;
-  s.decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * static_cast<double>(p.weight_decay));
-  s.beta1 = static_cast<float>(p.beta1);
-  s.one_minus_beta1 = static_cast<float>(1.0 - p.beta1);
-  s.beta2 = static_cast<float>(p.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - p.beta2);
-  s.step_size = static_cast<float>(static_cast<double>(p.lr) / bias_c1);
-  s.bias_c2_sqrt = static_cast<float>(std::sqrt(bias_c2));
-  s.eps = static_cast<float>(p.eps);
+  AdamWScalars s{};
+  if (p.device_scalars == nullptr) {
+    DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based (the count after this update)");
+    s = adamw_scalars(p);
+  }
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) && detail::aligned16(exp_avg) &&
                           detail::aligned16(exp_avg_sq) && aligned8(param_bf16);
   adamw_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0, stream>>>(
-      param, grad, exp_avg, exp_avg_sq, n, s, param_bf16, vectorized);
+      param, grad, exp_avg, exp_avg_sq, n, s, p.device_scalars, param_bf16, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+template <typename Scalars>
+__global__ void write_scalars_kernel(Scalars value, Scalars* destination) {
+  *destination = value;
+}
+
+}  // namespace
+
+void write_sgd_scalars(const SgdParams& p, SgdScalars* device_scalars, StreamHandle stream) {
+  write_scalars_kernel<<<1, 1, 0, stream>>>(sgd_scalars(p), device_scalars);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void write_adamw_scalars(const AdamWParams& p, AdamWScalars* device_scalars, StreamHandle stream) {
+  DDP_CHECK(p.step >= 1, "write_adamw_scalars: step is 1-based (the count after this update)");
+  write_scalars_kernel<<<1, 1, 0, stream>>>(adamw_scalars(p), device_scalars);
   DDP_CUDA_CHECK_LAUNCH();
 }
 

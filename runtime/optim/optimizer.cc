@@ -18,6 +18,12 @@ void Optimizer::set_bf16_copy(const Tensor& copy) {
   bf16_copy_ = copy;
 }
 
+void Optimizer::use_device_scalars(const Stream& stream) {
+  if (device_scalars_.defined()) return;
+  device_scalars_ = Tensor::zeros({static_cast<std::int64_t>(kDeviceScalarBytes / sizeof(std::int64_t))},
+                                  DType::kInt64, store_.device(), stream);
+}
+
 Sgd::Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream)
     : Optimizer(store), options_(options) {
   DDP_CHECK(options.lr >= 0.0f, "SGD: learning rate must be >= 0, got " + std::to_string(options.lr));
@@ -31,18 +37,25 @@ Sgd::Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream)
   }
 }
 
-void Sgd::step(const Stream& stream) {
-  kernels::SgdParams p{};
+void Sgd::prepare_step(const Stream& stream) {
+  kernels::SgdParams& p = prepared_;
   p.lr = lr_;
   p.momentum = options_.momentum;
   p.dampening = options_.dampening;
   p.weight_decay = options_.weight_decay;
   p.nesterov = options_.nesterov;
   p.first_step = steps_ == 0;
-  DDP_DISPATCH(store_.device(), sgd_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
-               momentum_.defined() ? momentum_.data<float>() : nullptr, store_.total_numel(), p, bf16_copy_data(),
-               stream.handle());
+  p.device_scalars = device_scalars_as<kernels::SgdScalars>();
+  if (p.device_scalars != nullptr) {
+    DDP_DISPATCH(store_.device(), write_sgd_scalars, p, device_scalars_as<kernels::SgdScalars>(), stream.handle());
+  }
   ++steps_;
+}
+
+void Sgd::apply_step(const Stream& stream) {
+  DDP_DISPATCH(store_.device(), sgd_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
+               momentum_.defined() ? momentum_.data<float>() : nullptr, store_.total_numel(), prepared_,
+               bf16_copy_data(), stream.handle());
 }
 
 std::vector<std::pair<std::string, Tensor>> Sgd::state() const {
@@ -62,18 +75,26 @@ AdamW::AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& s
   exp_avg_sq_ = Tensor::zeros({store.total_numel()}, DType::kFloat32, store.device(), stream);
 }
 
-void AdamW::step(const Stream& stream) {
-  kernels::AdamWParams p{};
+void AdamW::prepare_step(const Stream& stream) {
+  kernels::AdamWParams& p = prepared_;
   p.lr = lr_;
   p.beta1 = options_.beta1;
   p.beta2 = options_.beta2;
   p.eps = options_.eps;
   p.weight_decay = options_.weight_decay;
   p.step = steps_ + 1;
-  DDP_DISPATCH(store_.device(), adamw_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
-               exp_avg_.data<float>(), exp_avg_sq_.data<float>(), store_.total_numel(), p, bf16_copy_data(),
-               stream.handle());
+  p.device_scalars = device_scalars_as<kernels::AdamWScalars>();
+  if (p.device_scalars != nullptr) {
+    DDP_DISPATCH(store_.device(), write_adamw_scalars, p, device_scalars_as<kernels::AdamWScalars>(),
+                 stream.handle());
+  }
   ++steps_;
+}
+
+void AdamW::apply_step(const Stream& stream) {
+  DDP_DISPATCH(store_.device(), adamw_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
+               exp_avg_.data<float>(), exp_avg_sq_.data<float>(), store_.total_numel(), prepared_, bf16_copy_data(),
+               stream.handle());
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/kernels.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
@@ -25,8 +26,19 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every parameter from its current gradient.
-  virtual void step(const Stream& stream) = 0;
+  // One update of every parameter from its current gradient: prepare_step, then apply_step.
+  void step(const Stream& stream) {
+    prepare_step(stream);
+    apply_step(stream);
+  }
+  // The two halves of a step, for CUDA graphs. prepare_step counts the step and derives its scalars (learning
+  // rate, bias corrections) on the host; apply_step is the one update kernel. After use_device_scalars(),
+  // prepare_step also writes the scalars into device memory (one small launch, no host wait) and apply_step
+  // reads them there, so a graph can capture apply_step once and replay it after each prepare_step.
+  virtual void prepare_step(const Stream& stream) = 0;
+  virtual void apply_step(const Stream& stream) = 0;
+  void use_device_scalars(const Stream& stream);
+  bool device_scalars() const { return device_scalars_.defined(); }
   void zero_grad(const Stream& stream) { store_.zero_grad(stream); }
 
   double lr() const { return lr_; }
@@ -45,9 +57,16 @@ class Optimizer {
 
  protected:
   void* bf16_copy_data() const { return bf16_copy_.defined() ? bf16_copy_.data_ptr() : nullptr; }
+  template <typename Scalars>
+  Scalars* device_scalars_as() const {
+    static_assert(sizeof(Scalars) <= kDeviceScalarBytes, "the step's scalars must fit the device slot");
+    return device_scalars_.defined() ? static_cast<Scalars*>(device_scalars_.data_ptr()) : nullptr;
+  }
 
   ParameterStore& store_;
   Tensor bf16_copy_;
+  static constexpr std::size_t kDeviceScalarBytes = 64;
+  Tensor device_scalars_;  // kDeviceScalarBytes on the store's device, or undefined
   double lr_ = 0.0;  // double, as PyTorch's hyperparameters
   std::int64_t steps_ = 0;
 };
@@ -65,13 +84,15 @@ struct SgdOptions {
 class Sgd : public Optimizer {
  public:
   Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream);
-  void step(const Stream& stream) override;
+  void prepare_step(const Stream& stream) override;
+  void apply_step(const Stream& stream) override;
   std::vector<std::pair<std::string, Tensor>> state() const override;
   const SgdOptions& options() const { return options_; }
 
  private:
   SgdOptions options_;
   Tensor momentum_;  // [total] or undefined without momentum
+  kernels::SgdParams prepared_{};
 };
 
 struct AdamWOptions {
@@ -86,13 +107,15 @@ struct AdamWOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream);
-  void step(const Stream& stream) override;
+  void prepare_step(const Stream& stream) override;
+  void apply_step(const Stream& stream) override;
   std::vector<std::pair<std::string, Tensor>> state() const override;
   const AdamWOptions& options() const { return options_; }
 
  private:
   AdamWOptions options_;
   Tensor exp_avg_, exp_avg_sq_;
+  kernels::AdamWParams prepared_{};
 };
 
 // ---- Learning-rate schedules: lr as a function of the 0-based step about to be taken ----

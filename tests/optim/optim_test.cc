@@ -149,6 +149,46 @@ TEST(Optimizer, Bf16CopyIsTheRoundedParametersAfterEveryStep) {
                Error);
 }
 
+// The graph-capturable split of a step: with the scalars in (here host) memory written by prepare_step, a
+// schedule that changes the learning rate every step gives bitwise the parameters and state of plain steps.
+template <typename MakeOptimizer>
+void expect_device_scalars_match_plain_steps(MakeOptimizer make) {
+  Fixture plain_f, split_f;
+  std::unique_ptr<Optimizer> plain = make(plain_f.store);
+  std::unique_ptr<Optimizer> split = make(split_f.store);
+  split->use_device_scalars(S());
+  ASSERT_TRUE(split->device_scalars());
+  const CosineWithWarmup schedule(0.1, 2, 6);
+  for (int step = 0; step < 6; ++step) {
+    plain_f.set_grads(step);
+    split_f.set_grads(step);
+    schedule.apply(*plain);
+    schedule.apply(*split);
+    plain->step(S());
+    split->prepare_step(S());
+    split->set_lr(123.0);  // the prepared scalars are what the update uses, not the value now
+    split->apply_step(S());
+  }
+  EXPECT_EQ(split->steps(), plain->steps());
+  EXPECT_EQ(split_f.values(), plain_f.values());
+  for (std::size_t k = 0; k < plain->state().size(); ++k) {
+    EXPECT_EQ(split->state()[k].second.to_vector<float>(S()), plain->state()[k].second.to_vector<float>(S()))
+        << plain->state()[k].first;
+  }
+}
+
+TEST(Optimizer, DeviceScalarsGiveTheBitsOfPlainSgdSteps) {
+  expect_device_scalars_match_plain_steps([](ParameterStore& store) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<Sgd>(store, SgdOptions{0.1, 0.9, 0.1, 0.01, false}, S());
+  });
+}
+
+TEST(Optimizer, DeviceScalarsGiveTheBitsOfPlainAdamWSteps) {
+  expect_device_scalars_match_plain_steps([](ParameterStore& store) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<AdamW>(store, AdamWOptions{1e-2, 0.9, 0.999, 1e-8, 0.05}, S());
+  });
+}
+
 TEST(LrSchedule, ConstantAndCosineWithWarmup) {
   EXPECT_EQ(ConstantLr(0.3).lr_at(1000), 0.3);
   CosineWithWarmup s(1.0, 4, 14, 0.1);

@@ -1,0 +1,90 @@
+// ResidentDataset: the upload, the epoch's order and the gather (ops' gather_rows kernel on either device).
+#include "runtime/data/resident_dataset.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "ops/dispatch.h"
+#include "runtime/core/check.h"
+
+namespace ddp {
+namespace data {
+namespace {
+
+// Host rows [begin, end) of `rows` (each `row_elements` of T) into the device tensor `dst`'s same rows.
+template <typename T>
+void upload_rows(const T* rows, int64_t row_elements, int64_t begin, int64_t end, DType dtype, const Tensor& dst,
+                 const Stream& stream) {
+  const int64_t n = end - begin;
+  Tensor host = Tensor::empty({n, row_elements}, dtype, Device::cpu(), cpu_stream());
+  std::memcpy(host.data_ptr(), rows + begin * row_elements, static_cast<std::size_t>(n * row_elements) * sizeof(T));
+  Tensor target = dst.slice_rows(begin, end);
+  target.copy_from(host.view(target.shape()), stream);
+}
+
+// Rows per piece of the upload: about 8 MiB of features.
+int64_t rows_per_piece(int64_t feature_count) {
+  return std::max<int64_t>(1, (int64_t{8} << 20) / std::max<int64_t>(1, feature_count * 4));
+}
+
+}  // namespace
+
+std::size_t ResidentDataset::device_bytes(DatasetView data) {
+  return static_cast<std::size_t>(data.size) * (static_cast<std::size_t>(data.feature_count) * 4 + 4);
+}
+
+ResidentDataset::ResidentDataset(DatasetView data, const Device& device, const Stream& stream)
+    : device_(device), size_(data.size), feature_count_(data.feature_count) {
+  DDP_CHECK(data.size > 0 && data.feature_count > 0,
+            "ResidentDataset: empty data set (" + std::to_string(data.size) + " rows of " +
+                std::to_string(data.feature_count) + " features)");
+  const Stream& s = device.is_cuda() ? stream : cpu_stream();
+  features_ = Tensor::empty({size_, feature_count_}, DType::kFloat32, device, s);
+  labels_ = Tensor::empty({size_}, DType::kInt32, device, s);
+  const int64_t piece = rows_per_piece(feature_count_);
+  for (int64_t begin = 0; begin < size_; begin += piece) {
+    const int64_t end = std::min(size_, begin + piece);
+    upload_rows(data.features, feature_count_, begin, end, DType::kFloat32, features_, s);
+    upload_rows(data.labels, 1, begin, end, DType::kInt32, labels_.view({size_, 1}), s);
+  }
+}
+
+void ResidentDataset::set_order(const std::vector<int64_t>& order, const Stream& stream) {
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (order[i] < 0 || order[i] >= size_) {
+      throw InvalidArgument("ResidentDataset::set_order: position " + std::to_string(i) + " names row " +
+                            std::to_string(order[i]) + " of a data set of " + std::to_string(size_) + " rows");
+    }
+  }
+  const int64_t n = static_cast<int64_t>(order.size());
+  const Stream& s = device_.is_cuda() ? stream : cpu_stream();
+  if (!order_.defined() || order_.numel() < n) order_ = Tensor::empty({std::max<int64_t>(n, 1)}, DType::kInt64, device_, s);
+  if (n > 0) {
+    Tensor host = Tensor::empty({n}, DType::kInt64, Device::cpu(), cpu_stream());
+    std::memcpy(host.data_ptr(), order.data(), static_cast<std::size_t>(n) * sizeof(int64_t));
+    // Stream-ordered: gathers of the previous epoch, already queued, read the old order first.
+    order_.flat_slice(0, {n}).copy_from(host, s);
+  }
+  order_size_ = n;
+}
+
+void ResidentDataset::gather(int64_t begin, const Tensor& x, const Tensor& y, const Stream& stream) const {
+  const int64_t n = x.dim() == 2 ? x.size(0) : -1;
+  DDP_CHECK(n >= 0 && x.size(1) == feature_count_ && x.dtype() == DType::kFloat32 && x.device() == device_,
+            "ResidentDataset::gather: x must be float32 [n, " + std::to_string(feature_count_) + "] on " +
+                device_.str() + ", got " + x.describe());
+  DDP_CHECK(y.numel() == n && y.dtype() == DType::kInt32 && y.device() == device_,
+            "ResidentDataset::gather: y must be int32 [" + std::to_string(n) + "] on " + device_.str() + ", got " +
+                y.describe());
+  DDP_CHECK(begin >= 0 && begin + n <= order_size_,
+            "ResidentDataset::gather: rows [" + std::to_string(begin) + ", " + std::to_string(begin + n) +
+                ") of an epoch order of " + std::to_string(order_size_));
+  const int64_t* positions = order_.data<int64_t>() + begin;
+  const auto s = device_.is_cuda() ? stream.handle() : nullptr;
+  DDP_DISPATCH(device_, gather_rows, features_.data_ptr(), feature_count_ * 4, positions, n, x.data_ptr(), s);
+  DDP_DISPATCH(device_, gather_rows, labels_.data_ptr(), 4, positions, n, y.data_ptr(), s);
+}
+
+}  // namespace data
+}  // namespace ddp

@@ -1,0 +1,55 @@
+// ResidentDataset: a data set copied once into the memory of the device that trains on it, with batches gathered
+// there by sample index.
+//
+// Why: a step's input is then one gather launch per tensor into buffers the caller allocated once, with no host
+// copy of the batch, no allocation and no synchronisation, so a CUDA graph of the step can replay right behind
+// it and the GPU never waits for the host. The order is a DistributedSampler's, uploaded once per epoch, so the
+// batches are the samples, in the order, that BatchLoader gives: the CPU path and resumes do not change. Data
+// sets larger than the device's memory go through BatchLoader (pinned, double-buffered) instead.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/core/device.h"
+#include "runtime/core/stream.h"
+#include "runtime/data/idx.h"
+#include "runtime/tensor/tensor.h"
+
+namespace ddp {
+namespace data {
+
+class ResidentDataset {
+ public:
+  // Copies `data` to `device` (in pieces, so the pinned staging stays small). `data` may go away afterwards.
+  ResidentDataset(DatasetView data, const Device& device, const Stream& stream);
+
+  // Bytes the features and labels of `data` take on a device.
+  static std::size_t device_bytes(DatasetView data);
+
+  // The epoch's order: row numbers of the data set (a sampler's indices()). Throws InvalidArgument naming the
+  // first one out of range. Queued on `stream` after the gathers already queued there.
+  void set_order(const std::vector<int64_t>& order, const Stream& stream);
+  int64_t order_size() const { return order_size_; }
+
+  // Rows order[begin, begin + n) of the data set into x ([n, feature_count] float32) and y ([n] int32), both on
+  // the device, n = x's rows; begin + n must not pass order_size(). Two launches on `stream`, nothing else.
+  void gather(int64_t begin, const Tensor& x, const Tensor& y, const Stream& stream) const;
+
+  int64_t size() const { return size_; }
+  int64_t feature_count() const { return feature_count_; }
+  const Device& device() const { return device_; }
+
+ private:
+  Device device_;
+  int64_t size_ = 0;
+  int64_t feature_count_ = 0;
+  Tensor features_;  // [size, feature_count] float32
+  Tensor labels_;    // [size] int32
+  Tensor order_;     // [capacity] int64: the epoch's order, order_size_ of them valid
+  int64_t order_size_ = 0;
+};
+
+}  // namespace data
+}  // namespace ddp

@@ -1,0 +1,87 @@
+// ResidentDataset on the CPU: every batch of an epoch, gathered by position from the uploaded order, holds
+// exactly the bytes of BatchLoader's batch for the same sampler (so the main job's switch to it changes no
+// sample and no order); bad orders and bad batch tensors are refused by name. The GPU copy of this check is in
+// tests/gpu/tensor_ops_gpu_test.cc.
+#include "runtime/data/resident_dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "runtime/core/check.h"
+#include "runtime/data/loader.h"
+
+namespace ddp {
+namespace data {
+namespace {
+
+// Row i has features {i, i + 0.5, -i} and label i % 10: a batch's contents identify its rows.
+Dataset toy(int64_t n) {
+  Dataset d;
+  d.size = n;
+  d.feature_count = 3;
+  d.num_classes = 10;
+  for (int64_t i = 0; i < n; ++i) {
+    for (float f : {static_cast<float>(i), static_cast<float>(i) + 0.5f, -static_cast<float>(i)}) d.features.push_back(f);
+    d.labels.push_back(static_cast<int32_t>(i % 10));
+  }
+  return d;
+}
+
+TEST(ResidentDataset, BatchesAreTheLoadersBatches) {
+  const Dataset d = toy(103);
+  SamplerOptions so;
+  so.dataset_size = d.size;
+  so.num_replicas = 2;
+  so.rank = 1;
+  so.seed = 9;
+  LoaderOptions lo;
+  lo.batch_size = 10;
+  BatchLoader loader(view(d), DistributedSampler(so), lo);
+  DistributedSampler sampler(so);
+  ResidentDataset resident(view(d), Device::cpu(), cpu_stream());
+  Tensor x = Tensor::empty({10, 3}, DType::kFloat32, Device::cpu(), cpu_stream());
+  Tensor y = Tensor::empty({10}, DType::kInt32, Device::cpu(), cpu_stream());
+  for (int64_t epoch : {0, 3}) {
+    loader.start_epoch(epoch);
+    sampler.set_epoch(epoch);
+    resident.set_order(sampler.indices(), cpu_stream());
+    ASSERT_EQ(resident.order_size(), 52);  // 103 padded to 104 over 2 ranks
+    int64_t begin = 0;
+    while (const Batch* b = loader.next()) {
+      Tensor bx = x.slice_rows(0, b->size), by = y.slice_rows(0, b->size);
+      resident.gather(begin, bx, by, cpu_stream());
+      const std::vector<float> got_x = bx.to_vector<float>(cpu_stream());
+      const std::vector<std::int32_t> got_y = by.to_vector<std::int32_t>(cpu_stream());
+      EXPECT_EQ(got_x, std::vector<float>(b->features, b->features + b->size * 3)) << "epoch " << epoch;
+      EXPECT_EQ(got_y, std::vector<std::int32_t>(b->labels, b->labels + b->size)) << "epoch " << epoch;
+      begin += b->size;
+    }
+    EXPECT_EQ(begin, 52);
+  }
+}
+
+TEST(ResidentDataset, RefusesRowsOutsideTheDataSetAndMisshapenBatches) {
+  const Dataset d = toy(20);
+  ResidentDataset resident(view(d), Device::cpu(), cpu_stream());
+  try {
+    resident.set_order({0, 5, 20}, cpu_stream());
+    FAIL() << "accepted row 20 of 20";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("position 2 names row 20 of a data set of 20 rows"), std::string::npos)
+        << e.what();
+  }
+  resident.set_order({3, 4, 5}, cpu_stream());
+  Tensor x = Tensor::empty({2, 3}, DType::kFloat32, Device::cpu(), cpu_stream());
+  Tensor y = Tensor::empty({2}, DType::kInt32, Device::cpu(), cpu_stream());
+  EXPECT_THROW(resident.gather(2, x, y, cpu_stream()), Error);  // rows [2, 4) of 3
+  Tensor wide = Tensor::empty({2, 4}, DType::kFloat32, Device::cpu(), cpu_stream());
+  EXPECT_THROW(resident.gather(0, wide, y, cpu_stream()), Error);
+  resident.gather(1, x, y, cpu_stream());
+  EXPECT_EQ(x.to_vector<float>(cpu_stream()), (std::vector<float>{4, 4.5f, -4, 5, 5.5f, -5}));
+  EXPECT_EQ(y.to_vector<std::int32_t>(cpu_stream()), (std::vector<std::int32_t>{4, 5}));
+}
+
+}  // namespace
+}  // namespace data
+}  // namespace ddp
