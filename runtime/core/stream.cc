@@ -124,4 +124,27 @@ float Event::elapsed_ms_since(const Event& start) const {
   return ms;
 }
 
+EventPool::EventPool(const Device& device, bool timing)
+    : device_(device), timing_(timing), free_(std::make_shared<Free>()) {}
+
+std::shared_ptr<Event> EventPool::acquire() {
+  Event event;
+  {
+    std::lock_guard<std::mutex> lock(free_->mutex);
+    if (!free_->events.empty()) {
+      event = std::move(free_->events.back());
+      free_->events.pop_back();
+    }
+  }
+  if (event.handle() == nullptr) event = Event::create(device_, timing_);
+  std::shared_ptr<Free> free = free_;
+  return std::shared_ptr<Event>(new Event(std::move(event)), [free](Event* e) {
+    {
+      std::lock_guard<std::mutex> lock(free->mutex);
+      free->events.push_back(std::move(*e));
+    }
+    delete e;
+  });
+}
+
 }  // namespace ddp

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "runtime/core/device.h"
 
@@ -77,6 +78,25 @@ class Event {
  private:
   Device device_ = Device::cpu();
   CUevent_st* event_ = nullptr;
+};
+
+// Reusable CUDA events of one device, as c10d and llm.c keep theirs: creating events for every collective costs
+// host time on every step. acquire() hands out an event (new or recycled) that goes back to the pool when its
+// last holder drops it; a recycled event is simply recorded again, which CUDA allows at any time. Thread-safe:
+// a watchdog thread may drop the last reference.
+class EventPool {
+ public:
+  EventPool(const Device& device, bool timing);
+  std::shared_ptr<Event> acquire();
+
+ private:
+  struct Free {
+    std::mutex mutex;
+    std::vector<Event> events;
+  };
+  Device device_;
+  bool timing_;
+  std::shared_ptr<Free> free_;  // shared with the handed-out events' deleters, so it outlives the pool if need be
 };
 
 }  // namespace ddp

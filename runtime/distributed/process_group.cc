@@ -9,11 +9,18 @@
 
 namespace ddp {
 
-std::string ProcessGroup::describe(const char* collective, const CommBuffer& buffer) const {
-  std::string s = "rank " + std::to_string(rank()) + "'s " + collective;
-  if (buffer.count > 0) s += " of " + std::to_string(buffer.count) + " " + dtype_name(buffer.dtype) + " elements";
-  s += " (" + backend_name(backend()) + ")";
-  if (!context_.empty()) s += " for " + context_;
+std::string CollectiveContext::text() const {
+  if (bucket < 0) return "";
+  return "bucket " + std::to_string(bucket) + " of " + std::to_string(buckets) + " (" + std::to_string(bytes >> 10) +
+         " KiB) in backward " + std::to_string(backward);
+}
+
+std::string CollectiveDescription::text() const {
+  std::string s = "rank " + std::to_string(rank) + "'s " + operation;
+  if (count > 0) s += " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements";
+  s += " (" + backend_name(backend) + ")";
+  const std::string what_for = context.text();
+  if (!what_for.empty()) s += " for " + what_for;
   return s;
 }
 

@@ -39,6 +39,30 @@ struct CommBuffer {
   std::size_t bytes() const { return static_cast<std::size_t>(count) * dtype_size(dtype); }
 };
 
+// What a collective is for, kept as numbers and put into words only when a message needs them, so that issuing
+// a collective builds no string: "bucket 2 of 4 (512 KiB) in backward 40".
+struct CollectiveContext {
+  int bucket = -1;  // -1: not a gradient bucket (nothing to say)
+  int buckets = 0;
+  std::size_t bytes = 0;
+  std::int64_t backward = 0;
+  std::string text() const;
+};
+
+enum class Backend { kNccl, kMpi };
+
+// A collective as errors and the watchdog name it: "rank 1's ncclAllReduce of 4096 float32 elements (nccl) for
+// bucket 0 of 2 (16 KiB) in backward 3".
+struct CollectiveDescription {
+  const char* operation = "";  // a string literal
+  std::int64_t count = 0;
+  ScalarType dtype = ScalarType::kFloat32;
+  Backend backend = Backend::kNccl;
+  int rank = 0;
+  CollectiveContext context;
+  std::string text() const;
+};
+
 // What a collective returns: completion, waiting, and its error.
 class Work {
  public:
@@ -61,8 +85,6 @@ class Work {
   virtual double start_ms_since(const Event* device_reference,
                                 std::chrono::steady_clock::time_point host_reference) = 0;
 };
-
-enum class Backend { kNccl, kMpi };
 
 // "nccl" | "mpi"; anything else is an InvalidArgument naming the choices.
 Backend parse_backend(const std::string& text);
@@ -89,15 +111,17 @@ class ProcessGroup {
                                                const Stream& stream) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
 
-  // What the next collectives are for ("bucket 2 of step 40"): the watchdog's message names it.
-  void set_context(std::string context) { context_ = std::move(context); }
-  const std::string& context() const { return context_; }
+  // What the next collectives are for (a gradient bucket of a backward): the watchdog's message names it.
+  void set_context(const CollectiveContext& context) { context_ = context; }
+  const CollectiveContext& context() const { return context_; }
 
  protected:
-  std::string describe(const char* collective, const CommBuffer& buffer) const;
+  CollectiveDescription describe(const char* collective, const CommBuffer& buffer) const {
+    return CollectiveDescription{collective, buffer.count, buffer.dtype, backend(), rank(), context_};
+  }
 
  private:
-  std::string context_;
+  CollectiveContext context_;
 };
 
 // The process group of `world` for buffers on `device` with `backend`. Throws InvalidArgument for NCCL on a

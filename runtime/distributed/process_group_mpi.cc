@@ -206,6 +206,7 @@ ProcessGroupMpi::ProcessGroupMpi(MPI_Comm comm, const Device& device, double tim
     cuda_aware_ = query_cuda_aware();
     staging_->device = device_;
     staging_->copy_stream = Stream::create(device_);
+    ready_events_ = std::make_unique<EventPool>(device_, /*timing=*/false);
   }
   thread_ = std::thread([this] { loop(); });
   watchdog_ = std::make_unique<Watchdog>(rank_, timeout_s, nullptr, nullptr);
@@ -238,13 +239,13 @@ void ProcessGroupMpi::loop() {
   }
 }
 
-std::shared_ptr<Work> ProcessGroupMpi::enqueue(std::string what, const Stream& stream,
+std::shared_ptr<Work> ProcessGroupMpi::enqueue(const CollectiveDescription& what, const Stream& stream,
                                                std::function<void(Staging&)> body) {
   auto work = std::make_shared<MpiWork>();
   // A CUDA producer's work must be complete before the thread reads the buffer.
   std::shared_ptr<Event> ready;
   if (stream.handle() != nullptr) {
-    ready = std::make_shared<Event>(Event::create(stream.device()));
+    ready = ready_events_->acquire();
     ready->record(stream);
   }
   Task task = [this, work, ready, what, body = std::move(body)] {
@@ -255,7 +256,7 @@ std::shared_ptr<Work> ProcessGroupMpi::enqueue(std::string what, const Stream& s
       if (ready) ready->synchronize();
       body(*staging_);
     } catch (const std::exception& e) {
-      error = std::make_exception_ptr(Error(what + " failed: " + e.what()));
+      error = std::make_exception_ptr(Error(what.text() + " failed: " + e.what()));
     }
     work->finish(error, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   };
@@ -265,7 +266,7 @@ std::shared_ptr<Work> ProcessGroupMpi::enqueue(std::string what, const Stream& s
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
-  watchdog_->watch(work, std::move(what));
+  watchdog_->watch(work, what);
   return work;
 }
 

@@ -42,7 +42,8 @@ class ProcessGroupMpi : public ProcessGroup {
   struct Staging;
   using Task = std::function<void()>;
 
-  std::shared_ptr<Work> enqueue(std::string what, const Stream& stream, std::function<void(Staging&)> body);
+  std::shared_ptr<Work> enqueue(const CollectiveDescription& what, const Stream& stream,
+                                std::function<void(Staging&)> body);
   void loop();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -58,6 +59,7 @@ class ProcessGroupMpi : public ProcessGroup {
   bool stopping_ = false;
   std::thread thread_;
   std::unique_ptr<Watchdog> watchdog_;  // MPI cannot cancel a collective: on a timeout it ends the job
+  std::unique_ptr<EventPool> ready_events_;  // CUDA buffers: the producer's work is done when one fires
 };
 
 }  // namespace ddp

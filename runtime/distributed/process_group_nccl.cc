@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "runtime/core/check.h"
+#include "runtime/core/graph.h"
 
 namespace ddp {
 namespace {
@@ -41,52 +42,69 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 class ProcessGroupNccl::NcclWork : public Work {
  public:
-  NcclWork(NcclCommunicator& comm, Event start, Event done, std::string what)
-      : comm_(comm), start_(std::move(start)), done_(std::move(done)), what_(std::move(what)) {}
+  NcclWork(NcclCommunicator& comm, std::shared_ptr<Event> start, std::shared_ptr<Event> done,
+           const CollectiveDescription& what)
+      : comm_(comm), start_(std::move(start)), done_(std::move(done)), what_(what) {}
 
-  bool is_completed() override { return done_.query(); }
+  bool is_completed() override { return done_->query(); }
 
   void wait(const Stream& stream) override {
     if (stream.handle() == nullptr) {
       synchronize();
       return;
     }
-    done_.wait(stream);
+    done_->wait(stream);
   }
 
   void synchronize() override {
     // Polls instead of cudaEventSynchronize so that an NCCL asynchronous error surfaces instead of a hang.
-    while (!done_.query()) {
-      ncclResult_t state = ncclSuccess;
-      if (comm_.handle() == nullptr) {
-        throw NcclError("NCCL", ncclInvalidUsage, what_, "communicator aborted", __FILE__, __LINE__);
-      }
-      DDP_NCCL_CHECK(ncclCommGetAsyncError(comm_.handle(), &state));
-      if (state != ncclSuccess && state != ncclInProgress) {
-        detail::throw_nccl(state, what_.c_str(), __FILE__, __LINE__);
+    while (!done_->query()) {
+      if (std::exception_ptr error = communicator_error()) {
+        error_ = error;
+        std::rethrow_exception(error);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
 
-  std::exception_ptr exception() override { return nullptr; }
+  // The communicator's asynchronous error, once a wait has seen one (a collective that completed is fine).
+  std::exception_ptr exception() override { return error_; }
 
-  double duration_ms() override { return done_.query() ? done_.elapsed_ms_since(start_) : -1.0; }
+  double duration_ms() override { return done_->query() ? done_->elapsed_ms_since(*start_) : -1.0; }
 
   double start_ms_since(const Event* device_reference, std::chrono::steady_clock::time_point) override {
-    if (device_reference == nullptr || device_reference->handle() == nullptr || !done_.query()) return -1.0;
-    return start_.elapsed_ms_since(*device_reference);
+    if (device_reference == nullptr || device_reference->handle() == nullptr || !done_->query()) return -1.0;
+    return start_->elapsed_ms_since(*device_reference);
   }
 
  private:
+  std::exception_ptr communicator_error() const {
+    try {
+      if (comm_.handle() == nullptr) {
+        throw NcclError("NCCL", ncclInvalidUsage, what_.text(), "communicator aborted", __FILE__, __LINE__);
+      }
+      ncclResult_t state = ncclSuccess;
+      DDP_NCCL_CHECK(ncclCommGetAsyncError(comm_.handle(), &state));
+      if (state != ncclSuccess && state != ncclInProgress) {
+        detail::throw_nccl(state, what_.text().c_str(), __FILE__, __LINE__);
+      }
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+
   NcclCommunicator& comm_;
-  Event start_;
-  Event done_;
-  std::string what_;
+  std::shared_ptr<Event> start_;
+  std::shared_ptr<Event> done_;
+  CollectiveDescription what_;
+  std::exception_ptr error_;
 };
 
-ProcessGroupNccl::ProcessGroupNccl(NcclCommunicator& communicator, double timeout_s) : comm_(communicator) {
+ProcessGroupNccl::ProcessGroupNccl(NcclCommunicator& communicator, double timeout_s)
+    : comm_(communicator), timing_events_(communicator.device(), /*timing=*/true) {
   CudaDeviceGuard guard(comm_.device());
+  ready_ = Event::create(comm_.device());
   int least = 0;
   int greatest = 0;
   DDP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -116,25 +134,23 @@ void ProcessGroupNccl::check_buffer(const CommBuffer& buffer, const char* what) 
 }
 
 template <typename Launch>
-std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, std::string what, Launch&& launch) {
-  DDP_CHECK(comm_.handle() != nullptr, what + ": the NCCL communicator was aborted");
+std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const CollectiveDescription& what, Launch&& launch) {
+  DDP_CHECK(comm_.handle() != nullptr, what.text() + ": the NCCL communicator was aborted");
   CudaDeviceGuard guard(comm_.device());
   if (stream.handle() != nullptr) {
-    Event ready = Event::create(comm_.device());
-    ready.record(stream);
-    ready.wait(comm_stream_);
+    // One event serves every collective: the wait is enqueued at once, after which the event may be re-recorded.
+    ready_.record(stream);
+    ready_.wait(comm_stream_);
   }
-  Event start = Event::create(comm_.device(), /*timing=*/true);
-  Event done = Event::create(comm_.device(), /*timing=*/true);
-  start.record(comm_stream_);
+  std::shared_ptr<Event> start = timing_events_.acquire();
+  std::shared_ptr<Event> done = timing_events_.acquire();
+  start->record(comm_stream_);
   launch();
-  done.record(comm_stream_);
+  done->record(comm_stream_);
   auto work = std::make_shared<NcclWork>(comm_, std::move(start), std::move(done), what);
   // Captured into a CUDA graph, the collective does not run now and its events are graph dependencies only:
   // cudaEventQuery on them fails (cudaErrorCapturedEvent), so the watchdog must not poll them.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  DDP_CUDA_CHECK(cudaStreamIsCapturing(comm_stream_.handle(), &capture));
-  if (capture == cudaStreamCaptureStatusNone) watchdog_->watch(work, std::move(what));
+  if (!is_capturing(comm_stream_)) watchdog_->watch(work, what);
   return work;
 }
 

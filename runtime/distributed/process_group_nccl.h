@@ -33,11 +33,13 @@ class ProcessGroupNccl : public ProcessGroup {
   class NcclWork;
   // Orders the communication stream after `stream`, runs `launch` there between timing events.
   template <typename Launch>
-  std::shared_ptr<Work> run(const Stream& stream, std::string what, Launch&& launch);
+  std::shared_ptr<Work> run(const Stream& stream, const CollectiveDescription& what, Launch&& launch);
   void check_buffer(const CommBuffer& buffer, const char* what) const;
 
   NcclCommunicator& comm_;
   Stream comm_stream_;
+  Event ready_;               // the caller's stream -> the communication stream
+  EventPool timing_events_;  // each collective's start and end
   float* barrier_buffer_ = nullptr;
   std::unique_ptr<Watchdog> watchdog_;
 };

@@ -39,12 +39,12 @@ Watchdog::~Watchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::watch(std::shared_ptr<Work> work, std::string what) {
+void Watchdog::watch(std::shared_ptr<Work> work, const CollectiveDescription& what) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeout_s_));
   std::lock_guard<std::mutex> lock(mutex_);
-  entries_.push_back(Entry{std::move(work), std::move(what), deadline});
+  entries_.push_back(Entry{std::move(work), what, deadline});
 }
 
 void Watchdog::loop() {
@@ -62,20 +62,20 @@ void Watchdog::loop() {
           } catch (const std::exception& e) {
             text = e.what();
           }
-          fail(it->what + " failed: " + text);
+          fail(it->what.text() + " failed: " + text);
         }
         it = entries_.erase(it);
         continue;
       }
       if (now > it->deadline) {
-        fail(it->what + " did not complete within " + std::to_string(static_cast<int>(timeout_s_)) +
+        fail(it->what.text() + " did not complete within " + std::to_string(static_cast<int>(timeout_s_)) +
              " s (DDP_COLLECTIVE_TIMEOUT_S); another rank has probably died or stalled before it");
       }
       ++it;
     }
     if (!entries_.empty() && poll_error_) {
       const std::string error = poll_error_();
-      if (!error.empty()) fail(entries_.front().what + ": communicator error: " + error);
+      if (!error.empty()) fail(entries_.front().what.text() + ": communicator error: " + error);
     }
   }
 }

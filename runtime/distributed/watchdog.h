@@ -13,9 +13,10 @@
 #include <string>
 #include <thread>
 
+#include "runtime/distributed/process_group.h"
+
 namespace ddp {
 
-class Work;
 
 // The deadline of every collective: DDP_COLLECTIVE_TIMEOUT_S when set (seconds, > 0), else 300.
 double default_collective_timeout_s();
@@ -31,12 +32,12 @@ class Watchdog {
 
   double timeout_s() const { return timeout_s_; }
   // Follows `work` until it completes; `what` names it in the message if it does not.
-  void watch(std::shared_ptr<Work> work, std::string what);
+  void watch(std::shared_ptr<Work> work, const CollectiveDescription& what);
 
  private:
   struct Entry {
     std::shared_ptr<Work> work;
-    std::string what;
+    CollectiveDescription what;
     std::chrono::steady_clock::time_point deadline;
   };
   void loop();
