@@ -16,8 +16,6 @@
 // --autotune, --serial-backward and --no-bias-epilogue set ops/cuda/gemm_options.h (algorithm timing, one stream
 // in backward, bias and activation by our own pass after the GEMM).
 #include <cblas.h>
-#include <cuda_runtime_api.h>
-#include <mpi.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -79,29 +77,6 @@ double median(std::vector<double> v) {
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-
-double max_over_ranks(const World& world, double value) {
-  double out = value;
-  if (world.size() > 1) MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, world.comm());
-  return out;
-}
-
-double mean_over_ranks(const World& world, double value) {
-  double out = value;
-  if (world.size() > 1) MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, world.comm());
-  return out / world.size();
-}
-
-// A CUDA graph of one whole step, or why there is none.
-struct Graph {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  std::string error;
-  ~Graph() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-  }
-};
 
 // The step's GEMMs alone (see the file comment): per layer the forward GEMM and the backward dw and dx GEMMs (no
 // dx for the first layer, whose input needs no gradient), with the step's types, on random operands, timed as
@@ -292,53 +267,33 @@ int run(int argc, char** argv) {
 
   // CUDA graph of the whole step. Capture is refused up front where a host synchronisation would be captured
   // (the MPI backend's host staging), and detected when it fails (an unsupported call, an allocation).
-  Graph graph;
-  bool captured = false;
+  CudaGraph graph;
+  std::string graph_error;
   if (a.graph) {
     if (!cuda) {
-      graph.error = "--graph needs --device cuda";
+      graph_error = "--graph needs --device cuda";
     } else if (ddp && backend != Backend::kNccl) {
-      graph.error = "the MPI backend stages through the host and synchronises: not capturable";
+      graph_error = "the MPI backend stages through the host and synchronises: not capturable";
     } else {
-      cudaStream_t s = stream.handle();
-      std::string failure;
-      cudaError_t rc = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-      if (rc != cudaSuccess) {
-        failure = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(rc);
-      } else {
-        try {
-          step(nullptr, nullptr);
-        } catch (const std::exception& e) {
-          failure = e.what();
-          autograd::clear_tape();
-        }
-        rc = cudaStreamEndCapture(s, &graph.graph);
-        if (failure.empty() && rc != cudaSuccess) failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(rc);
-        if (failure.empty()) {
-          rc = cudaGraphInstantiate(&graph.exec, graph.graph, 0);
-          if (rc != cudaSuccess) failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(rc);
-        }
-      }
-      if (!failure.empty()) {
-        (void)cudaGetLastError();  // capture errors are not sticky; clear the last-error slot
-        graph.error = failure;
-      } else {
-        captured = true;
+      graph = CudaGraph::capture(stream, [&] { step(nullptr, nullptr); });
+      if (!graph.captured()) {
+        autograd::clear_tape();
+        graph_error = graph.error();
       }
     }
     // Every rank must agree, or some would replay and others step eagerly with different collectives.
-    const double all_captured = max_over_ranks(world, captured ? 0.0 : 1.0);
-    if (all_captured != 0.0 && captured) {
-      captured = false;
-      graph.error = "another rank could not capture";
+    if (world.any(!graph.captured()) && graph.captured()) {
+      graph = CudaGraph();
+      graph_error = "another rank could not capture";
     }
-    if (!captured && rank == 0)
-      std::fprintf(stderr, "step_bench: CUDA graph not used, timing eager steps instead: %s\n", graph.error.c_str());
+    if (!graph.captured() && rank == 0)
+      std::fprintf(stderr, "step_bench: CUDA graph not used, timing eager steps instead: %s\n", graph_error.c_str());
   }
+  const bool captured = graph.captured();
 
   auto run_step = [&] {
     if (captured) {
-      DDP_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream.handle()));
+      graph.replay(stream);
     } else {
       step(nullptr, nullptr);
     }
@@ -371,16 +326,15 @@ int run(int argc, char** argv) {
   const double cpu_allocs_per_step = static_cast<double>(cpu_allocator().stats().num_allocations - cpu_allocs_before) /
                                      (static_cast<double>(a.repeats) * a.iters);
   const double loss = static_cast<double>(last_loss.to_vector<float>(stream)[0]);
-  const double step_us = max_over_ranks(world, median(times_us));
-  const double peak = max_over_ranks(
-      world, static_cast<double>(cuda ? cuda_allocator(device.index).stats().peak_bytes_in_use
+  const double step_us = world.max(median(times_us));
+  const double peak = world.max(static_cast<double>(cuda ? cuda_allocator(device.index).stats().peak_bytes_in_use
                                       : cpu_allocator().stats().peak_bytes_in_use));
-  const double mallocs_max = max_over_ranks(world, static_cast<double>(mallocs_after));
+  const double mallocs_max = world.max(static_cast<double>(mallocs_after));
   // After the step's figures: its buffers must not count in the step's peak memory or allocations.
-  const double gemm_us = a.gemm_floor && cuda ? max_over_ranks(world, time_gemms_alone(a, sizes, device, stream)) : 0.0;
-  backward_ms = mean_over_ranks(world, backward_ms);
-  allreduce_ms = mean_over_ranks(world, allreduce_ms);
-  exposed_ms = mean_over_ranks(world, exposed_ms);
+  const double gemm_us = a.gemm_floor && cuda ? world.max(time_gemms_alone(a, sizes, device, stream)) : 0.0;
+  backward_ms = world.sum(backward_ms) / world.size();  // means over ranks
+  allreduce_ms = world.sum(allreduce_ms) / world.size();
+  exposed_ms = world.sum(exposed_ms) / world.size();
 
   if (rank == 0) {
     nlohmann::json j;
@@ -393,7 +347,7 @@ int run(int argc, char** argv) {
     j["ddp"] = a.ddp;
     j["backend"] = a.ddp ? backend_name(backend) : "none";
     j["graph"] = captured;
-    if (a.graph && !captured) j["graph_error"] = graph.error;
+    if (a.graph && !captured) j["graph_error"] = graph_error;
     j["threads"] = cuda ? 0 : threads;
     j["step_us"] = step_us;
     j["samples_per_s"] = static_cast<double>(a.batch) * world.size() / step_us * 1e6;

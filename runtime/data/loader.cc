@@ -27,16 +27,8 @@ BatchLoader::BatchLoader(DatasetView data, DistributedSampler sampler, LoaderOpt
     throw InvalidArgument("BatchLoader: the sampler covers " + std::to_string(so.dataset_size) +
                           " samples but the data set has " + std::to_string(data_.size));
   }
-  if (options_.batch_size <= 0) {
-    throw InvalidArgument("batch size must be positive, got " + std::to_string(options_.batch_size));
-  }
+  sampler_.check_batch_size(options_.batch_size);
   num_samples_ = sampler_.num_samples();
-  if (options_.batch_size > num_samples_) {
-    throw InvalidArgument("batch size " + std::to_string(options_.batch_size) + " is larger than rank " +
-                          std::to_string(so.rank) + "'s shard of " + std::to_string(num_samples_) + " samples (" +
-                          std::to_string(data_.size) + " samples over " + std::to_string(so.num_replicas) +
-                          " ranks); lower --batch-size or use fewer ranks");
-  }
   if (options_.buffers < 2) {
     throw InvalidArgument("BatchLoader: at least 2 buffers are needed, got " + std::to_string(options_.buffers));
   }

@@ -118,5 +118,15 @@ int64_t DistributedSampler::batches_per_epoch(int64_t batch_size, bool drop_part
   return drop_partial ? num_samples() / batch_size : (num_samples() + batch_size - 1) / batch_size;
 }
 
+void DistributedSampler::check_batch_size(int64_t batch_size) const {
+  if (batch_size <= 0) throw InvalidArgument("batch size must be positive, got " + std::to_string(batch_size));
+  if (batch_size > num_samples()) {
+    throw InvalidArgument("batch size " + std::to_string(batch_size) + " is larger than rank " +
+                          std::to_string(options_.rank) + "'s shard of " + std::to_string(num_samples()) +
+                          " samples (" + std::to_string(options_.dataset_size) + " samples over " +
+                          std::to_string(options_.num_replicas) + " ranks); lower --batch-size or use fewer ranks");
+  }
+}
+
 }  // namespace data
 }  // namespace ddp

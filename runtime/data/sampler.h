@@ -69,6 +69,8 @@ class DistributedSampler {
   bool next_batch(int64_t batch_size, std::vector<int64_t>* out, bool drop_partial = false);
   // Batches per epoch for this rank.
   int64_t batches_per_epoch(int64_t batch_size, bool drop_partial = false) const;
+  // Throws InvalidArgument unless 0 < batch_size <= this rank's samples per epoch, saying what to change.
+  void check_batch_size(int64_t batch_size) const;
 
   const SamplerOptions& options() const { return options_; }
 

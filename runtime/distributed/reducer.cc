@@ -1,6 +1,7 @@
 #include "runtime/distributed/reducer.h"
 
 #include "runtime/core/check.h"
+#include "runtime/core/graph.h"
 
 namespace ddp {
 
@@ -88,8 +89,8 @@ void Reducer::launch_ready_buckets() {
 void Reducer::launch(std::size_t bucket) {
   stats_.issue_us.push_back(now_us());
   const CommBuffer view = bucket_view(bucket);
-  group_.set_context("bucket " + std::to_string(bucket) + " of " + std::to_string(plan_.buckets.size()) +
-                     " (" + std::to_string(view.bytes() >> 10) + " KiB) in backward " + std::to_string(steps_));
+  group_.set_context(CollectiveContext{static_cast<int>(bucket), static_cast<int>(plan_.buckets.size()), view.bytes(),
+                                       steps_});
   if (options_.hook != nullptr) {
     works_[bucket] = options_.hook->start(group_, bucket, view, compute_);
   } else {
@@ -116,6 +117,7 @@ void Reducer::finalize() {
     works_[b]->wait(compute_);
     if (options_.hook != nullptr) options_.hook->finish(b, bucket_view(b), compute_);
   }
+  if (is_capturing(compute_)) return;  // no timings: see ReducerStats::timed
   if (compute_.device().is_cuda()) {
     // Exposed time is measured on the device, when asked for: how long the compute stream sat waiting.
     comm_done_.record(compute_);
@@ -129,6 +131,7 @@ void Reducer::finalize() {
 const ReducerStats& Reducer::last_stats() {
   if (!stats_pending_) return stats_;
   stats_pending_ = false;
+  stats_.timed = true;
   if (compute_.device().is_cuda()) {
     comm_done_.synchronize();
     stats_.exposed_comm_ms = comm_done_.elapsed_ms_since(backward_end_);

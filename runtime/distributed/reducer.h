@@ -38,6 +38,9 @@ struct ReducerOptions {
 // Per-step timing, in milliseconds. `exposed_comm_ms` is the time the compute stream (or thread) waited for
 // communication after backward ended: zero when all of it was hidden under backward.
 struct ReducerStats {
+  // False for a backward captured into a CUDA graph: its events are graph nodes with no times of their own, so
+  // none of the figures below is measured (they stay zero).
+  bool timed = false;
   double backward_ms = 0;
   double allreduce_ms = 0;  // sum over buckets of each all-reduce's own duration
   double exposed_comm_ms = 0;

@@ -119,6 +119,20 @@ World::~World() {
   if (owns_mpi_ && !finalized) MPI_Finalize();
 }
 
+double World::sum(double value) const {
+  sum_in_place(&value, 1);
+  return value;
+}
+
+void World::sum_in_place(double* values, int count) const {
+  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm_));
+}
+
+double World::max(double value) const {
+  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm_));
+  return value;
+}
+
 void World::agree(const std::string& local_error, const std::string& what) const {
   int failed = local_error.empty() ? 0 : 1;
   int any_failed = 0;

@@ -66,6 +66,13 @@ class World {
   // CollectiveError whose message names each failing rank and its error, prefixed by `what`.
   void agree(const std::string& local_error, const std::string& what) const;
 
+  // Host-side collectives for the numbers a training loop needs (a mean loss, a count of correct predictions,
+  // "did any rank see a non-finite value"). Every rank calls them in the same order; they block until all did.
+  double sum(double value) const;
+  double max(double value) const;
+  void sum_in_place(double* values, int count) const;
+  bool any(bool flag) const { return max(flag ? 1.0 : 0.0) > 0.0; }
+
   // Ends the whole job from this rank: prints "rank R: message" and calls MPI_Abort.
   [[noreturn]] void abort(const std::string& message, int exit_code = 1) const;
 

@@ -56,6 +56,19 @@ TEST(World, DeviceFollowsLocalRankModuloGpus) {
   }
 }
 
+TEST(World, HostCollectivesSumAndMaxOverRanks) {
+  World& w = test_world();
+  const int n = w.size(), r = w.rank();
+  EXPECT_EQ(w.sum(r + 1.0), n * (n + 1) / 2.0);
+  EXPECT_EQ(w.max(static_cast<double>(r)), n - 1.0);
+  double pair[2] = {1.0, static_cast<double>(r)};
+  w.sum_in_place(pair, 2);
+  EXPECT_EQ(pair[0], n);
+  EXPECT_EQ(pair[1], n * (n - 1) / 2.0);
+  EXPECT_TRUE(w.any(r == n - 1));
+  EXPECT_FALSE(w.any(false));
+}
+
 TEST(World, AgreePassesWhenNoRankFails) { EXPECT_NO_THROW(test_world().agree("", "nothing")); }
 
 TEST(World, AgreeThrowsOnEveryRankNamingTheFailingRank) {
