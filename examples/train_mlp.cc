@@ -10,12 +10,12 @@
 // position; --resume (or DDP_RESUME=1 from ddprun's restarts) continues from the newest complete one and
 // gives the same losses as a run never stopped (bitwise on the CPU with the same ranks).
 #include <cblas.h>
-#include <mpi.h>
 #include <unistd.h>
 
 #include <csignal>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -62,6 +62,7 @@ struct Flags {
   bool skip_nonfinite = false;
   double clip_grad_norm = 0;  // 0: no clipping
   int threads = 0;
+  bool no_cuda_graph = false;
 };
 
 // Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
@@ -87,7 +88,8 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--warmup-epochs", f.warmup_epochs, "linear warmup length for --schedule cosine")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--device", f.device, "auto, cpu or cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--precision", f.precision, "fp32 or tf32 (GPU matmuls on TF32 tensor cores)")
+  app.add_option("--precision", f.precision,
+                 "fp32, tf32 (GPU matmuls on TF32 tensor cores) or bf16 (bf16 GEMMs, FP32 master weights)")
       ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   app.add_option("--backend", f.backend, "nccl or mpi (default: nccl on CUDA, mpi on the CPU)")
       ->check(CLI::IsMember({"nccl", "mpi"}));
@@ -106,6 +108,7 @@ Flags parse_flags(int argc, char** argv, int rank) {
                  "clip the averaged gradients to this total L2 norm before each update (0: no clipping)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-cuda-graph", f.no_cuda_graph, "run every step eagerly instead of replaying a CUDA graph");
   app.add_option("--threads", f.threads, "OpenBLAS threads per rank (0: cores / ranks on this node)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   try {
@@ -115,10 +118,6 @@ Flags parse_flags(int argc, char** argv, int rank) {
     std::exit(0);
   } catch (const CLI::ParseError& e) {
     throw InvalidArgument(std::string(e.what()) + " (see --help)");
-  }
-  if (f.precision == "bf16") {
-    throw InvalidArgument("--precision bf16 is not supported by train_mlp yet (bf16 master-weight training is in "
-                          "bench/step_bench); use fp32 or tf32");
   }
   return f;
 }
@@ -139,8 +138,10 @@ class Progress {
       : total_(total_steps), tty_(isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
   void step(long long step, long long epoch, double loss, double samples_per_s, double hidden) {
     char line[256];
-    std::snprintf(line, sizeof line, "epoch %lld step %lld/%lld loss %.4f samples/s %.0f comm_hidden %.0f%%", epoch,
-                  step, total_, loss, samples_per_s, hidden * 100.0);
+    int used = std::snprintf(line, sizeof line, "epoch %lld step %lld/%lld loss %.4f samples/s %.0f", epoch, step,
+                             total_, loss, samples_per_s);
+    // The share of all-reduce time hidden under backward; not measured (< 0) for a graph replay.
+    if (hidden >= 0) std::snprintf(line + used, sizeof line - used, " comm_hidden %.0f%%", hidden * 100.0);
     if (tty_) {
       const int width = 30;
       const int filled = total_ > 0 ? static_cast<int>(width * static_cast<double>(step) / total_) : 0;
@@ -181,46 +182,100 @@ void maybe_inject_fault(long long step, int rank) {
   raise(SIGKILL);
 }
 
+// The model in the run's precision: FP32 (or TF32) GEMMs on the parameters themselves, or bf16 GEMMs on a bf16
+// copy that the optimizer refreshes in its own pass, with FP32 master weights (as autocast; models/bf16_weights.h).
+class PrecisionModel {
+ public:
+  PrecisionModel(ddp::MLP& mlp, const std::string& precision) : mlp_(mlp), bf16_(precision == "bf16") {
+    if (precision == "tf32") mlp_.set_math_mode(ddp::kernels::MathMode::kTF32);
+  }
+  // After DistributedDataParallel has laid out the store (the copy follows that layout).
+  void attach(ddp::Optimizer& optimizer, const ddp::Stream& stream) {
+    if (!bf16_) return;
+    weights_ = std::make_unique<ddp::Bf16Weights>(*mlp_.parameter_store(), stream);
+    optimizer.set_bf16_copy(weights_->flat());
+  }
+  // After parameters were loaded from elsewhere (a checkpoint).
+  void refresh(const ddp::Stream& stream) {
+    if (weights_) weights_->refresh(stream);
+  }
+  // Logits of `x`; `dtype` float32 where a caller needs them so (argmax), else as the precision makes them.
+  Tensor logits(const Tensor& x, const ddp::Stream& stream, ddp::DType dtype = ddp::DType::kBFloat16) const {
+    return weights_ ? ddp::forward_bf16(mlp_, *weights_, x, stream, dtype) : mlp_.forward(x, stream);
+  }
+  ddp::MLP& mlp() const { return mlp_; }
+
+ private:
+  ddp::MLP& mlp_;
+  bool bf16_;
+  std::unique_ptr<ddp::Bf16Weights> weights_;
+};
+
 struct Evaluation {
   double loss = 0;
   double accuracy = 0;
 };
 
-// Loss and accuracy over the whole test set: each rank takes an unpadded shard, sums are all-reduced.
-Evaluation evaluate(ddp::Module& model, const ddp::data::Dataset& test, const ddp::World& world,
-                    const ddp::Stream& stream) {
-  ddp::autograd::NoGradGuard no_grad;
-  model.eval();
-  ddp::data::SamplerOptions so;
-  so.dataset_size = test.size;
-  so.num_replicas = world.size();
-  so.rank = world.rank();
-  so.shuffle = false;
-  so.even = false;  // no padding: every test sample counted once
-  ddp::data::DistributedSampler sampler(so);
-  double sums[3] = {0, 0, 0};  // loss * n, correct, n
-  std::vector<std::int64_t> rows;
-  const std::int64_t f = test.feature_count;
-  while (sampler.next_batch(1000, &rows)) {
-    const std::int64_t n = static_cast<std::int64_t>(rows.size());
-    std::vector<float> x(n * f);
-    std::vector<std::int32_t> y(n);
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::copy_n(test.features.begin() + rows[i] * f, f, x.begin() + i * f);
-      y[i] = test.labels[rows[i]];
-    }
-    Tensor xt = Tensor::from_vector(x, {n, f}, world.device(), stream);
-    Tensor yt = Tensor::from_int32(y, {n}, world.device(), stream);
-    Tensor logits = model.forward(xt, stream);
-    const float loss = ddp::ops::cross_entropy(logits, yt, stream).to_vector<float>(stream)[0];
-    const std::int64_t correct = ddp::ops::count_correct(logits, yt, stream).to_vector<std::int64_t>(stream)[0];
-    sums[0] += static_cast<double>(loss) * n;
-    sums[1] += static_cast<double>(correct);
-    sums[2] += static_cast<double>(n);
+// Loss and accuracy over the whole test set. Each rank takes an unpadded shard (every sample counted once),
+// gathered once into the device's memory; an evaluation is a forward per chunk with the sums kept on the device
+// and read back once, then summed over ranks.
+class TestShard {
+ public:
+  TestShard(const ddp::data::Dataset& test, const ddp::World& world, const ddp::Stream& stream) {
+    ddp::data::SamplerOptions so;
+    so.dataset_size = test.size;
+    so.num_replicas = world.size();
+    so.rank = world.rank();
+    so.shuffle = false;
+    so.even = false;
+    const ddp::data::DistributedSampler sampler(so);
+    rows_ = sampler.num_samples();
+    ddp::data::ResidentDataset resident(ddp::data::view(test), world.device(), stream);
+    resident.set_order(sampler.indices(), stream);
+    x_ = Tensor::empty({rows_, test.feature_count}, ddp::DType::kFloat32, world.device(), stream);
+    y_ = Tensor::empty({rows_}, ddp::DType::kInt32, world.device(), stream);
+    if (rows_ > 0) resident.gather(0, x_, y_, stream);
+    // The GPU takes the shard in one forward; the CPU in cache-sized pieces.
+    chunk_ = world.device().is_cuda() ? std::max<std::int64_t>(rows_, 1) : 1000;
   }
-  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, world.comm()));
-  model.train();
-  return Evaluation{sums[0] / sums[2], sums[1] / sums[2]};
+
+  Evaluation evaluate(const PrecisionModel& model, const ddp::World& world, const ddp::Stream& stream) const {
+    ddp::autograd::NoGradGuard no_grad;
+    model.mlp().eval();
+    std::vector<std::pair<Tensor, Tensor>> parts;  // (mean loss, correct count) per chunk, on the device
+    std::vector<std::int64_t> sizes;
+    for (std::int64_t begin = 0; begin < rows_; begin += chunk_) {
+      const std::int64_t end = std::min(rows_, begin + chunk_);
+      const Tensor y = y_.slice_rows(begin, end);
+      const Tensor logits = model.logits(x_.slice_rows(begin, end), stream, ddp::DType::kFloat32);
+      parts.emplace_back(ddp::ops::cross_entropy(logits, y, stream), ddp::ops::count_correct(logits, y, stream));
+      sizes.push_back(end - begin);
+    }
+    double sums[3] = {0, 0, static_cast<double>(rows_)};  // loss * n, correct, n
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      sums[0] += static_cast<double>(parts[k].first.to_vector<float>(stream)[0]) * sizes[k];
+      sums[1] += static_cast<double>(parts[k].second.to_vector<std::int64_t>(stream)[0]);
+    }
+    world.sum_in_place(sums, 3);
+    model.mlp().train();
+    return Evaluation{sums[0] / sums[2], sums[1] / sums[2]};
+  }
+
+ private:
+  std::int64_t rows_ = 0;
+  std::int64_t chunk_ = 1;
+  Tensor x_, y_;
+};
+
+// Why the step cannot be a CUDA graph in this run, or "" when it can.
+std::string graph_refusal(const Flags& f, const ddp::World& world, ddp::Backend backend) {
+  if (f.no_cuda_graph) return "--no-cuda-graph";
+  if (!world.device().is_cuda()) return "the CPU has no graphs";
+  if (backend != ddp::Backend::kNccl) return "the MPI backend stages through the host";
+  if (f.skip_nonfinite) return "--skip-nonfinite reads every loss on the host";
+  if (f.clip_grad_norm > 0) return "--clip-grad-norm reads every gradient norm on the host";
+  if (!f.trace_file.empty()) return "--trace-file times every backward on the host";
+  return "";
 }
 
 int train(int argc, char** argv) {
@@ -252,8 +307,9 @@ int train(int argc, char** argv) {
     if (threads == 0) threads = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / world.local_size());
     openblas_set_num_threads(threads);
   }
+  ddp::Stream stream = ddp::Stream::create(world.device());
 
-  // ---- Data ----
+  // ---- Data: read once, then held on the device that trains (the GPU's memory, or the host's) ----
   std::string data_error;
   ddp::data::Dataset train_set;
   ddp::data::Dataset test_set;
@@ -270,35 +326,43 @@ int train(int argc, char** argv) {
   so.num_replicas = world.size();
   so.rank = world.rank();
   so.seed = flags.seed;
-  ddp::data::LoaderOptions lo;
-  lo.batch_size = flags.batch_size;
-  std::unique_ptr<ddp::data::BatchLoader> loader;
-  std::string loader_error;
+  ddp::data::DistributedSampler sampler(so);
+  std::string batch_error;
   try {
-    loader = std::make_unique<ddp::data::BatchLoader>(ddp::data::view(train_set), ddp::data::DistributedSampler(so), lo);
+    sampler.check_batch_size(flags.batch_size);
   } catch (const std::exception& e) {
-    loader_error = e.what();
+    batch_error = e.what();
   }
-  world.agree(loader_error, "bad batch size");
-  const long long steps_per_epoch = loader->batches_per_epoch();
+  world.agree(batch_error, "bad batch size");
+  const long long steps_per_epoch = sampler.batches_per_epoch(flags.batch_size);
   long long total_steps = steps_per_epoch * flags.epochs;
   if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
 
+  ddp::data::ResidentDataset train_data(ddp::data::view(train_set), world.device(), stream);
+  const TestShard test_shard(test_set, world, stream);
+  const std::int64_t features = train_set.feature_count;
+  const int classes = train_set.num_classes;
+  train_set = {};  // the device holds the copies now
+  test_set = {};
+  // The batch buffers, allocated once: a step's gather writes into them (the last, shorter batch of an epoch
+  // into their first rows).
+  const Tensor batch_x = Tensor::empty({flags.batch_size, features}, ddp::DType::kFloat32, world.device(), stream);
+  const Tensor batch_y = Tensor::empty({flags.batch_size}, ddp::DType::kInt32, world.device(), stream);
+
   // ---- Model, DDP, optimizer ----
-  ddp::Stream stream = ddp::Stream::create(world.device());
-  std::vector<std::int64_t> sizes = {train_set.feature_count};
+  std::vector<std::int64_t> sizes = {features};
   for (int l = 0; l < flags.layers; ++l) sizes.push_back(flags.hidden);
-  sizes.push_back(train_set.num_classes);
+  sizes.push_back(classes);
   const auto activation = flags.activation == "gelu" ? ddp::kernels::Activation::kGelu : ddp::kernels::Activation::kRelu;
-  ddp::MLP model(sizes, activation, flags.seed, world.device(), stream);
-  if (flags.precision == "tf32") model.set_math_mode(ddp::kernels::MathMode::kTF32);
+  ddp::MLP mlp(sizes, activation, flags.seed, world.device(), stream);
+  PrecisionModel model(mlp, flags.precision);
   auto group = ddp::make_process_group(world, world.device(), ddp::default_backend(world.device()));
   std::unique_ptr<ddp::io::TraceRecorder> trace;
   if (!flags.trace_file.empty()) trace = std::make_unique<ddp::io::TraceRecorder>(world.rank());
   ddp::DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = flags.bucket_mb;
   ddp_options.trace = trace.get();
-  ddp::DistributedDataParallel ddp_model(model.flatten_parameters(stream), *group, world, stream, ddp_options);
+  ddp::DistributedDataParallel ddp_model(mlp.flatten_parameters(stream), *group, world, stream, ddp_options);
 
   std::unique_ptr<ddp::Optimizer> optimizer;
   if (flags.optimizer == "sgd") {
@@ -306,13 +370,14 @@ int train(int argc, char** argv) {
     o.lr = flags.lr;
     o.momentum = flags.momentum;
     o.weight_decay = flags.weight_decay;
-    optimizer = std::make_unique<ddp::Sgd>(*model.parameter_store(), o, stream);
+    optimizer = std::make_unique<ddp::Sgd>(*mlp.parameter_store(), o, stream);
   } else {
     ddp::AdamWOptions o;
     o.lr = flags.lr;
     o.weight_decay = flags.weight_decay;
-    optimizer = std::make_unique<ddp::AdamW>(*model.parameter_store(), o, stream);
+    optimizer = std::make_unique<ddp::AdamW>(*mlp.parameter_store(), o, stream);
   }
+  model.attach(*optimizer, stream);
   const long long schedule_steps = steps_per_epoch * flags.epochs;
   std::unique_ptr<ddp::LrSchedule> schedule;
   if (flags.schedule == "cosine") {
@@ -335,7 +400,8 @@ int train(int argc, char** argv) {
       if (!checkpoint) {
         error = "no complete checkpoint in " + resume_dir;
       } else {
-        ddp::training::restore_training_checkpoint(*checkpoint, model, *optimizer, stream);
+        ddp::training::restore_training_checkpoint(*checkpoint, mlp, *optimizer, stream);
+        model.refresh(stream);
         const auto& m = checkpoint->metadata;
         if (m.seed != flags.seed) {
           error = checkpoint->path + " was written with --seed " + std::to_string(m.seed) + ", this run has --seed " +
@@ -344,7 +410,7 @@ int train(int argc, char** argv) {
         step = m.step;
         start_epoch = m.epoch;
         start_position = m.sampler_position;
-        // Re-sharding: the global position must split evenly over this run's ranks (the loader checks it).
+        // Re-sharding: the global position must split evenly over this run's ranks.
         if (error.empty() && start_position % world.size() != 0) {
           error = checkpoint->path + " stopped at global sample " + std::to_string(start_position) + " of epoch " +
                   std::to_string(start_epoch) + ", which " + std::to_string(world.size()) +
@@ -361,14 +427,18 @@ int train(int argc, char** argv) {
     }
   }
 
+  const std::string graph_off = graph_refusal(flags, world, group->backend());
   std::unique_ptr<ddp::io::MetricsWriter> metrics;
   if (lead && !flags.metrics_file.empty()) metrics = std::make_unique<ddp::io::MetricsWriter>(flags.metrics_file, !resume_dir.empty());
   if (lead) {
     std::printf("train_mlp: %d rank(s) on %s, backend %s, MLP", world.size(), world.device().str().c_str(),
                 ddp::backend_name(group->backend()).c_str());
     for (std::size_t i = 0; i < sizes.size(); ++i) std::printf("%s%lld", i ? "-" : " ", static_cast<long long>(sizes[i]));
-    std::printf(", batch %lld per rank (%lld global), %lld steps per epoch, %s lr %g\n", flags.batch_size,
-                flags.batch_size * world.size(), steps_per_epoch, flags.optimizer.c_str(), flags.lr);
+    std::printf(", batch %lld per rank (%lld global), %lld steps per epoch, %s lr %g, %s", flags.batch_size,
+                flags.batch_size * world.size(), steps_per_epoch, flags.optimizer.c_str(), flags.lr,
+                flags.precision.c_str());
+    if (world.device().is_cuda()) std::printf(", CUDA graph %s", graph_off.empty() ? "on" : ("off: " + graph_off).c_str());
+    std::printf("\n");
     std::fflush(stdout);
   }
 
@@ -384,7 +454,7 @@ int train(int argc, char** argv) {
         m.world_size = world.size();
         m.seed = flags.seed;
         m.rng_state = "sampler:seed+epoch";  // the only randomness after initialisation is the data order
-        ddp::training::save_training_checkpoint(flags.checkpoint_dir, model, *optimizer, m, stream,
+        ddp::training::save_training_checkpoint(flags.checkpoint_dir, mlp, *optimizer, m, stream,
                                                 flags.keep_checkpoints);
       } catch (const std::exception& e) {
         error = e.what();
@@ -393,8 +463,52 @@ int train(int argc, char** argv) {
     world.agree(error, "checkpoint write failed");
   };
 
-  // ---- Train ----
+  // ---- The step ----
   Progress progress(total_steps);
+  // Gradients are zeroed lazily (marked to be overwritten: backward writes every one first), as
+  // zero_grad(set_to_none=True) in PyTorch, without a memset kernel.
+  const std::vector<Tensor> params = mlp.parameters();
+  auto forward_backward = [&](const Tensor& x, const Tensor& y) {
+    ddp::autograd::zero_grad(params);
+    Tensor loss = ddp::ops::cross_entropy(model.logits(x, stream), y, stream);
+    ddp_model.backward(loss);
+    return loss;
+  };
+  // A full batch replays one CUDA graph of forward, backward with its all-reduces and the update kernel, whose
+  // learning rate and bias corrections prepare_step writes to the device before each replay. The graph is
+  // captured at the first full batch after a few eager ones (they fill the allocator's cache and cuBLASLt's
+  // plans, so the capture allocates nothing); the shorter last batch of an epoch runs eagerly.
+  constexpr long long kEagerStepsBeforeCapture = 3;
+  ddp::CudaGraph graph;
+  std::string graph_error = graph_off;
+  Tensor graph_loss;  // written by every replay
+  if (graph_error.empty()) optimizer->use_device_scalars(stream);
+  long long eager_steps = 0;
+  auto graphed_step = [&](const Tensor& x, const Tensor& y) -> Tensor {
+    optimizer->prepare_step(stream);
+    if (!graph.captured()) {
+      graph = ddp::CudaGraph::capture(stream, [&] {
+        graph_loss = forward_backward(x, y);
+        optimizer->apply_step(stream);
+      });
+      if (!graph.captured()) ddp::autograd::clear_tape();
+      // All ranks replay or none do: a rank stepping eagerly beside graphs would still issue the same
+      // collectives, but a failed capture may have left NCCL calls behind that the others never see.
+      const bool failed_somewhere = world.any(!graph.captured());
+      if (failed_somewhere) {
+        graph_error = graph.captured() ? "another rank could not capture it" : graph.error();
+        graph = ddp::CudaGraph();
+        if (lead) progress.line("CUDA graph off (" + graph_error + "): eager steps from here; --no-cuda-graph skips the attempt");
+        Tensor loss = forward_backward(x, y);
+        optimizer->apply_step(stream);
+        return loss;
+      }
+    }
+    graph.replay(stream);
+    return graph_loss;
+  };
+
+  // ---- Train ----
   auto window_start = std::chrono::steady_clock::now();
   long long window_samples = 0;
   bool done = step >= total_steps;
@@ -412,58 +526,66 @@ int train(int argc, char** argv) {
     }
     if (lead) progress.line("skipping step " + std::to_string(step + 1) + ": the " + quantity + " is not finite");
   };
+  std::vector<std::int64_t> rows;
   for (long long epoch = start_epoch; epoch < flags.epochs && !done; ++epoch) {
-    loader->start_epoch(epoch, epoch == start_epoch ? start_position : 0);
-    long long position = epoch == start_epoch ? start_position : 0;
-    while (const ddp::data::Batch* batch = loader->next()) {
-      Tensor x = Tensor::from_vector(std::vector<float>(batch->features, batch->features + batch->size * batch->feature_count),
-                                     {batch->size, batch->feature_count}, world.device(), stream);
-      Tensor y = Tensor::from_int32(std::vector<std::int32_t>(batch->labels, batch->labels + batch->size), {batch->size},
-                                    world.device(), stream);
-      position = batch->global_position_after;
+    sampler.set_epoch(epoch);
+    sampler.set_global_position(epoch == start_epoch ? start_position : 0);
+    train_data.set_order(sampler.indices(), stream);
+    long long position = sampler.global_position();
+    for (std::int64_t begin = sampler.local_position(); sampler.next_batch(flags.batch_size, &rows);
+         begin = sampler.local_position()) {
+      const auto n = static_cast<std::int64_t>(rows.size());
+      const bool full = n == flags.batch_size;
+      const Tensor x = full ? batch_x : batch_x.slice_rows(0, n);
+      const Tensor y = full ? batch_y : batch_y.slice_rows(0, n);
+      train_data.gather(begin, x, y, stream);
+      position = sampler.global_position();
       schedule->apply(*optimizer);
-      model.zero_grad(stream);
-      Tensor loss = ddp::ops::cross_entropy(model.forward(x, stream), y, stream);
-      ddp_model.backward(loss);
       const bool log = (step + 1) % flags.log_every == 0 || step + 1 == total_steps;
       double mean_loss = 0;
-      if (log || flags.skip_nonfinite) {
-        // Reading the loss synchronises: only when logging, or when every step must be checked.
-        const float value = loss.to_vector<float>(stream)[0];
-        double bad = std::isfinite(value) ? 0.0 : 1.0;
-        DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_MAX, world.comm()));
-        if (bad > 0) {
-          reject_nonfinite_step("loss", value);
-          continue;  // no update: the gradients are zeroed at the next step
-        }
-        mean_loss = value;
-        DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &mean_loss, 1, MPI_DOUBLE, MPI_SUM, world.comm()));
-        mean_loss /= world.size();
-      }
       double grad_norm = 0;
-      if (flags.clip_grad_norm > 0) {
-        // Every rank holds the same averaged gradients, so every rank gets the same norm and decides alike.
-        grad_norm = ddp::clip_grad_norm(*model.parameter_store(), flags.clip_grad_norm, stream);
-        if (!std::isfinite(grad_norm)) {
-          reject_nonfinite_step("gradient norm", grad_norm);
-          continue;
+      if (graph_error.empty() && full && eager_steps >= kEagerStepsBeforeCapture) {
+        const Tensor loss = graphed_step(x, y);
+        // Reading the loss waits for the step: only when logging.
+        if (log) mean_loss = world.sum(loss.to_vector<float>(stream)[0]) / world.size();
+      } else {
+        const Tensor loss = forward_backward(x, y);
+        if (log || flags.skip_nonfinite) {
+          // Reading the loss synchronises: only when logging, or when every step must be checked.
+          const float value = loss.to_vector<float>(stream)[0];
+          if (world.any(!std::isfinite(value))) {
+            reject_nonfinite_step("loss", value);
+            continue;  // no update: the next step's backward overwrites the gradients
+          }
+          mean_loss = world.sum(value) / world.size();
         }
+        if (flags.clip_grad_norm > 0) {
+          // Every rank holds the same averaged gradients, so every rank gets the same norm and decides alike.
+          grad_norm = ddp::clip_grad_norm(*mlp.parameter_store(), flags.clip_grad_norm, stream);
+          if (!std::isfinite(grad_norm)) {
+            reject_nonfinite_step("gradient norm", grad_norm);
+            continue;
+          }
+        }
+        optimizer->step(stream);
+        ++eager_steps;
       }
-      optimizer->step(stream);
       ++step;
       maybe_inject_fault(step, world.rank());
-      window_samples += batch->size * world.size();
+      window_samples += n * world.size();
       if (log) {
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-        const ddp::ReducerStats& stats = ddp_model.last_stats();
-        const double hidden =
-            stats.allreduce_ms > 0 ? std::clamp(1.0 - stats.exposed_comm_ms / stats.allreduce_ms, 0.0, 1.0) : 1.0;
+        const ddp::ReducerStats& stats = ddp_model.last_stats();  // untimed when the step was a graph replay
+        const double hidden = !stats.timed            ? -1.0
+                              : stats.allreduce_ms > 0 ? std::clamp(1.0 - stats.exposed_comm_ms / stats.allreduce_ms, 0.0, 1.0)
+                                                       : 1.0;
         if (lead) {
           const double rate = window_samples / std::max(seconds, 1e-9);
           progress.step(step, epoch, mean_loss, rate, hidden);
           if (metrics) {
-            nlohmann::json line = {{"step", step},           {"epoch", epoch},        {"loss", mean_loss},
-                                   {"samples_per_s", rate},  {"comm_hidden", hidden}, {"lr", optimizer->lr()}};
+            nlohmann::json line = {{"step", step}, {"epoch", epoch}, {"loss", mean_loss}, {"samples_per_s", rate}};
+            if (hidden >= 0) line["comm_hidden"] = hidden;
+            line["lr"] = optimizer->lr();
             if (flags.clip_grad_norm > 0) line["grad_norm"] = grad_norm;  // before clipping
             metrics->write(line);
           }
@@ -477,8 +599,8 @@ int train(int argc, char** argv) {
         break;
       }
     }
-    const bool epoch_finished = position >= loader->num_samples() * world.size();
-    last_eval = evaluate(model, test_set, world, stream);
+    const bool epoch_finished = position >= sampler.num_samples() * world.size();
+    last_eval = test_shard.evaluate(model, world, stream);
     evaluated = true;
     if (lead) {
       char line[160];
@@ -494,7 +616,7 @@ int train(int argc, char** argv) {
     }
     window_start = std::chrono::steady_clock::now();
   }
-  if (!evaluated) last_eval = evaluate(model, test_set, world, stream);
+  if (!evaluated) last_eval = test_shard.evaluate(model, world, stream);
   if (trace) {
     // Every rank writes its own track; rank r's file is TRACE.rank<r>.json beside rank 0's TRACE.
     const std::string path = world.rank() == 0 ? flags.trace_file : flags.trace_file + ".rank" + std::to_string(world.rank()) + ".json";

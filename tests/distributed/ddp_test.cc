@@ -300,6 +300,61 @@ TEST_F(DdpTest, AnUnusedParameterIsNamedUnlessFindUnusedParametersIsSet) {
   group_->barrier();
 }
 
+// The main job's CUDA graph: forward, DDP backward with its bucket all-reduces and the AdamW kernel (learning
+// rate and bias corrections from device memory) captured once and replayed gives bitwise the parameters of
+// eager steps with the same schedule. NCCL only: the MPI backend stages through the host and cannot be captured.
+TEST_F(DdpTest, ACapturedStepReplaysTheBitsOfEagerSteps) {
+  if (!device_.is_cuda() || group_->backend() != Backend::kNccl) GTEST_SKIP() << "needs CUDA and the NCCL backend";
+  DdpOptions options;
+  options.first_bucket_cap_mb = 0.001;  // several buckets, so several all-reduces inside the graph
+  options.bucket_cap_mb = 0.004;
+  MLP eager_model(kSizes, Activation::kRelu, 11, device_, stream_);
+  DistributedDataParallel eager_ddp(eager_model.flatten_parameters(stream_), *group_, test_world(), stream_, options);
+  AdamW eager_opt(*eager_model.parameter_store(), AdamWOptions{}, stream_);
+  MLP graph_model(kSizes, Activation::kRelu, 11, device_, stream_);
+  DistributedDataParallel graph_ddp(graph_model.flatten_parameters(stream_), *group_, test_world(), stream_, options);
+  AdamW graph_opt(*graph_model.parameter_store(), AdamWOptions{}, stream_);
+  graph_opt.use_device_scalars(stream_);
+  const CosineWithWarmup schedule(1e-2, 2, 8);
+
+  Tensor x = Tensor::zeros({kLocalBatch, kSizes.front()}, DType::kFloat32, device_, stream_);
+  Tensor y = Tensor::zeros({kLocalBatch}, DType::kInt32, device_, stream_);
+  const std::vector<Tensor> graph_params = graph_model.parameters();
+  CudaGraph graph;
+  Tensor graph_loss;
+  for (int step = 0; step < 8; ++step) {
+    auto [bx, by] = rows(make_batch(kLocalBatch * size_, step), rank_ * kLocalBatch, kLocalBatch);
+    x.copy_from(bx, stream_);  // in place: the graph reads these addresses
+    y.copy_from(by, stream_);
+    schedule.apply(eager_opt);
+    autograd::zero_grad(eager_model.parameters());
+    eager_ddp.backward(ops::cross_entropy(eager_model.forward(x, stream_), y, stream_));
+    eager_opt.step(stream_);
+
+    schedule.apply(graph_opt);
+    graph_opt.prepare_step(stream_);
+    if (step < 2) {  // eager steps first, so the capture finds every block it needs in the allocator's cache
+      autograd::zero_grad(graph_params);
+      graph_ddp.backward(ops::cross_entropy(graph_model.forward(x, stream_), y, stream_));
+      graph_opt.apply_step(stream_);
+      continue;
+    }
+    if (!graph.captured()) {
+      graph = CudaGraph::capture(stream_, [&] {
+        autograd::zero_grad(graph_params);
+        graph_loss = ops::cross_entropy(graph_model.forward(x, stream_), y, stream_);
+        graph_ddp.backward(graph_loss);
+        graph_opt.apply_step(stream_);
+      });
+      ASSERT_TRUE(graph.captured()) << graph.error();
+      EXPECT_FALSE(graph_ddp.last_stats().timed);
+    }
+    graph.replay(stream_);
+  }
+  EXPECT_EQ(ordered(graph_model), ordered(eager_model));
+  EXPECT_EQ(graph_opt.steps(), eager_opt.steps());
+}
+
 TEST_F(DdpTest, StatsAndBucketsAreReported) {
   MLP model(kSizes, Activation::kRelu, 3, device_, stream_);
   DdpOptions options;

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Time to accuracy: the whole main job (process start to its final accuracy line), ours against PyTorch running
+# the same recipe (bench/pytorch_train.py), in one call on one machine, then one table with the ratios.
+#
+#   bash bench/time_to_accuracy.sh            # GPU machine: binaries from .gpu/bin, data from .gpu/data
+#   TTA_DEVICE=cpu bash bench/time_to_accuracy.sh   # this machine: 2 CPU ranks, bazel-bin, the installed data
+#
+# On the GPU: train_mlp fp32 (CUDA graph), fp32 eager (--no-cuda-graph), tf32, bf16; PyTorch with a DataLoader,
+# with the data resident on the GPU, and resident + torch.compile(mode="reduce-overhead"). On the CPU: train_mlp
+# and PyTorch DDP over gloo, 2 ranks each. Raw lines go to ${OUT:-/tmp}/time_to_accuracy.jsonl.
+# TTA_EPOCHS shortens every run alike (default 30, the recipe's); TTA_ONLY=ours or =torch runs one side.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+device=${TTA_DEVICE:-cuda}
+epochs=${TTA_EPOCHS:-30}
+out="${OUT:-/tmp}/time_to_accuracy.jsonl"
+: >"$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+if [ "$device" = cuda ]; then
+  B=${B:-$PWD/.gpu/bin}
+  data=${DDP_GPU_DATA:-$PWD/.gpu/data}
+  PY=${PY:-python3}
+  ranks=1
+  [ -d /tmp/ddp-gpu-lib/lib ] && export LD_LIBRARY_PATH="/tmp/ddp-gpu-lib/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+else
+  B=${B:-$PWD/bazel-bin/examples}
+  data=${DDP_DATA:-/usr/share/datasets/fashion-mnist}
+  PY=${PY:-/usr/bin/python3}
+  ranks=2
+fi
+
+rows=()
+run() {  # label command...: times the process, takes its final accuracy line
+  local label=$1
+  shift
+  local t0 t1 log acc seconds
+  t0=$(date +%s.%N)
+  log=$("$@" 2>&1)
+  local status=$?
+  t1=$(date +%s.%N)
+  seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+  acc=$(grep -o 'final step=[0-9]* test_loss=[0-9.na-]* test_accuracy=[0-9.]*' <<<"$log" | sed 's/.*test_accuracy=//' | tail -1)
+  if [ "$status" -ne 0 ] || [ -z "$acc" ]; then
+    echo "FAILED $label (exit $status):" >&2
+    tail -15 <<<"$log" >&2
+    acc=failed
+  fi
+  grep -h 'CUDA graph off\|train_mlp:' <<<"$log" | tr '\r' '\n' | head -2 >&2
+  echo "{\"label\": \"$label\", \"seconds\": $seconds, \"test_accuracy\": \"$acc\", \"epochs\": $epochs}" >>"$out"
+  rows+=("$label|$seconds|$acc")
+  echo "$label: $seconds s, test accuracy $acc" >&2
+}
+
+ours=(mpirun -np "$ranks" --bind-to none --oversubscribe "$B/train_mlp" --device "$device" --data "$data" --epochs "$epochs"
+      --log-every 1000000)
+torch=("$PY" bench/pytorch_train.py --device "$device" --data "$data" --epochs "$epochs")
+if [ "${TTA_ONLY:-}" != torch ]; then
+  if [ "$device" = cuda ]; then
+    run "ours fp32 (CUDA graph)" "${ours[@]}"
+    run "ours fp32 eager (--no-cuda-graph)" "${ours[@]}" --no-cuda-graph
+    run "ours tf32 (CUDA graph)" "${ours[@]}" --precision tf32
+    run "ours bf16 (CUDA graph)" "${ours[@]}" --precision bf16
+  else
+    run "ours, 2 CPU ranks" "${ours[@]}"
+  fi
+fi
+if [ "${TTA_ONLY:-}" != ours ]; then
+  if [ "$device" = cuda ]; then
+    run "pytorch DataLoader, pinned" "${torch[@]}" --mode dataloader
+    run "pytorch resident on the GPU" "${torch[@]}" --mode resident
+    run "pytorch resident + torch.compile" "${torch[@]}" --mode compiled
+  else
+    run "pytorch DDP gloo, 2 CPU ranks" "${torch[@]}" --ranks 2
+  fi
+fi
+
+# The table: each row's time and its speed-up over PyTorch's fastest run of the same call.
+best_torch=$(printf '%s\n' "${rows[@]}" | awk -F'|' '$1 ~ /^pytorch/ && $3 != "failed" { if (b == "" || $2 < b) b = $2 } END { print b }')
+echo
+echo "| run ($device, $epochs epochs) | wall s, process start to final accuracy | test accuracy | PyTorch's fastest / this |"
+echo "| --- | --- | --- | --- |"
+for r in "${rows[@]}"; do
+  IFS='|' read -r label seconds acc <<<"$r"
+  ratio=$(awk -v b="$best_torch" -v s="$seconds" 'BEGIN { if (b == "" || s == 0) print "-"; else printf "%.2fx", b / s }')
+  echo "| $label | $seconds | $acc | $ratio |"
+done
