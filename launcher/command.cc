@@ -1,4 +1,5 @@
-// Command-line parsing (CLI11), mpirun command construction, output-tag rewriting and failure attribution.
+// Command-line parsing (CLI11), mpirun command construction, resource warnings, output-tag rewriting and
+// failure attribution.
 #include "launcher/command.h"
 
 #include <sched.h>
@@ -47,6 +48,25 @@ int physical_cores() {
   return std::max(1, static_cast<int>(cores.size()));
 }
 
+// MemAvailable (what can be allocated without swapping out the page cache's working set), in bytes; 0 when
+// /proc/meminfo cannot be read. Falls back to free physical pages on kernels without MemAvailable.
+long long available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string name; meminfo >> name;) {
+    long long kib = 0;
+    if (name == "MemAvailable:" && meminfo >> kib) return kib * 1024;
+    meminfo.ignore(1 << 20, '\n');
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<long long>(pages) * page : 0;
+}
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
 }  // namespace
 
 MachineFacts current_machine() {
@@ -54,6 +74,7 @@ MachineFacts current_machine() {
   facts.gpus = cuda_device_count();
   facts.cores = physical_cores();
   facts.root = ::geteuid() == 0;
+  facts.memory_available_bytes = available_memory_bytes();
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry = *e;
     const size_t eq = entry.find('=');
@@ -124,9 +145,10 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
   CLI::App app(
       "ddprun: starts a data-parallel training job, one rank per GPU (or CPU ranks), through mpirun.\n"
       "Usage: ddprun [-np N] [--hosts h1:4,h2:4 | --hostfile F] [--backend nccl|mpi] [--max-restarts K]\n"
-      "              [--dry-run] -- PROGRAM ARGS...\n"
+      "              [--rank-memory-mib M] [--dry-run] -- PROGRAM ARGS...\n"
       "Each output line is prefixed with \"[rank R] \". DDP_* and NCCL_* variables are forwarded to every rank.\n"
-      "The exit status is the job's; on failure ddprun names the rank that failed first.",
+      "The exit status is the job's; on failure ddprun names the rank that failed first. When ddprun is ended by\n"
+      "a signal S it ends the job first and exits 128+S (SIGINT 130, SIGTERM 143; a closed output pipe 141).",
       "ddprun");
   app.add_option("-n,--np", options.np,
                  "number of ranks (also -np); default: the host list's slots, else this node's GPUs, else 2");
@@ -138,7 +160,12 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
       ->check(CLI::IsMember({"nccl", "mpi"}));
   app.add_option("--max-restarts", options.max_restarts,
                  "relaunch a failed job up to K times with DDP_RESTART=<attempt> and DDP_RESUME=1 (the program "
-                 "resumes from its latest complete checkpoint)")
+                 "resumes from its latest complete checkpoint, or starts from scratch if it has none yet)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rank-memory-mib", options.rank_memory_mib,
+                 "a rank's estimated peak memory, for the warning when the ranks would not fit in this node's "
+                 "memory (0: no check)")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--dry-run", options.dry_run, "print the mpirun command and exit");
   app.footer("Example: ddprun -np 2 -- bazel-bin/examples/train_mlp --epochs 1");
@@ -193,6 +220,32 @@ int resolve_np(const LaunchOptions& options, const MachineFacts& facts) {
   return facts.gpus > 0 ? facts.gpus : 2;
 }
 
+std::vector<std::string> resource_warnings(const LaunchOptions& options, const MachineFacts& facts) {
+  std::vector<std::string> warnings;
+  if (!options.hosts.empty() || !options.hostfile.empty()) return warnings;
+  const int np = resolve_np(options, facts);
+  const int cores = std::max(1, facts.cores);
+  if (np > kMaxRanksPerCore * cores) {
+    warnings.push_back(std::to_string(np) + " ranks on " + std::to_string(cores) + " core" + (cores == 1 ? "" : "s") +
+                       " of this node (more than " + std::to_string(kMaxRanksPerCore) +
+                       " per core): each rank waits for a core most of the time, so the job runs slower than "
+                       "with fewer ranks and its collectives may exceed DDP_COLLECTIVE_TIMEOUT_S; use -np " +
+                       std::to_string(kMaxRanksPerCore * cores) + " or fewer, or spread the job over nodes (--hosts)");
+  }
+  const double rank_bytes = static_cast<double>(options.rank_memory_mib) * 1024 * 1024;
+  if (rank_bytes > 0 && facts.memory_available_bytes > 0 &&
+      np * rank_bytes > static_cast<double>(facts.memory_available_bytes)) {
+    const long long fit = static_cast<long long>(static_cast<double>(facts.memory_available_bytes) / rank_bytes);
+    warnings.push_back(std::to_string(np) + " ranks of about " + std::to_string(options.rank_memory_mib) +
+                       " MiB each (--rank-memory-mib) need " + gib(np * rank_bytes) + ", more than the " +
+                       gib(static_cast<double>(facts.memory_available_bytes)) +
+                       " of memory available on this node: the kernel will kill ranks when memory runs out (the "
+                       "job then fails with \"signal 9\"); use -np " + std::to_string(std::max(1LL, fit)) +
+                       " or fewer, or give --rank-memory-mib your program's real peak (VmHWM in /proc/PID/status)");
+  }
+  return warnings;
+}
+
 std::vector<std::string> build_mpirun_command(const LaunchOptions& options, const MachineFacts& facts,
                                               const std::map<std::string, std::string>& extra_env,
                                               const std::string& rank_wrapper) {
@@ -210,7 +263,9 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
   int capacity = std::max(1, facts.cores);
   if (!options.hosts.empty()) {
     cmd.insert(cmd.end(), {"--host", options.hosts});
-    capacity = resolve_np(LaunchOptions{0, options.hosts, "", "", 0, false, {}}, facts);
+    LaunchOptions slots_only;
+    slots_only.hosts = options.hosts;
+    capacity = resolve_np(slots_only, facts);
   } else if (!options.hostfile.empty()) {
     cmd.insert(cmd.end(), {"--hostfile", options.hostfile});
     capacity = hostfile_slots(options.hostfile);
@@ -306,40 +361,41 @@ std::optional<int> number_after(const std::string& text, const std::string& mark
 
 }  // namespace
 
-std::string exit_marker(int rank, int status, long long time_ns) {
-  return "ddprun-exit: rank=" + std::to_string(rank) + " status=" + std::to_string(status) +
-         " time_ns=" + std::to_string(time_ns);
+std::string exit_marker(const ExitMarker& m) {
+  return "ddprun-exit: rank=" + std::to_string(m.rank) + " status=" + std::to_string(m.status) +
+         " time_ns=" + std::to_string(m.time_ns) + " stopped=" + (m.stopped ? "1" : "0");
 }
 
-bool parse_exit_marker(const std::string& raw_line, int* rank, int* status, long long* time_ns) {
+std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
   const std::string text = parse_tagged_line(raw_line).text;
-  if (!starts_with(text, "ddprun-exit: rank=")) return false;
+  if (!starts_with(text, "ddprun-exit: rank=")) return std::nullopt;
   long long r = 0, s = 0, t = 0;
+  int stopped = 0;
   char tail = 0;
-  if (std::sscanf(text.c_str(), "ddprun-exit: rank=%lld status=%lld time_ns=%lld%c", &r, &s, &t, &tail) != 3 ||
-      r < 0 || r > 1000000000 || s < 0 || s > 1000) {
-    return false;
+  if (std::sscanf(text.c_str(), "ddprun-exit: rank=%lld status=%lld time_ns=%lld stopped=%d%c", &r, &s, &t,
+                  &stopped, &tail) != 4 ||
+      r < 0 || r > 1000000000 || s < 0 || s > 1000 || (stopped != 0 && stopped != 1)) {
+    return std::nullopt;
   }
-  *rank = static_cast<int>(r);
-  *status = static_cast<int>(s);
-  *time_ns = t;
-  return true;
+  ExitMarker m;
+  m.rank = static_cast<int>(r);
+  m.status = static_cast<int>(s);
+  m.time_ns = t;
+  m.stopped = stopped == 1;
+  return m;
 }
 
-void FailureTracker::observe(const std::string& raw_line) {
-  int rank = 0, status = 0;
-  long long time_ns = 0;
-  if (parse_exit_marker(raw_line, &rank, &status, &time_ns)) {
-    if (status != 0 && (!from_marker_ || time_ns < marker_time_)) {
-      from_marker_ = rank;
-      marker_status_ = status;
-      marker_time_ = time_ns;
-    }
+void FailureTracker::observe(const std::string& raw_line, long long arrival_ns) {
+  if (const std::optional<ExitMarker> m = parse_exit_marker(raw_line)) {
+    if (m->status == 0 || m->stopped) return;
+    std::optional<Evidence>& kind = m->status > 128 ? crash_ : exit_;
+    if (!kind || m->time_ns < kind->time_ns) kind = Evidence{m->rank, m->time_ns};
+    status_of_.emplace(m->rank, m->status);
     return;
   }
   const TaggedLine t = parse_tagged_line(raw_line);
-  const std::string& text = t.text;
   if (!t.tagged && !from_mpirun_) {
+    const std::string& text = t.text;
     // "  Process name: [[3346,1],1]": the first process to exit non-zero.
     const size_t at = text.find("Process name: [[");
     if (at != std::string::npos) {
@@ -349,29 +405,58 @@ void FailureTracker::observe(const std::string& raw_line) {
     if (!from_mpirun_) from_mpirun_ = number_after(text, "mpirun noticed that process rank ");
     if (!from_mpirun_) from_mpirun_ = number_after(text, "MPI_ABORT was invoked on rank ");
   }
-  if (!from_runtime_) {
-    // The runtime's own report, "rank R: error: ..." or "rank R: fatal: ..." (anywhere in the line).
-    for (size_t at = text.find("rank "); at != std::string::npos; at = text.find("rank ", at + 1)) {
-      const std::optional<int> r = number_after(text.substr(at), "rank ");
-      if (!r) continue;
-      const size_t after = at + 5 + std::to_string(*r).size();
-      if (text.compare(after, 9, ": error: ") == 0 || text.compare(after, 9, ": fatal: ") == 0) {
-        from_runtime_ = r;
-        break;
-      }
+  if (!report_) observe_report(t, arrival_ns);
+}
+
+void FailureTracker::observe_report(const TaggedLine& t, long long arrival_ns) {
+  const std::string& text = t.text;
+  // The lines after "error: WHAT:" list the ranks that raised it: "  rank 2: ..." or "  ranks 0,3: ...".
+  if (agreed_error_printer_ && t.tagged && t.rank == *agreed_error_printer_) {
+    std::optional<int> listed;
+    if (starts_with(text, "  rank ")) listed = number_after(text, "  rank ");
+    if (starts_with(text, "  ranks ")) listed = number_after(text, "  ranks ");
+    report_ = Evidence{listed.value_or(t.rank), arrival_ns};  // no list after all: the printer is all we know
+    return;
+  }
+  if (starts_with(text, "error: ") && text.back() == ':') {
+    agreed_error_printer_ = t.tagged ? t.rank : 0;
+    if (!t.tagged) report_ = Evidence{0, arrival_ns};
+    return;
+  }
+  // "rank R: error: ..." or "rank R: fatal: ..." (anywhere in the line).
+  for (size_t at = text.find("rank "); at != std::string::npos; at = text.find("rank ", at + 1)) {
+    const std::optional<int> r = number_after(text.substr(at), "rank ");
+    if (!r) continue;
+    const size_t after = at + 5 + std::to_string(*r).size();
+    if (text.compare(after, 9, ": error: ") == 0 || text.compare(after, 9, ": fatal: ") == 0) {
+      report_ = Evidence{t.tagged ? t.rank : *r, arrival_ns};
+      return;
     }
   }
 }
 
 std::optional<int> FailureTracker::first_failed_rank() const {
-  if (from_marker_) return from_marker_;
-  return from_mpirun_ ? from_mpirun_ : from_runtime_;
+  // The earliest marker: crashes and exits alike, each at the time the wrapper saw it.
+  std::optional<Evidence> marker = crash_;
+  bool marker_is_crash = crash_.has_value();
+  if (exit_ && (!marker || exit_->time_ns < marker->time_ns)) {
+    marker = exit_;
+    marker_is_crash = false;
+  }
+  if (marker && report_) {
+    const long long slack = marker_is_crash ? 0 : kRelaySlackNs;
+    return marker->time_ns + slack <= report_->time_ns ? marker->rank : report_->rank;
+  }
+  if (marker) return marker->rank;
+  if (report_) return report_->rank;
+  return from_mpirun_;
 }
 
 std::string FailureTracker::first_failure_how() const {
-  if (!from_marker_) return "";
-  return marker_status_ > 128 ? "signal " + std::to_string(marker_status_ - 128)
-                              : "exit status " + std::to_string(marker_status_);
+  const std::optional<int> rank = first_failed_rank();
+  if (!rank || status_of_.count(*rank) == 0) return "";
+  const int status = status_of_.at(*rank);
+  return status > 128 ? "signal " + std::to_string(status - 128) : "exit status " + std::to_string(status);
 }
 
 }  // namespace launcher

@@ -1,6 +1,6 @@
 // ddprun's decisions, kept free of side effects so they can be unit-tested: parsing its command line, building
-// the mpirun command from the options and the facts of the machine, rewriting mpirun's output tags, and working
-// out from the job's output which rank failed first.
+// the mpirun command from the options and the facts of the machine, warning of a job the node cannot hold,
+// rewriting mpirun's output tags, and working out from the job's output which rank failed first.
 //
 // Why mpirun underneath: it already starts ranks on one or many nodes, wires up MPI (which bootstraps NCCL
 // here), binds processes to cores, and tears the job down when one rank dies. ddprun adds the defaults a
@@ -17,12 +17,19 @@
 namespace ddp {
 namespace launcher {
 
+constexpr int kDefaultRankMemoryMib = 400;
+// More ranks than this per core draws a warning: they would mostly wait for a core (see resource_warnings).
+constexpr int kMaxRanksPerCore = 4;
+
 struct LaunchOptions {
   int np = 0;  // 0: not given (the default is decided from the machine)
   std::string hosts;     // "h1:4,h2:4"
   std::string hostfile;  // Open MPI host file
   std::string backend;   // "", "nccl" or "mpi" (passed as DDP_BACKEND)
   int max_restarts = 0;
+  // A rank's peak memory, for the warning when the ranks would not fit in this node's memory. The default is
+  // train_mlp's default model on CPU (about 400 MiB a rank, VmHWM); other programs should pass their own.
+  int rank_memory_mib = kDefaultRankMemoryMib;
   bool dry_run = false;
   std::vector<std::string> program;  // PROGRAM ARGS...
 };
@@ -32,6 +39,7 @@ struct MachineFacts {
   int gpus = 0;   // CUDA devices on this node
   int cores = 1;  // physical cores this process may run on
   bool root = false;
+  long long memory_available_bytes = 0;  // MemAvailable of /proc/meminfo; 0: unknown
   std::map<std::string, std::string> env;
 };
 MachineFacts current_machine();
@@ -56,6 +64,12 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
 
 // The number of ranks to start: -np, else the host list's slots, else the node's GPUs, else 2.
 int resolve_np(const LaunchOptions& options, const MachineFacts& facts);
+
+// Warnings, printed before the job starts, for a job on this node alone that the node cannot carry: more than
+// kMaxRanksPerCore ranks per core, or ranks whose estimated memory (np x rank_memory_mib) exceeds what is
+// available. Warnings only: the job still runs (a user may know better, e.g. ranks that mostly sleep). Jobs
+// over --hosts/--hostfile are not checked: the other nodes' cores and memory are not visible from here.
+std::vector<std::string> resource_warnings(const LaunchOptions& options, const MachineFacts& facts);
 
 // The full mpirun argv. `extra_env` is set in every rank (`-x K=V`) on top of what is forwarded (restarts use
 // it for DDP_RESTART and DDP_RESUME). Throws InvalidArgument for inconsistent options.
@@ -83,29 +97,57 @@ TaggedLine parse_tagged_line(const std::string& line);
 std::string rewrite_tagged_line(const std::string& line);
 
 // The line the rank wrapper prints when its program ends badly (see job.h):
-// "ddprun-exit: rank=R status=S time_ns=T" (S: the exit code, or 128 + signal), T a CLOCK_REALTIME time.
-std::string exit_marker(int rank, int status, long long time_ns);
-// True (and the fields filled) for a line, tagged or not, that holds an exit marker.
-bool parse_exit_marker(const std::string& raw_line, int* rank, int* status, long long* time_ns);
+// "ddprun-exit: rank=R status=S time_ns=T stopped=0|1": S the exit code, or 128 + signal; T a CLOCK_REALTIME
+// time; stopped=1 when the wrapper had been sent SIGINT/SIGTERM before the program ended (mpirun tearing the
+// job down after another rank failed, or ddprun stopping it), so this rank's end is a consequence, not a cause.
+struct ExitMarker {
+  int rank = -1;
+  int status = 0;
+  long long time_ns = 0;
+  bool stopped = false;
+};
+std::string exit_marker(const ExitMarker& marker);
+// The marker in a line, tagged or not; empty for any other line.
+std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line);
 
-// Watches the job's output for the first rank to fail. Most reliable are the rank wrappers' exit markers (the
-// earliest time wins: mpirun's own report is not always printed when ranks die together); next mpirun's
-// reports ("Process name: [[J,1],R]", "process rank R with PID", "MPI_ABORT was invoked on rank R"); last the
-// first "rank R: error:" / "rank R: fatal:" line the runtime printed.
+// How long mpirun may take to relay a line (its I/O forwarding, on a loaded machine): a rank's error line
+// that arrives up to this long after another rank's exit may still have been printed first.
+constexpr long long kRelaySlackNs = 1000000000LL;
+
+// Watches the job's output for the rank whose failure started it all. Each kind of evidence carries a time:
+//   - crashes: exit markers with a signal (SIGKILL, SIGSEGV, the OOM killer) the launcher did not send;
+//   - error reports: the runtime's first "rank R: error:/fatal:" line, or for an error every rank raised
+//     together ("error: WHAT:" then "  rank R: ..." / "  ranks R,S: ..."), the first rank it lists; the rank
+//     is the one mpirun's tag names (the process that printed it), not the number in the text, which a
+//     program can get wrong; its time is when ddprun read it;
+//   - exits: exit markers with a non-zero status.
+// The earliest wins, except that an exit must come more than kRelaySlackNs before an error report to beat it
+// (ranks leave with a status right after another rank reports an error, and their markers may overtake it).
+// Markers of stopped ranks (stopped=1) never count: mpirun's teardown stops every rank at about the same
+// time. Last resort: mpirun's own reports ("Process name: [[J,1],R]", "process rank R with PID",
+// "MPI_ABORT was invoked on rank R"), which name the first rank to exit, not the cause.
 class FailureTracker {
  public:
-  void observe(const std::string& raw_line);
+  // `arrival_ns`: when ddprun read the line (CLOCK_REALTIME, the clock of the wrappers' markers).
+  void observe(const std::string& raw_line, long long arrival_ns);
   std::optional<int> first_failed_rank() const;
-  // "exit status 3" or "signal 9" when a wrapper reported it, else empty.
+  // "exit status 3" or "signal 9" for the first failed rank when its wrapper reported it, else empty.
   std::string first_failure_how() const;
   void reset() { *this = FailureTracker(); }
 
  private:
-  std::optional<int> from_marker_;
-  int marker_status_ = 0;
-  long long marker_time_ = 0;
+  struct Evidence {
+    int rank = -1;
+    long long time_ns = 0;
+  };
+  void observe_report(const TaggedLine& line, long long arrival_ns);
+  std::optional<Evidence> crash_;
+  std::optional<Evidence> exit_;
+  std::optional<Evidence> report_;
+  // After an "error: WHAT:" line: the rank that printed it, whose next "  rank R: ..." line names the cause.
+  std::optional<int> agreed_error_printer_;
   std::optional<int> from_mpirun_;
-  std::optional<int> from_runtime_;
+  std::map<int, int> status_of_;  // rank -> status of its first failure marker that was not a stop
 };
 
 }  // namespace launcher

@@ -1,4 +1,6 @@
 // ddprun: the one command a user types to start (and, with --max-restarts, keep restarting) a training job.
+#include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,6 +22,13 @@ std::string rank_text(const ddp::launcher::JobResult& r) {
          (r.first_failure_how.empty() ? "" : ", " + r.first_failure_how);
 }
 
+// "received SIGTERM", or for SIGPIPE what it stands for here.
+std::string stop_reason(int sig) {
+  if (sig == SIGPIPE) return "its output was closed (broken pipe)";
+  const char* name = ::sigabbrev_np(sig);
+  return name != nullptr ? "received SIG" + std::string(name) : "received signal " + std::to_string(sig);
+}
+
 // Our own executable, so every rank can run through the wrapper.
 std::string self_path() {
   char path[4096];
@@ -31,6 +40,9 @@ std::string self_path() {
 int launch(const ddp::launcher::LaunchOptions& options) {
   using namespace ddp::launcher;
   const MachineFacts facts = current_machine();
+  for (const std::string& warning : resource_warnings(options, facts)) {
+    std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
+  }
   if (options.dry_run) {
     std::cout << shell_join(build_mpirun_command(options, facts, {}, self_path())) << "\n";
     return 0;
@@ -39,11 +51,13 @@ int launch(const ddp::launcher::LaunchOptions& options) {
     std::map<std::string, std::string> extra;
     if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
     const JobResult result = run_job(build_mpirun_command(options, facts, extra, self_path()));
-    if (result.exit_status == 0) return 0;
-    if (result.interrupted) {
-      std::fprintf(stderr, "ddprun: interrupted; the job ended with status %d\n", result.exit_status);
-      return result.exit_status;
+    if (result.stopped_by != 0) {
+      // As a shell reports a program that a signal ended: 128 + the signal, whatever the job's own status.
+      std::fprintf(stderr, "ddprun: %s; the job was ended (mpirun's status %d); exit status %d\n",
+                   stop_reason(result.stopped_by).c_str(), result.exit_status, 128 + result.stopped_by);
+      return 128 + result.stopped_by;
     }
+    if (result.exit_status == 0) return 0;
     if (attempt < options.max_restarts) {
       std::fprintf(stderr, "ddprun: job failed (%s); restart %d of %d\n", rank_text(result).c_str(),
                    attempt + 1, options.max_restarts);

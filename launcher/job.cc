@@ -1,4 +1,5 @@
-// fork/exec with two pipes, one poll loop relaying both, SIGINT/SIGTERM forwarded to the child.
+// fork/exec with two pipes, one poll loop relaying both, and the job ended (its process group signalled)
+// whatever ends ddprun: a signal, a closed output, or ddprun's own death.
 #include "launcher/job.h"
 
 #include <fcntl.h>
@@ -8,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -21,23 +23,145 @@ namespace ddp {
 namespace launcher {
 namespace {
 
-volatile sig_atomic_t g_child = 0;
-volatile sig_atomic_t g_interrupted = 0;
+// Every signal whose default action would end ddprun and that can be caught. Each one ends the job first.
+constexpr int kStopSignals[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, SIGUSR2,
+                                SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGXFSZ};
 
-void forward_signal(int sig) {
-  g_interrupted = 1;
-  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+long long realtime_ns() {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec * 1000000000LL + now.tv_nsec;
 }
+
+long long monotonic_ms() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec * 1000LL + now.tv_nsec / 1000000;
+}
+
+// The signal handler only hands the signal to the poll loop (a self-pipe), so the loop wakes for it and does
+// the killing and the bookkeeping outside the handler, with no race between a check and poll().
+int g_signal_pipe = -1;
+void hand_to_loop(int sig) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  if (::write(g_signal_pipe, &byte, 1) < 0) {
+  }  // the pipe is full: a signal is already waiting, which is enough
+  errno = saved;
+}
+
+// The stop signals routed to hand_to_loop and SIGPIPE ignored while a job runs; the previous dispositions back
+// afterwards. A signal ddprun was started with ignored stays ignored (`nohup ddprun ...` must survive a
+// hangup; a shell starts background jobs with SIGINT and SIGQUIT ignored). The child puts the previous
+// dispositions back before exec (an ignored SIGPIPE would survive exec).
+class SignalRouting {
+ public:
+  explicit SignalRouting(int signal_pipe_write) {
+    g_signal_pipe = signal_pipe_write;
+    struct sigaction action {};
+    action.sa_handler = hand_to_loop;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < std::size(kStopSignals); ++i) {
+      ::sigaction(kStopSignals[i], nullptr, &old_[i]);
+      if (old_[i].sa_handler != SIG_IGN) ::sigaction(kStopSignals[i], &action, nullptr);
+    }
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, &old_pipe_);
+  }
+  ~SignalRouting() { restore(); }
+  void restore() const {
+    for (size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &old_[i], nullptr);
+    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+  }
+
+ private:
+  struct sigaction old_[std::size(kStopSignals)] {};
+  struct sigaction old_pipe_ {};
+};
+
+// Ends the job once asked: SIGTERM to mpirun's process group (mpirun then kills its ranks, in about 2 s), and
+// SIGKILL when the job is still there kStopGraceMs later or at a second signal. A SIGKILLed mpirun does not
+// leave its ranks behind: their wrappers die with it (PR_SET_PDEATHSIG), and the programs with the wrappers.
+class JobStopper {
+ public:
+  explicit JobStopper(pid_t group) : group_(group) {}
+  // A signal to ddprun: the first stops the job, a second (the user insisting) kills it.
+  void on_signal(int sig) {
+    if (why_ != 0) {
+      kill_now();
+    } else {
+      stop(sig);
+    }
+  }
+  // Stopping for `why` (idempotent: a second closed stream is no reason to hurry).
+  void stop(int why) {
+    if (why_ != 0) return;
+    why_ = why;
+    ::killpg(group_, SIGTERM);
+    deadline_ms_ = monotonic_ms() + kStopGraceMs;
+  }
+  void kill_if_overdue() {
+    if (why_ != 0 && monotonic_ms() >= deadline_ms_) kill_now();
+  }
+  // How long poll() may sleep: until the deadline while stopping, else `idle_ms`.
+  int poll_timeout_ms(int idle_ms) const {
+    if (why_ == 0 || killed_) return idle_ms;
+    const long long left = std::max(0LL, deadline_ms_ - monotonic_ms());
+    return idle_ms < 0 ? static_cast<int>(left) : static_cast<int>(std::min<long long>(left, idle_ms));
+  }
+  int why() const { return why_; }
+
+ private:
+  void kill_now() {
+    if (killed_) return;
+    killed_ = true;
+    ::killpg(group_, SIGKILL);
+  }
+  pid_t group_;
+  int why_ = 0;
+  bool killed_ = false;
+  long long deadline_ms_ = 0;
+};
+
+// ddprun's own stdout and stderr. A write that fails with EPIPE (the reader is gone, as in
+// `ddprun ... | head -1`) closes that stream for good and stops the job, as SIGPIPE would end any program in
+// a pipeline, except that here the job ends too instead of running on unseen.
+class Output {
+ public:
+  explicit Output(JobStopper* stopper) : stopper_(stopper) {}
+  void write(int fd, const std::string& text) {
+    bool& closed = fd == STDOUT_FILENO ? stdout_closed_ : stderr_closed_;
+    if (closed) return;
+    const char* p = text.data();
+    size_t left = text.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        closed = true;
+        if (errno == EPIPE) stopper_->stop(SIGPIPE);
+        return;  // other errors (a full disk behind a redirect): keep the job, drop this stream's lines
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  JobStopper* stopper_;
+  bool stdout_closed_ = false;
+  bool stderr_closed_ = false;
+};
 
 void write_all(int fd, const std::string& text) {
   const char* p = text.data();
   size_t left = text.size();
   while (left > 0) {
     const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // our own stdout is gone (a closed pipe): keep draining the child so it does not block
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return;
     p += n;
     left -= static_cast<size_t>(n);
   }
@@ -51,109 +175,157 @@ struct LineRelay {
   bool open = true;
 };
 
-void emit(const std::string& line, int default_out, FailureTracker* tracker) {
-  tracker->observe(line);
-  int rank = 0, status = 0;
-  long long time_ns = 0;
-  if (parse_exit_marker(line, &rank, &status, &time_ns)) return;
+void emit(const std::string& line, int default_out, FailureTracker* tracker, Output* output) {
+  tracker->observe(line, realtime_ns());
+  if (parse_exit_marker(line)) return;
   const TaggedLine t = parse_tagged_line(line);
   const int out = t.tagged ? (t.stream == "stdout" ? STDOUT_FILENO : STDERR_FILENO) : default_out;
-  write_all(out, rewrite_tagged_line(line) + "\n");
+  output->write(out, rewrite_tagged_line(line) + "\n");
+}
+
+// Reads what is there on `r` and emits its complete lines; closes it at end of file.
+void drain(LineRelay& r, FailureTracker* tracker, Output* output) {
+  char buffer[1 << 16];
+  const ssize_t got = ::read(r.fd, buffer, sizeof buffer);
+  if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (got <= 0) {
+    if (!r.pending.empty()) emit(r.pending, r.default_out, tracker, output);
+    r.pending.clear();
+    r.open = false;
+    ::close(r.fd);
+    return;
+  }
+  r.pending.append(buffer, static_cast<size_t>(got));
+  size_t start = 0;
+  for (size_t nl; (nl = r.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    emit(r.pending.substr(start, nl - start), r.default_out, tracker, output);
+  }
+  r.pending.erase(0, start);
+}
+
+void handle_signals(int signal_pipe_read, JobStopper* stopper) {
+  unsigned char sigs[64];
+  for (ssize_t n; (n = ::read(signal_pipe_read, sigs, sizeof sigs)) > 0;) {
+    for (ssize_t i = 0; i < n; ++i) stopper->on_signal(sigs[i]);
+  }
+}
+
+// The child's side of fork: its own process group (so a terminal's Ctrl-C reaches ddprun only, and ddprun can
+// signal mpirun without signalling itself), SIGTERM when ddprun dies, then exec.
+[[noreturn]] void exec_child(const std::vector<std::string>& argv, pid_t parent, int out_fd, int err_fd,
+                             const SignalRouting& routing, const sigset_t& unblock) {
+  ::setpgid(0, 0);
+  // Even a SIGKILLed ddprun must not leave the job running: mpirun kills its ranks on SIGTERM.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != parent) ::_exit(128 + SIGTERM);  // ddprun died before prctl took effect
+  routing.restore();
+  ::sigprocmask(SIG_SETMASK, &unblock, nullptr);
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(err_fd, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  const std::string message = std::string("ddprun: cannot run ") + args[0] + ": " + std::strerror(errno) +
+                              (errno == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "") +
+                              "\n";
+  write_all(STDERR_FILENO, message);
+  ::_exit(127);
 }
 
 }  // namespace
 
 JobResult run_job(const std::vector<std::string>& argv) {
   DDP_CHECK(!argv.empty(), "run_job: empty command");
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+  int out_pipe[2], err_pipe[2], signal_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 ||
+      ::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw Error(std::string("ddprun: pipe failed: ") + std::strerror(errno));
   }
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  SignalRouting routing(signal_pipe[1]);
 
-  struct sigaction action {}, old_int{}, old_term{};
-  action.sa_handler = forward_signal;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGINT, &action, &old_int);
-  ::sigaction(SIGTERM, &action, &old_term);
-  g_interrupted = 0;
-
+  // Signals stay blocked across fork until the child has reset its handlers (else a signal in between would run
+  // ddprun's handler in the child) and the parent knows the child's pid.
+  sigset_t stop_set, previous;
+  sigemptyset(&stop_set);
+  for (int sig : kStopSignals) sigaddset(&stop_set, sig);
+  ::sigprocmask(SIG_BLOCK, &stop_set, &previous);
+  const pid_t parent = ::getpid();
   const pid_t child = ::fork();
-  if (child < 0) throw Error(std::string("ddprun: fork failed: ") + std::strerror(errno));
-  if (child == 0) {
-    ::dup2(out_pipe[1], STDOUT_FILENO);
-    ::dup2(err_pipe[1], STDERR_FILENO);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
-    ::execvp(args[0], args.data());
-    const std::string message = std::string("ddprun: cannot run ") + args[0] + ": " + std::strerror(errno) +
-                                (errno == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "") +
-                                "\n";
-    write_all(STDERR_FILENO, message);
-    ::_exit(127);
+  if (child < 0) {
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+    throw Error(std::string("ddprun: fork failed: ") + std::strerror(errno));
   }
-  g_child = child;
+  if (child == 0) exec_child(argv, parent, out_pipe[1], err_pipe[1], routing, previous);
+  ::setpgid(child, child);  // also here, so that killpg works even before the child has run
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
 
+  JobStopper stopper(child);
+  Output output(&stopper);
   FailureTracker tracker;
   LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, "", true}, {err_pipe[0], STDERR_FILENO, "", true}};
-  char buffer[1 << 16];
-  while (relays[0].open || relays[1].open) {
-    pollfd fds[2];
+  int status = 0;
+  bool reaped = false;
+  while (!reaped) {
+    pollfd fds[3];
+    LineRelay* which[3] = {nullptr, nullptr, nullptr};
     nfds_t n = 0;
-    LineRelay* which[2];
+    fds[n++] = {signal_pipe[0], POLLIN, 0};
     for (LineRelay& r : relays) {
       if (!r.open) continue;
       fds[n] = {r.fd, POLLIN, 0};
       which[n++] = &r;
     }
-    if (::poll(fds, n, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
+    // With both pipes closed only the child's exit is awaited: poll the wait, 10 times a second.
+    const bool piping = n > 1;
+    if (::poll(fds, n, stopper.poll_timeout_ms(piping ? -1 : 100)) < 0 && errno != EINTR) {
+      throw Error(std::string("ddprun: poll failed: ") + std::strerror(errno));
     }
-    for (nfds_t i = 0; i < n; ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      LineRelay& r = *which[i];
-      const ssize_t got = ::read(r.fd, buffer, sizeof buffer);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) {
-        if (!r.pending.empty()) emit(r.pending, r.default_out, &tracker);
-        r.pending.clear();
-        r.open = false;
-        ::close(r.fd);
-        continue;
+    if (fds[0].revents & POLLIN) handle_signals(signal_pipe[0], &stopper);
+    for (nfds_t i = 1; i < n; ++i) {
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*which[i], &tracker, &output);
+    }
+    stopper.kill_if_overdue();
+    if (!piping || (!relays[0].open && !relays[1].open)) {
+      pid_t got;
+      while ((got = ::waitpid(child, &status, WNOHANG)) < 0 && errno == EINTR) {
       }
-      r.pending.append(buffer, static_cast<size_t>(got));
-      size_t start = 0;
-      for (size_t nl; (nl = r.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-        emit(r.pending.substr(start, nl - start), r.default_out, &tracker);
-      }
-      r.pending.erase(0, start);
+      reaped = got == child;
     }
   }
-  for (LineRelay& r : relays) {
-    if (r.open) ::close(r.fd);
-  }
-
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  g_child = 0;
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
+  routing.restore();
+  ::close(signal_pipe[0]);
+  ::close(signal_pipe[1]);
 
   JobResult result;
   result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   result.first_failed_rank = tracker.first_failed_rank();
   result.first_failure_how = tracker.first_failure_how();
-  result.interrupted = g_interrupted != 0;
+  result.stopped_by = stopper.why();
   return result;
 }
 
+namespace {
+
+volatile sig_atomic_t g_program = 0;  // the wrapper's child
+volatile sig_atomic_t g_told_to_stop = 0;
+
+void forward_to_program(int sig) {
+  g_told_to_stop = 1;
+  if (g_program > 0) ::kill(static_cast<pid_t>(g_program), sig);
+}
+
+}  // namespace
+
 int run_rank_wrapper(const std::vector<std::string>& program) {
+  // If mpirun (or orted) dies without ending us (SIGKILLed, or crashed), end with it rather than run on as an
+  // orphan; the program follows by its own parent-death signal. A parent that died before prctl took effect
+  // shows as a changed parent pid.
+  const pid_t launcher = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) return 128 + SIGKILL;
   if (program.empty()) {
     write_all(STDERR_FILENO, "ddprun: rank wrapper: no program given\n");
     return 2;
@@ -166,7 +338,7 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
   args.push_back(nullptr);
 
   struct sigaction action {};
-  action.sa_handler = forward_signal;
+  action.sa_handler = forward_to_program;
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
@@ -186,16 +358,20 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
     write_all(STDERR_FILENO, std::string("ddprun: cannot run ") + args[0] + ": " + std::strerror(errno) + "\n");
     ::_exit(127);
   }
-  g_child = child;
+  g_program = child;
+  if (g_told_to_stop) ::kill(child, SIGTERM);  // told before the program existed
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  g_child = 0;
+  g_program = 0;
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   if (code != 0) {
-    timespec now{};
-    ::clock_gettime(CLOCK_REALTIME, &now);
-    write_all(STDERR_FILENO, exit_marker(rank, code, now.tv_sec * 1000000000LL + now.tv_nsec) + "\n");
+    ExitMarker marker;
+    marker.rank = rank;
+    marker.status = code;
+    marker.time_ns = realtime_ns();
+    marker.stopped = g_told_to_stop != 0;
+    write_all(STDERR_FILENO, exit_marker(marker) + "\n");
   }
   return code;
 }

@@ -1,5 +1,5 @@
 // Running the mpirun command as a child: its output relayed line by line with "[rank R] " prefixes, the first
-// failing rank noted, signals passed on, and its exit status returned.
+// failing rank noted, the job ended whatever ends ddprun, and its exit status returned.
 #pragma once
 
 #include <optional>
@@ -13,19 +13,28 @@ struct JobResult {
   int exit_status = 0;  // the child's exit code, or 128 + signal number
   std::optional<int> first_failed_rank;
   std::string first_failure_how;  // "exit status 3", "signal 9", or empty when unknown
-  bool interrupted = false;  // ddprun itself received SIGINT/SIGTERM (no restart then)
+  // Why ddprun ended the job itself: the signal it received (SIGINT, SIGTERM, SIGHUP, SIGQUIT, ...), or SIGPIPE
+  // when its own stdout or stderr was closed under it; 0 when the job ended by itself. No restart then.
+  int stopped_by = 0;
 };
 
 // Runs `argv` (argv[0] is looked up in PATH) with stdout and stderr through pipes, relaying each line to this
 // process's stdout or stderr (the stream the rank wrote to) after rewrite_tagged_line. Throws ddp::Error when
 // the process cannot be started.
 // Exit markers of the rank wrappers are consumed here, not relayed.
+// No process of the job may outlive ddprun: the child runs in a process group of its own, and any signal that
+// would end ddprun (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1/2, SIGALRM, ...), or EPIPE on its output (SIGPIPE
+// is ignored), sends SIGTERM to that group, which mpirun answers by killing its ranks; SIGKILL follows after
+// kStopGraceMs or at a second signal. If ddprun itself is SIGKILLed, the child gets SIGTERM by
+// PR_SET_PDEATHSIG. run_job returns once the child has been reaped.
+constexpr int kStopGraceMs = 5000;
 JobResult run_job(const std::vector<std::string>& argv);
 
 // The rank wrapper (ddprun --ddprun-rank-wrapper -- PROGRAM ARGS, started by mpirun on every rank): runs the
 // program as its child (which dies with the wrapper: PR_SET_PDEATHSIG), passes SIGINT/SIGTERM on, and when the
 // program ends with a non-zero status or a signal prints exit_marker(...) to stderr with the rank
-// (OMPI_COMM_WORLD_RANK) and the time, then exits with the same status.
+// (OMPI_COMM_WORLD_RANK), the time and whether it had been told to stop, then exits with the same status.
+// The wrapper itself dies (SIGKILL, PR_SET_PDEATHSIG) when mpirun dies without ending it.
 int run_rank_wrapper(const std::vector<std::string>& program);
 
 }  // namespace launcher

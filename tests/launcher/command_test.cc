@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "runtime/core/check.h"
@@ -158,7 +159,8 @@ TEST(CommandLine, HelpExitsZero) {
   const auto p = parse({"--help"}, &text);
   EXPECT_FALSE(p.options);
   EXPECT_EQ(p.exit_code, 0);
-  for (const char* flag : {"--np", "--hosts", "--hostfile", "--backend", "--max-restarts", "--dry-run", "PROGRAM"}) {
+  for (const char* flag : {"--np", "--hosts", "--hostfile", "--backend", "--max-restarts", "--rank-memory-mib",
+                           "--dry-run", "PROGRAM", "128+S"}) {
     EXPECT_NE(text.find(flag), std::string::npos) << flag;
   }
 }
@@ -206,51 +208,187 @@ TEST(Output, RewritesTags) {
   EXPECT_EQ(t.text, "oops");
 }
 
-TEST(Failure, MpirunReports) {
+TEST(Failure, MpirunReportsAreTheLastResort) {
   FailureTracker t;
   EXPECT_FALSE(t.first_failed_rank());
   for (const char* line : {"Primary job  terminated normally, but 1 process returned",
                            "mpirun detected that one or more processes exited with non-zero status, thus causing",
                            "  Process name: [[3346,1],1]", "  Exit code:    3"}) {
-    t.observe(line);
+    t.observe(line, 0);
   }
   EXPECT_EQ(t.first_failed_rank(), 1);
   FailureTracker s;
-  s.observe("mpirun noticed that process rank 5 with PID 0 on node vm exited on signal 9 (Killed).");
+  s.observe("mpirun noticed that process rank 5 with PID 0 on node vm exited on signal 9 (Killed).", 0);
   EXPECT_EQ(s.first_failed_rank(), 5);
   FailureTracker a;
-  a.observe("MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD");
+  a.observe("MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD", 0);
   EXPECT_EQ(a.first_failed_rank(), 2);
 }
 
-TEST(Failure, RuntimeLinesAreTheFallback) {
+std::string marker_line(int rank, int status, long long time_ns, bool stopped = false) {
+  ExitMarker m;
+  m.rank = rank;
+  m.status = status;
+  m.time_ns = time_ns;
+  m.stopped = stopped;
+  return "[1," + std::to_string(rank) + "]<stderr>:" + exit_marker(m);
+}
+
+constexpr long long kSecond = 1000000000LL;
+
+TEST(Failure, ErrorReportsOutrankMpirun) {
   FailureTracker t;
-  t.observe("[1,0]<stdout>:step 10 loss 0.5 (rank 0 is fine)");
+  t.observe("[1,0]<stdout>:step 10 loss 0.5 (rank 0 is fine)", 1);
   EXPECT_FALSE(t.first_failed_rank());
-  t.observe("[1,3]<stderr>:rank 3: fatal: NCCL watchdog: allreduce bucket 2 timed out");
-  t.observe("[1,1]<stderr>:rank 1: error: peer died");
+  t.observe("[1,3]<stderr>:rank 3: fatal: NCCL watchdog: allreduce bucket 2 timed out", 2);
+  t.observe("[1,1]<stderr>:rank 1: error: peer died", 3);
+  // mpirun names the first process to exit, which is not the cause.
+  t.observe("  Process name: [[99,1],1]", 4);
   EXPECT_EQ(t.first_failed_rank(), 3);
-  // mpirun's own report outranks it.
-  t.observe("  Process name: [[99,1],1]");
+}
+
+TEST(Failure, TheTagNamesTheReportingRankNotTheText) {
+  // A program that has already finalized MPI cannot ask its rank and may print the wrong one.
+  FailureTracker t;
+  t.observe("[1,1]<stderr>:rank 0: error: cannot write t.json.rank1.json", 5);
   EXPECT_EQ(t.first_failed_rank(), 1);
+  FailureTracker untagged;
+  untagged.observe("rank 2: error: x", 5);
+  EXPECT_EQ(untagged.first_failed_rank(), 2);
+}
+
+TEST(Failure, AnErrorAllRanksRaisedNamesTheRanksItLists) {
+  // Seen in issue 18: rank 0 found the checkpoint directory unusable, every rank agreed and exited 1, and rank
+  // 1 (idle, so first out) was named.
+  FailureTracker t;
+  t.observe(marker_line(1, 1, 10 * kSecond), 10 * kSecond + 1000);
+  t.observe("[1,0]<stderr>:error: checkpoint write failed:", 10 * kSecond + 2000);
+  t.observe("[1,0]<stderr>:  rank 0: checkpoint directory afile exists but is not a directory", 10 * kSecond + 3000);
+  t.observe(marker_line(0, 1, 10 * kSecond + 5000), 10 * kSecond + 6000);
+  t.observe("  Process name: [[19411,1],1]", 10 * kSecond + 7000);
+  EXPECT_EQ(t.first_failed_rank(), 0);
+  EXPECT_EQ(t.first_failure_how(), "exit status 1");
+
+  FailureTracker several;
+  several.observe("[1,0]<stderr>:error: cannot resume:", 1);
+  several.observe("[1,2]<stdout>:unrelated", 2);
+  several.observe("[1,0]<stderr>:  ranks 2,3: no such file", 3);
+  EXPECT_EQ(several.first_failed_rank(), 2);
+}
+
+TEST(Failure, ACrashOutranksTheErrorsItCauses) {
+  // rank_failure_test: rank 1 is SIGKILLed; rank 0 then reports a fatal error and calls MPI_Abort.
+  FailureTracker t;
+  t.observe("[1,0]<stderr>:rank 0: fatal: MPI_Allreduce failed; aborting the job", 20 * kSecond + 100);
+  t.observe("MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD", 20 * kSecond + 200);
+  t.observe(marker_line(0, 1, 20 * kSecond + 150), 20 * kSecond + 300);
+  t.observe(marker_line(1, 137, 20 * kSecond), 20 * kSecond + 400);  // relayed last, happened first
+  EXPECT_EQ(t.first_failed_rank(), 1);
+  EXPECT_EQ(t.first_failure_how(), "signal 9");
+}
+
+TEST(Failure, StoppedRanksNeverCount) {
+  // Rank 0 raised an error and aborted; mpirun then stopped rank 1, whose marker comes first.
+  FailureTracker t;
+  t.observe(marker_line(1, 143, 1 * kSecond, /*stopped=*/true), 1 * kSecond + 10);
+  t.observe("[1,0]<stderr>:rank 0: error: disk full", 1 * kSecond + 20);
+  t.observe(marker_line(0, 143, 1 * kSecond + 5, /*stopped=*/true), 1 * kSecond + 30);
+  EXPECT_EQ(t.first_failed_rank(), 0);
+  EXPECT_EQ(t.first_failure_how(), "");  // rank 0 itself was stopped before its own exit
+  FailureTracker only_stopped;
+  only_stopped.observe(marker_line(1, 143, 1, true), 2);
+  EXPECT_FALSE(only_stopped.first_failed_rank());
+}
+
+TEST(Failure, AnExitWellBeforeAnyReportWins) {
+  // Rank 0 exits 3 without a word; 5 s later rank 1's watchdog gives up on it.
+  FailureTracker t;
+  t.observe(marker_line(0, 3, 100 * kSecond), 100 * kSecond + 1000);
+  t.observe("[1,1]<stderr>:rank 1: fatal: did not complete within 5 s; aborting the job", 105 * kSecond);
+  EXPECT_EQ(t.first_failed_rank(), 0);
+  EXPECT_EQ(t.first_failure_how(), "exit status 3");
+  // Within kRelaySlackNs the report wins: the exit may be the consequence of an error still on its way.
+  FailureTracker close;
+  close.observe(marker_line(1, 1, 100 * kSecond), 100 * kSecond + 10);
+  close.observe("[1,0]<stderr>:rank 0: error: x", 100 * kSecond + kRelaySlackNs / 2);
+  EXPECT_EQ(close.first_failed_rank(), 0);
 }
 
 TEST(Failure, EarliestExitMarkerWins) {
   FailureTracker t;
-  t.observe("  Process name: [[99,1],0]");
-  t.observe("[1,2]<stderr>:" + exit_marker(2, 143, 2000));
-  t.observe("[1,1]<stderr>:" + exit_marker(1, 137, 1000));
-  t.observe("[1,0]<stderr>:" + exit_marker(0, 0, 500));  // status 0 is no failure
+  t.observe("  Process name: [[99,1],0]", 0);
+  t.observe(marker_line(2, 143, 2000), 1);
+  t.observe(marker_line(1, 137, 1000), 2);
+  t.observe(marker_line(0, 0, 500), 3);  // status 0 is no failure
   EXPECT_EQ(t.first_failed_rank(), 1);
   EXPECT_EQ(t.first_failure_how(), "signal 9");
-  int rank = 0, status = 0;
-  long long time = 0;
-  EXPECT_TRUE(parse_exit_marker(exit_marker(4, 3, 123456789012345LL), &rank, &status, &time));
-  EXPECT_EQ(rank, 4);
-  EXPECT_EQ(status, 3);
-  EXPECT_EQ(time, 123456789012345LL);
-  EXPECT_FALSE(parse_exit_marker("ddprun-exit: rank=x", &rank, &status, &time));
-  EXPECT_FALSE(parse_exit_marker("ddprun-exit: rank=1 status=3 time_ns=5 trailing", &rank, &status, &time));
+  ExitMarker m;
+  m.rank = 4;
+  m.status = 3;
+  m.time_ns = 123456789012345LL;
+  m.stopped = true;
+  const std::optional<ExitMarker> parsed = parse_exit_marker(exit_marker(m));
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->rank, 4);
+  EXPECT_EQ(parsed->status, 3);
+  EXPECT_EQ(parsed->time_ns, 123456789012345LL);
+  EXPECT_TRUE(parsed->stopped);
+  EXPECT_FALSE(parse_exit_marker("ddprun-exit: rank=x"));
+  EXPECT_FALSE(parse_exit_marker("ddprun-exit: rank=1 status=3 time_ns=5 stopped=0 trailing"));
+  EXPECT_FALSE(parse_exit_marker("ddprun-exit: rank=1 status=3 time_ns=5 stopped=2"));
+}
+
+MachineFacts with_memory(int cores, double gib) {
+  MachineFacts f = machine(0, cores, false);
+  f.memory_available_bytes = static_cast<long long>(gib * 1024 * 1024 * 1024);
+  return f;
+}
+
+bool mentions(const std::vector<std::string>& warnings, const std::string& text) {
+  return std::any_of(warnings.begin(), warnings.end(),
+                     [&](const std::string& w) { return w.find(text) != std::string::npos; });
+}
+
+TEST(Resources, FarMoreRanksThanCoresWarns) {
+  // Issue 18: -np 64 on a 2-core, 24 GiB machine ran silently until the kernel killed ranks.
+  const auto warnings = resource_warnings(program(64), with_memory(2, 24));
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_TRUE(mentions(warnings, "64 ranks on 2 cores of this node (more than 4 per core)")) << warnings[0];
+  EXPECT_TRUE(mentions(warnings, "use -np 8 or fewer"));
+  EXPECT_TRUE(mentions(warnings, "64 ranks of about 400 MiB each (--rank-memory-mib) need 25.0 GiB, more than "
+                                 "the 24.0 GiB"))
+      << warnings[1];
+  EXPECT_TRUE(mentions(warnings, "use -np 61 or fewer"));
+  // 4 per core and within memory: quiet.
+  EXPECT_TRUE(resource_warnings(program(8), with_memory(2, 24)).empty());
+  EXPECT_EQ(resource_warnings(program(9), with_memory(2, 24)).size(), 1u);
+}
+
+TEST(Resources, MemoryEstimateComesFromTheFlag) {
+  LaunchOptions o = program(4);
+  o.rank_memory_mib = 8192;
+  const auto warnings = resource_warnings(o, with_memory(16, 24));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(mentions(warnings, "need 32.0 GiB")) << warnings[0];
+  EXPECT_TRUE(mentions(warnings, "use -np 3 or fewer"));
+  o.rank_memory_mib = 0;  // no check
+  EXPECT_TRUE(resource_warnings(o, with_memory(16, 24)).empty());
+  o.rank_memory_mib = 8192;
+  EXPECT_TRUE(resource_warnings(o, with_memory(16, 0)).empty());  // memory unknown: no guess
+}
+
+TEST(Resources, OtherNodesAreNotJudgedFromHere) {
+  LaunchOptions o = program(64);
+  o.hosts = "a:32,b:32";
+  EXPECT_TRUE(resource_warnings(o, with_memory(2, 1)).empty());
+}
+
+TEST(CommandLine, RankMemoryFlag) {
+  EXPECT_EQ(parse({"--", "p"}).options->rank_memory_mib, kDefaultRankMemoryMib);
+  EXPECT_EQ(parse({"--rank-memory-mib", "2048", "--", "p"}).options->rank_memory_mib, 2048);
+  std::string text;
+  EXPECT_FALSE(parse({"--rank-memory-mib", "-5", "--", "p"}, &text).options);
+  EXPECT_NE(text.find("rank-memory-mib"), std::string::npos) << text;
 }
 
 }  // namespace

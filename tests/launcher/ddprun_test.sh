@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ddprun end to end under the real mpirun, with plain shell programs as ranks: "[rank R] " prefixes, the job's
-# exit status, the failed rank named, restarts with DDP_RESUME=1, and --dry-run.
+# exit status, the failed rank named, restarts with DDP_RESUME=1, --dry-run, and the warning for a job this node
+# cannot carry. (Signals to ddprun: ddprun_signals_test.sh.)
 set -uo pipefail
 ddprun="$1"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
@@ -27,6 +28,15 @@ status=$?
 [ "$status" -ne 0 ] || fail "killed job exited 0"
 check_contains killed "$out" "rank 0 first, signal 9"
 
+# An error all ranks raised together, as the runtime reports it (World::agree): rank 0 prints it and every rank
+# exits 1. Rank 1 has nothing to print, so it exits first; the report names rank 0, and so must ddprun.
+out=$("$ddprun" -np 2 -- /bin/sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then
+  printf "error: checkpoint write failed:\n  rank 0: checkpoint directory d exists but is not a directory\n" >&2
+  sleep 0.5; else sleep 0.1; fi; exit 1' 2>&1)
+status=$?
+[ "$status" -eq 1 ] || fail "agreed error exited $status, expected 1"
+check_contains agreed-error "$out" "ddprun: job failed (rank 0 first"
+
 # Fails on rank 1 until restarted once; the restart sees DDP_RESTART=1 and DDP_RESUME=1.
 out=$("$ddprun" -np 2 --max-restarts 2 -- /bin/sh -c \
   'echo "restart=${DDP_RESTART:-0} resume=${DDP_RESUME:-0}"; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && [ "${DDP_RESTART:-0}" = 0 ] && exit 4; exit 0' 2>&1)
@@ -48,6 +58,17 @@ check_contains dry-run "$out" "mpirun -np 3"
 check_contains dry-run "$out" "-x DDP_SOMETHING"
 check_contains dry-run "$out" "-x DDP_BACKEND=mpi"
 check_contains dry-run "$out" "prog 'a b'"
+
+# Far more ranks than cores, and more memory than any CI machine has: warned before anything runs; the job is
+# still started (here a dry run, so the command is printed).
+out=$("$ddprun" --dry-run -np 4096 -- prog 2>&1)
+status=$?
+[ "$status" -eq 0 ] || fail "oversubscribed dry run exited $status"
+check_contains oversubscribed "$out" "ddprun: warning: 4096 ranks on"
+check_contains oversubscribed "$out" "ddprun: warning: 4096 ranks of about 400 MiB each (--rank-memory-mib) need 1600.0 GiB"
+check_contains oversubscribed "$out" "mpirun -np 4096"
+out=$("$ddprun" --dry-run -np 1 -- prog 2>&1)
+if grep -q "warning" <<<"$out"; then fail "one rank drew a warning: $out"; fi
 
 out=$("$ddprun" -np 0 -- prog 2>&1)
 status=$?

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Whatever ends ddprun, the job ends with it: SIGHUP, SIGINT, SIGQUIT, SIGTERM or SIGKILL to ddprun, or its output
+# closed under it (`ddprun ... | head -1`), must leave no process of the job (mpirun, rank wrappers, ranks) alive
+# more than a few seconds later; and ddprun's exit status is 128 + the signal (SIGPIPE's 141 for a closed pipe).
+# The ranks are shell loops that never end by themselves, named by a token only this test run uses.
+set -uo pipefail
+ddprun="$1"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+token="ddprun-signals-test-$$-$RANDOM"
+# A shell starts background jobs with SIGINT and SIGQUIT ignored (and ddprun keeps what it was started with
+# ignored, as nohup expects): undo that, as an interactive user's ddprun would have them.
+start=(env --default-signal=INT,QUIT,HUP,TERM "$ddprun" -np 2 --)
+
+# Waits (up to $2 seconds) until no process with the token in its command line is left; prints how long it took.
+wait_for_job_gone() {
+  local name="$1" limit="$2" t0 now
+  t0=$(date +%s.%N)
+  while pgrep -f "$token" >/dev/null; do
+    now=$(date +%s.%N)
+    if awk -v a="$t0" -v b="$now" -v l="$limit" 'BEGIN { exit !(b - a > l) }'; then
+      fail "$name: processes of the job still alive ${limit} s after ddprun ended:"
+      ps -o pid,ppid,pgid,args -p "$(pgrep -d, -f "$token")"
+      for pid in $(pgrep -f "$token"); do kill -9 "$pid" 2>/dev/null; done  # ours, by id
+      return
+    fi
+    sleep 0.1
+  done
+  echo "$name: the job was gone $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after ddprun"
+}
+
+# Waits (up to 30 s) for both ranks' "ready" line in $1.
+wait_ready() {
+  for _ in $(seq 300); do
+    [ "$(grep -c "ready" "$1" 2>/dev/null)" -ge 2 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+for case in HUP:129 INT:130 QUIT:131 TERM:143 KILL:137; do
+  sig="${case%%:*}"
+  expected="${case##*:}"
+  out="$session/out.$sig"
+  "${start[@]}" /bin/sh -c 'echo ready; while :; do sleep 1; done' "$token" >"$out" 2>&1 &
+  pid=$!
+  if ! wait_ready "$out"; then
+    fail "SIG$sig: the ranks did not start:"
+    cat "$out"
+  fi
+  kill -"$sig" "$pid"
+  wait "$pid"
+  status=$?
+  [ "$status" -eq "$expected" ] || { fail "SIG$sig: ddprun exited $status, expected $expected"; cat "$out"; }
+  wait_for_job_gone "SIG$sig" 10
+done
+grep -q "ddprun: received SIGTERM; the job was ended" "$session/out.TERM" ||
+  fail "SIGTERM: ddprun did not say it ended the job"
+
+# Its stdout closed: read by head -1, which is gone when the second line comes 1 s later; then the ranks are
+# silent, so mpirun (which ignores SIGPIPE) never finds out by itself. `timeout` bounds a ddprun that would not
+# notice.
+rank_program='[ "$OMPI_COMM_WORLD_RANK" = 0 ] && echo first; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && sleep 1 && echo second
+while :; do sleep 1; done'
+timeout -s KILL 30 "${start[@]}" /bin/sh -c "$rank_program" "$token" 2>"$session/err.PIPE" | head -1 >/dev/null
+status=${PIPESTATUS[0]}
+[ "$status" -eq 141 ] || { fail "closed output: ddprun exited $status, expected 141"; cat "$session/err.PIPE"; }
+grep -q "its output was closed (broken pipe); the job was ended" "$session/err.PIPE" ||
+  { fail "closed output: ddprun did not say why it ended the job"; cat "$session/err.PIPE"; }
+wait_for_job_gone "closed output" 10
+
+[ "$failures" -eq 0 ] && echo "ddprun_signals_test: all checks passed"
+exit "$failures"
