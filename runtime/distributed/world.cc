@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <utility>
 #include <vector>
 
@@ -19,7 +20,7 @@ DeviceRequest parse_device_request(const std::string& text) {
   throw InvalidArgument("unknown device '" + text + "': choose one of auto, cpu, cuda");
 }
 
-World::World(int* argc, char*** argv, const WorldOptions& options) {
+World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at_start_(std::uncaught_exceptions()) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -112,6 +113,10 @@ void World::bind_device(const WorldOptions& options) {
 }
 
 World::~World() {
+  // Unwound by an exception that this rank alone may have raised: MPI_Finalize would wait for ranks that are
+  // still training (and they for us, in their next collective), so MPI stays up for run_main to report the
+  // error and MPI_Abort the job. An error all ranks agreed on is finalised there too.
+  if (std::uncaught_exceptions() > uncaught_at_start_) return;
   nccl_.reset();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   int finalized = 0;

@@ -79,6 +79,7 @@ class World {
  private:
   void bind_device(const WorldOptions& options);
 
+  int uncaught_at_start_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   bool owns_mpi_ = false;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

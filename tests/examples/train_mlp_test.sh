@@ -101,5 +101,18 @@ out=$("$ddprun" -np 2 -- "$train" "${small[@]}" --optimizer sgd --lr 1e12 --mome
 grep -q "skipping step .*: the loss is not finite" <<<"$out" || fail "--skip-nonfinite skipped nothing"
 if [ ! -e /dev/nvidia0 ]; then expect_error "cuda without gpu" "CUDA was asked for" --device cuda; fi
 
+# 6. An error on one rank alone (rank 0 cannot open its metrics file; the other ranks train on) ends the job at
+#    once with that rank's own message, not after the collective timeout with a guess.
+mkdir -p "$work/a_directory"
+t0=$(date +%s)
+out=$(DDP_COLLECTIVE_TIMEOUT_S=120 timeout 100 "$ddprun" -np 2 -- "$train" "${small[@]}" --max-steps 50 \
+  --metrics-file "$work/a_directory" 2>&1)
+status=$?
+elapsed=$(($(date +%s) - t0))
+[ "$status" -ne 0 ] || fail "a metrics file that is a directory: exited 0"
+grep -q "rank 0: error: cannot open metrics file .*a_directory" <<<"$out" || { fail "rank 0's own error not shown:"; echo "$out" | tail -8; }
+[ "$elapsed" -lt 40 ] || fail "the job took $elapsed s to end after an error on one rank"
+
+
 echo "train_mlp: $failures failure(s)"
 [ "$failures" -eq 0 ]
