@@ -102,6 +102,14 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   write_file_atomically(path, [&](const ByteSink& sink) { sink(contents.data(), contents.size()); });
 }
 
+void check_can_write_atomically(const std::string& path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    throw InvalidArgument("cannot write " + path + ": it is a directory; give a file name");
+  }
+  TempFile probe(path);  // removed again when it goes out of scope, never committed
+}
+
 bool is_temporary_file(const std::string& file_name) {
   const size_t tmp = file_name.rfind(".tmp-");
   return !file_name.empty() && file_name[0] == '.' && tmp != std::string::npos && tmp > 0 &&

@@ -23,6 +23,11 @@ using ByteSink = std::function<void(const void* data, size_t bytes)>;
 void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& write);
 void write_file_atomically(const std::string& path, const std::string& contents);
 
+// Throws what write_file_atomically(path, ...) would throw before writing anything (a missing or read-only
+// directory, a path that is a directory), by creating and removing a temporary file beside `path`. For checking
+// output paths when a run starts rather than when it ends.
+void check_can_write_atomically(const std::string& path);
+
 // True for names made by write_file_atomically's temporary files (a base name, not a path).
 bool is_temporary_file(const std::string& file_name);
 

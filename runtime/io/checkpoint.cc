@@ -2,6 +2,8 @@
 #include "runtime/io/checkpoint.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "runtime/core/check.h"
 
@@ -200,6 +203,43 @@ void prune_checkpoints(const std::string& dir, int keep_last) {
   if (keep_last <= 0) return;
   const std::vector<CheckpointFile> files = list_checkpoints(dir);
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < files.size(); ++i) ::unlink(files[i].path.c_str());
+}
+
+CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& dir) {
+  make_directories(dir);
+  const std::string path = dir + "/.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + std::strerror(errno) +
+                          "; choose a writable --checkpoint-dir");
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    std::string holder = read_file(path);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    throw InvalidArgument("checkpoint directory " + dir + " is in use by another job (" +
+                          (holder.empty() ? std::string("holder unknown") : holder) +
+                          "); give this run its own --checkpoint-dir, or wait for that job to end");
+  }
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[64] = "";
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  const std::string holder = "pid " + std::to_string(::getpid()) + " on " + host + " since " + when + "\n";
+  // A directory that takes the lock file but not its contents (a full disk) is found here too.
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size())) {
+    const std::string why = std::strerror(errno);
+    ::close(fd_);
+    fd_ = -1;
+    throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + why +
+                          "; choose a writable --checkpoint-dir");
+  }
+}
+
+CheckpointDirectoryLock::~CheckpointDirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing drops the flock; the file stays, naming the last holder
 }
 
 }  // namespace io

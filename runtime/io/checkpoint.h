@@ -90,5 +90,20 @@ std::optional<LoadedCheckpoint> latest_complete_checkpoint(const std::string& di
 // Removes all but the `keep_last` newest checkpoint files, and leftover temporary files of interrupted writes.
 void prune_checkpoints(const std::string& dir, int keep_last);
 
+// One job's exclusive use of a checkpoint directory while this object lives: an flock on DIR/.lock (the kernel
+// drops it when the process dies, so a crashed job never leaves the directory locked), whose contents name the
+// holder. Creates DIR. Throws InvalidArgument when DIR cannot be created or written (naming it and why), or when
+// another job holds it (naming that job), so both are found before the first step, not after training.
+class CheckpointDirectoryLock {
+ public:
+  explicit CheckpointDirectoryLock(const std::string& dir);
+  ~CheckpointDirectoryLock();
+  CheckpointDirectoryLock(const CheckpointDirectoryLock&) = delete;
+  CheckpointDirectoryLock& operator=(const CheckpointDirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace io
 }  // namespace ddp

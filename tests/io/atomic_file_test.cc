@@ -78,6 +78,21 @@ TEST(AtomicFile, MissingDirectoryIsAClearError) {
   EXPECT_THROW(read_file("/nonexistent-dir-ddp/x.bin"), InvalidArgument);
 }
 
+TEST(AtomicFile, CheckingAPathUpFrontLeavesNothingAndRefusesWhatAWriteWould) {
+  const std::string dir = fresh_dir("atomic-check");
+  check_can_write_atomically(dir + "/out.json");
+  EXPECT_TRUE(entries(dir).empty());  // the probe is gone, and no file was created
+  EXPECT_THROW(check_can_write_atomically("/nonexistent-dir-ddp/x.json"), InvalidArgument);
+  try {
+    check_can_write_atomically(dir);
+    FAIL() << "accepted a directory as a file name";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("it is a directory"), std::string::npos) << e.what();
+  }
+  // Under /proc nothing can be created.
+  EXPECT_THROW(check_can_write_atomically("/proc/ddp-trace.json"), InvalidArgument);
+}
+
 TEST(AtomicFile, TemporaryNames) {
   EXPECT_TRUE(is_temporary_file(".ckpt-00000001.safetensors.tmp-a1B2c3"));
   EXPECT_FALSE(is_temporary_file("ckpt-00000001.safetensors"));

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -168,6 +169,38 @@ TEST(Checkpoint, MetadataValidation) {
   encoded = meta(1).encode();
   encoded["ddp.world_size"] = "0";
   EXPECT_THROW(CheckpointMetadata::decode(encoded, "f"), InvalidArgument);
+}
+
+
+TEST(CheckpointDirectoryLock, ASecondJobIsRefusedNamingTheFirstUntilItEnds) {
+  const std::string dir = fresh_dir("lock") + "/deeper";
+  {
+    CheckpointDirectoryLock first(dir);  // creates the directories
+    try {
+      CheckpointDirectoryLock second(dir);  // flock is per open file: a second one in the same process conflicts
+      FAIL() << "two jobs locked one checkpoint directory";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("is in use by another job (pid " + std::to_string(::getpid()) + " on "), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("its own --checkpoint-dir"), std::string::npos) << what;
+    }
+  }
+  CheckpointDirectoryLock again(dir);  // released with the first
+  EXPECT_TRUE(list_checkpoints(dir).empty());  // the lock file is no checkpoint
+}
+
+TEST(CheckpointDirectoryLock, AnUnwritableDirectoryIsRefusedByName) {
+  const std::string dir = fresh_dir("lock-file");
+  CheckpointDirectoryLock ok(dir);
+  write_file_atomically(dir + "/plain", std::string("x"));
+  try {
+    CheckpointDirectoryLock under_a_file(dir + "/plain");
+    FAIL() << "locked a directory that is a file";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/plain"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(CheckpointDirectoryLock("/proc/ddp-checkpoints"), InvalidArgument);
 }
 
 }  // namespace
