@@ -10,6 +10,7 @@
 // position; --resume (or DDP_RESUME=1 from ddprun's restarts) continues from the newest complete one and
 // gives the same losses as a run never stopped (bitwise on the CPU with the same ranks).
 #include <cblas.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -20,6 +21,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,10 +63,41 @@ struct Flags {
   std::string trace_file;
   long long log_every = 50;
   bool skip_nonfinite = false;
+  long long skip_nonfinite_limit = 10;  // steps skipped in a row before the run stops
   double clip_grad_norm = 0;  // 0: no clipping
   int threads = 0;
   bool no_cuda_graph = false;
 };
+
+// Number checks whose messages say what is wrong in words (CLI11's own print its range bounds, ~300 digits for
+// a double) and that refuse NaN and infinity, which compare false with every bound.
+CLI::Validator number_at_least(double low, bool integer) {
+  return CLI::Validator(
+      [low, integer](std::string& text) -> std::string {
+        double value = 0;
+        try {
+          std::size_t used = 0;
+          value = std::stod(text, &used);
+          if (used != text.size()) return "must be a number, got '" + text + "'";
+        } catch (const std::exception&) {
+          return "must be a number, got '" + text + "'";
+        }
+        if (!std::isfinite(value)) return "must be a finite number, got " + text;
+        if (value < low) {
+          char bound[32];
+          std::snprintf(bound, sizeof bound, "%g", low);
+          return std::string("must be at least ") + bound + ", got " + text;
+        }
+        if (integer && value != std::floor(value)) return "must be a whole number, got " + text;
+        return "";
+      },
+      integer ? "INT>=" + std::to_string(static_cast<long long>(low)) : "NUMBER");
+}
+const CLI::Validator kPositiveInteger = number_at_least(1, true);
+const CLI::Validator kNonNegativeInteger = number_at_least(0, true);
+const CLI::Validator kNonNegativeNumber = number_at_least(0, false);
+// Above zero: the smallest positive double, so 0 itself is refused.
+const CLI::Validator kPositiveNumber = number_at_least(std::numeric_limits<double>::denorm_min(), false);
 
 // Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
 Flags parse_flags(int argc, char** argv, int rank) {
@@ -72,45 +106,48 @@ Flags parse_flags(int argc, char** argv, int rank) {
   // A flag given twice takes its last value, as most command lines do (scripts append overrides).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", f.data, "directory with the Fashion-MNIST IDX gzip files")->capture_default_str();
-  app.add_option("--hidden", f.hidden, "units per hidden layer")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--layers", f.layers, "hidden layers")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--hidden", f.hidden, "units per hidden layer")->capture_default_str()->check(kPositiveInteger);
+  app.add_option("--layers", f.layers, "hidden layers")->capture_default_str()->check(kNonNegativeInteger);
   app.add_option("--activation", f.activation, "relu or gelu")->capture_default_str()->check(CLI::IsMember({"relu", "gelu"}));
-  app.add_option("--batch-size", f.batch_size, "samples per rank per step")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", f.batch_size, "samples per rank per step")->capture_default_str()->check(kPositiveInteger);
+  app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str()->check(kPositiveInteger);
   app.add_option("--max-steps", f.max_steps, "stop after this many optimizer steps since the run began (0: none)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", f.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", f.weight_decay, "weight decay")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.9999));
+      ->capture_default_str()->check(kNonNegativeInteger);
+  app.add_option("--lr", f.lr, "peak learning rate")->capture_default_str()->check(kPositiveNumber);
+  app.add_option("--weight-decay", f.weight_decay, "weight decay")->capture_default_str()->check(kNonNegativeNumber);
+  app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str()->check(kNonNegativeNumber & CLI::Range(0.0, 0.9999));
   app.add_option("--optimizer", f.optimizer, "sgd or adamw")->capture_default_str()->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_option("--schedule", f.schedule, "constant or cosine (with linear warmup)")
       ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
   app.add_option("--warmup-epochs", f.warmup_epochs, "linear warmup length for --schedule cosine")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegativeNumber);
   app.add_option("--device", f.device, "auto, cpu or cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--precision", f.precision,
                  "fp32, tf32 (GPU matmuls on TF32 tensor cores) or bf16 (bf16 GEMMs, FP32 master weights)")
       ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   app.add_option("--backend", f.backend, "nccl or mpi (default: nccl on CUDA, mpi on the CPU)")
       ->check(CLI::IsMember({"nccl", "mpi"}));
-  app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket cap in MB")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket cap in MB")->capture_default_str()->check(kPositiveNumber);
   app.add_option("--seed", f.seed, "seed of the initialisation and the data order")->capture_default_str();
   app.add_option("--checkpoint-dir", f.checkpoint_dir, "write checkpoints here (and at the end of the run)");
   app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints (0: only at the end)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--keep-checkpoints", f.keep_checkpoints, "newest checkpoints kept")->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kNonNegativeInteger);
+  app.add_option("--keep-checkpoints", f.keep_checkpoints, "newest checkpoints kept")->capture_default_str()->check(kPositiveInteger);
   app.add_option("--resume", f.resume, "continue from the newest complete checkpoint in this directory");
   app.add_option("--metrics-file", f.metrics_file, "JSON lines: one per logged step and one per epoch");
   app.add_option("--trace-file", f.trace_file, "Chrome trace JSON of backward and the all-reduces (rank 0)");
-  app.add_option("--log-every", f.log_every, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--log-every", f.log_every, "steps between progress lines")->capture_default_str()->check(kPositiveInteger);
   app.add_flag("--skip-nonfinite", f.skip_nonfinite, "skip a step whose loss is NaN or infinite instead of stopping");
+  app.add_option("--skip-nonfinite-limit", f.skip_nonfinite_limit,
+                 "with --skip-nonfinite: stop when this many steps in a row were skipped")
+      ->capture_default_str()->check(kPositiveInteger);
   app.add_option("--clip-grad-norm", f.clip_grad_norm,
                  "clip the averaged gradients to this total L2 norm before each update (0: no clipping)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   app.add_flag("--no-cuda-graph", f.no_cuda_graph, "run every step eagerly instead of replaying a CUDA graph");
   app.add_option("--threads", f.threads, "OpenBLAS threads per rank (0: cores / ranks on this node)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegativeInteger);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -119,15 +156,87 @@ Flags parse_flags(int argc, char** argv, int rank) {
   } catch (const CLI::ParseError& e) {
     throw InvalidArgument(std::string(e.what()) + " (see --help)");
   }
+  if (f.schedule == "cosine" && f.warmup_epochs > f.epochs) {
+    char text[160];
+    std::snprintf(text, sizeof text, "--warmup-epochs %g is longer than the run (--epochs %d); make the warmup shorter",
+                  f.warmup_epochs, f.epochs);
+    throw InvalidArgument(text);
+  }
   return f;
 }
 
-std::string resume_directory(const Flags& f) {
-  if (!f.resume.empty()) return f.resume;
-  // ddprun --max-restarts relaunches with DDP_RESUME=1: continue from --checkpoint-dir.
+// Where to resume from. An explicit --resume must find a checkpoint there; DDP_RESUME=1 (ddprun --max-restarts
+// relaunching a failed job) continues from --checkpoint-dir if it holds one, and starts from scratch if the job
+// failed before its first checkpoint.
+struct ResumeFrom {
+  std::string dir;  // empty: a fresh start
+  bool required = false;
+};
+
+ResumeFrom resume_directory(const Flags& f) {
+  if (!f.resume.empty()) return {f.resume, true};
   const char* env = std::getenv("DDP_RESUME");
-  if (env != nullptr && std::string(env) == "1" && !f.checkpoint_dir.empty()) return f.checkpoint_dir;
+  if (env != nullptr && std::string(env) == "1" && !f.checkpoint_dir.empty()) return {f.checkpoint_dir, false};
+  return {};
+}
+
+// The flags a checkpoint must have been written with to be resumed by this run, as they go into its metadata:
+// the model's shapes are checked by name when it loads, these would otherwise change the run silently.
+std::map<std::string, std::string> recipe(const Flags& f) {
+  return {{"train_mlp.optimizer", f.optimizer},
+          {"train_mlp.activation", f.activation},
+          {"train_mlp.batch_size", std::to_string(f.batch_size)}};
+}
+
+// Why `checkpoint` cannot continue this run, or "".
+std::string recipe_mismatch(const ddp::io::LoadedCheckpoint& checkpoint, const Flags& f) {
+  const auto& m = checkpoint.metadata;
+  if (m.seed != f.seed) {
+    return checkpoint.path + " was written with --seed " + std::to_string(m.seed) + ", this run has --seed " +
+           std::to_string(f.seed);
+  }
+  for (const auto& [key, value] : recipe(f)) {
+    const auto it = m.extra.find(key);
+    if (it == m.extra.end() || it->second == value) continue;  // older checkpoints do not say
+    const std::string flag = "--" + key.substr(key.find('.') + 1);
+    std::string dashed = flag;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    return checkpoint.path + " was written with " + dashed + " " + it->second + ", this run has " + dashed + " " +
+           value + "; resume with the same " + dashed + ", or start a new run in another --checkpoint-dir";
+  }
   return "";
+}
+
+// Checks a --resume directory before looking in it, so that a typo or a file name gets its own message.
+std::string resume_path_problem(const std::string& dir) {
+  struct stat info;
+  if (::stat(dir.c_str(), &info) != 0) return "--resume " + dir + ": no such directory";
+  if (!S_ISDIR(info.st_mode)) {
+    return "--resume " + dir + " is a file; pass the directory that holds the checkpoints (" +
+           ddp::io::dirname_of(dir) + ")";
+  }
+  return "";
+}
+
+// The same directory, however it is written ("runs/a", "./runs/a/").
+bool same_directory(const std::string& a, const std::string& b) {
+  struct stat x, y;
+  return ::stat(a.c_str(), &x) == 0 && ::stat(b.c_str(), &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+// Rank 0's claim on --checkpoint-dir, before the first step: the directory is created and locked for this job
+// (a second job is refused, naming the first), and a fresh run is refused where another run's checkpoints are,
+// since keeping the newest files would then delete this run's own.
+std::unique_ptr<ddp::io::CheckpointDirectoryLock> claim_checkpoint_dir(const Flags& f, const ResumeFrom& from) {
+  auto lock = std::make_unique<ddp::io::CheckpointDirectoryLock>(f.checkpoint_dir);
+  const std::vector<ddp::io::CheckpointFile> existing = ddp::io::list_checkpoints(f.checkpoint_dir);
+  const bool continuing_it = !from.dir.empty() && same_directory(from.dir, f.checkpoint_dir);
+  if (!existing.empty() && !continuing_it) {
+    throw InvalidArgument("--checkpoint-dir " + f.checkpoint_dir + " already holds another run's checkpoints (newest: " +
+                          ddp::io::basename_of(existing.back().path) + "); to continue that run pass --resume " +
+                          f.checkpoint_dir + ", to start over remove them or choose another --checkpoint-dir");
+  }
+  return lock;
 }
 
 // Progress on rank 0: a bar redrawn in place on a terminal, plain lines otherwise (logs, CI, and under mpirun,
@@ -161,9 +270,10 @@ class Progress {
   bool tty_;
 };
 
-// Fault injection for the reliability tests: DDP_FAULT_KILL_STEP=S and DDP_FAULT_KILL_RANK=R make rank R kill
-// itself with SIGKILL after optimizer step S, on the first attempt only (ddprun sets DDP_RESTART on restarts).
-// The time of death goes to DDP_FAULT_KILL_STAMP (a file) so the test can measure how fast the job ends.
+// Fault injection for the reliability tests: DDP_FAULT_KILL_STEP=S and DDP_FAULT_KILL_RANK=R make rank R fail
+// after optimizer step S, on the first attempt only (ddprun sets DDP_RESTART on restarts): killed by SIGKILL, or
+// with DDP_FAULT_KIND=throw by an error of its own that the other ranks do not share. The time of the fault goes
+// to DDP_FAULT_KILL_STAMP (a file) so the test can measure how fast the job ends.
 void maybe_inject_fault(long long step, int rank) {
   static const char* at = std::getenv("DDP_FAULT_KILL_STEP");
   if (at == nullptr) return;
@@ -176,6 +286,11 @@ void maybe_inject_fault(long long step, int rank) {
       std::fprintf(f, "%.3f\n", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
       std::fclose(f);
     }
+  }
+  const char* kind = std::getenv("DDP_FAULT_KIND");
+  if (kind != nullptr && std::string(kind) == "throw") {
+    throw ddp::Error("fault injection: an error on rank " + std::to_string(rank) + " alone after step " +
+                     std::to_string(step));
   }
   std::fprintf(stderr, "rank %d: fault injection: SIGKILL after step %lld\n", rank, step);
   std::fflush(stderr);
@@ -266,6 +381,68 @@ class TestShard {
   std::int64_t chunk_ = 1;
   Tensor x_, y_;
 };
+
+// Rank r's trace file: --trace-file itself for rank 0, TRACE.rank<r>.json beside it for the others.
+std::string trace_path(const Flags& f, int rank) {
+  return rank == 0 ? f.trace_file : f.trace_file + ".rank" + std::to_string(rank) + ".json";
+}
+
+struct ResumePoint {
+  long long step = 0;
+  long long epoch = 0;
+  long long position = 0;  // global sample position within the epoch
+  bool resumed = false;
+};
+
+// Loads the newest complete checkpoint of `from` into the model and the optimizer, on every rank alike, or
+// starts from scratch where a restart finds none; anything else that is wrong ends every rank with one message.
+ResumePoint resume(const ResumeFrom& from, const Flags& f, const ddp::World& world, PrecisionModel& model,
+                   ddp::Optimizer& optimizer, const ddp::Stream& stream) {
+  ResumePoint point;
+  if (from.dir.empty()) return point;
+  std::string error = from.required ? resume_path_problem(from.dir) : "";
+  std::optional<ddp::io::LoadedCheckpoint> checkpoint;
+  if (error.empty()) {
+    try {
+      checkpoint = ddp::io::latest_complete_checkpoint(from.dir);
+      if (!checkpoint && from.required) error = "no complete checkpoint in " + from.dir;
+      if (checkpoint) error = recipe_mismatch(*checkpoint, f);
+      if (checkpoint && error.empty()) {
+        ddp::training::restore_training_checkpoint(*checkpoint, model.mlp(), optimizer, stream);
+        model.refresh(stream);
+        const auto& m = checkpoint->metadata;
+        point = ResumePoint{m.step, m.epoch, m.sampler_position, true};
+        // Re-sharding: the global position must split evenly over this run's ranks.
+        if (point.position % world.size() != 0) {
+          error = checkpoint->path + " stopped at global sample " + std::to_string(point.position) + " of epoch " +
+                  std::to_string(point.epoch) + ", which " + std::to_string(world.size()) +
+                  " ranks cannot split evenly; resume with " + std::to_string(m.world_size) + " ranks";
+        }
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  // Every rank makes the same choice: one starting from scratch while another resumes would train two models
+  // (a checkpoint directory that not every node sees).
+  const bool found = checkpoint.has_value();
+  const bool found_somewhere = world.any(found);
+  const bool missing_somewhere = world.any(!found);
+  if (error.empty() && found_somewhere && missing_somewhere) {
+    error = (found ? checkpoint->path + " exists here but not on every rank"
+                   : "no complete checkpoint in " + from.dir + " here, but another rank has one") +
+            "; is the checkpoint directory shared by all nodes?";
+  }
+  world.agree(error, "cannot resume");
+  if (world.rank() == 0 && found) {
+    std::printf("resumed from %s: step %lld, epoch %lld, sample %lld\n", checkpoint->path.c_str(), point.step,
+                point.epoch, point.position);
+  } else if (world.rank() == 0) {
+    std::printf("no complete checkpoint in %s yet (DDP_RESUME=1, a ddprun restart): starting from scratch\n",
+                from.dir.c_str());
+  }
+  return point;
+}
 
 // Why the step cannot be a CUDA graph in this run, or "" when it can.
 std::string graph_refusal(const Flags& f, const ddp::World& world, ddp::Backend backend) {
@@ -387,49 +564,29 @@ int train(int argc, char** argv) {
     schedule = std::make_unique<ddp::ConstantLr>(flags.lr);
   }
 
-  // ---- Resume ----
-  long long step = 0;
-  long long start_epoch = 0;
-  long long start_position = 0;
-  const std::string resume_dir = resume_directory(flags);
-  if (!resume_dir.empty()) {
-    std::string error;
-    std::optional<ddp::io::LoadedCheckpoint> checkpoint;
-    try {
-      checkpoint = ddp::io::latest_complete_checkpoint(resume_dir);
-      if (!checkpoint) {
-        error = "no complete checkpoint in " + resume_dir;
-      } else {
-        ddp::training::restore_training_checkpoint(*checkpoint, mlp, *optimizer, stream);
-        model.refresh(stream);
-        const auto& m = checkpoint->metadata;
-        if (m.seed != flags.seed) {
-          error = checkpoint->path + " was written with --seed " + std::to_string(m.seed) + ", this run has --seed " +
-                  std::to_string(flags.seed);
-        }
-        step = m.step;
-        start_epoch = m.epoch;
-        start_position = m.sampler_position;
-        // Re-sharding: the global position must split evenly over this run's ranks.
-        if (error.empty() && start_position % world.size() != 0) {
-          error = checkpoint->path + " stopped at global sample " + std::to_string(start_position) + " of epoch " +
-                  std::to_string(start_epoch) + ", which " + std::to_string(world.size()) +
-                  " ranks cannot split evenly; resume with " + std::to_string(m.world_size) + " ranks";
-        }
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    world.agree(error, "cannot resume");
-    if (lead) {
-      std::printf("resumed from %s: step %lld, epoch %lld, sample %lld\n", checkpoint->path.c_str(), step,
-                  start_epoch, start_position);
-    }
+  // ---- Outputs and resume, all checked before the first step ----
+  const ResumeFrom resume_from = resume_directory(flags);
+  std::unique_ptr<ddp::io::CheckpointDirectoryLock> checkpoint_lock;
+  std::string claim_error;
+  try {
+    if (lead && !flags.checkpoint_dir.empty()) checkpoint_lock = claim_checkpoint_dir(flags, resume_from);
+  } catch (const std::exception& e) {
+    claim_error = e.what();
   }
+  world.agree(claim_error, "cannot use the checkpoint directory");
+  const ResumePoint start = resume(resume_from, flags, world, model, *optimizer, stream);
+  long long step = start.step;
+  std::unique_ptr<ddp::io::MetricsWriter> metrics;
+  std::string output_error;
+  try {
+    if (lead && !flags.metrics_file.empty()) metrics = std::make_unique<ddp::io::MetricsWriter>(flags.metrics_file, start.resumed);
+    if (!flags.trace_file.empty()) ddp::io::check_can_write_atomically(trace_path(flags, world.rank()));
+  } catch (const std::exception& e) {
+    output_error = e.what();
+  }
+  world.agree(output_error, "cannot write the run's outputs");
 
   const std::string graph_off = graph_refusal(flags, world, group->backend());
-  std::unique_ptr<ddp::io::MetricsWriter> metrics;
-  if (lead && !flags.metrics_file.empty()) metrics = std::make_unique<ddp::io::MetricsWriter>(flags.metrics_file, !resume_dir.empty());
   if (lead) {
     std::printf("train_mlp: %d rank(s) on %s, backend %s, MLP", world.size(), world.device().str().c_str(),
                 ddp::backend_name(group->backend()).c_str());
@@ -454,6 +611,7 @@ int train(int argc, char** argv) {
         m.world_size = world.size();
         m.seed = flags.seed;
         m.rng_state = "sampler:seed+epoch";  // the only randomness after initialisation is the data order
+        m.extra = recipe(flags);
         ddp::training::save_training_checkpoint(flags.checkpoint_dir, mlp, *optimizer, m, stream,
                                                 flags.keep_checkpoints);
       } catch (const std::exception& e) {
@@ -514,6 +672,7 @@ int train(int argc, char** argv) {
   bool done = step >= total_steps;
   Evaluation last_eval;
   bool evaluated = false;
+  long long skipped_in_a_row = 0;
   // Called on every rank when `quantity` is not finite on some rank at the step about to be taken: without
   // --skip-nonfinite the job ends with one message naming the ranks; with it the caller skips the step.
   auto reject_nonfinite_step = [&](const std::string& quantity, double local_value) {
@@ -525,11 +684,21 @@ int train(int argc, char** argv) {
                   "training diverged");
     }
     if (lead) progress.line("skipping step " + std::to_string(step + 1) + ": the " + quantity + " is not finite");
+    // Once the parameters themselves are not finite every step is skipped: a bound instead of a run that ends
+    // 'successfully' with nothing learnt.
+    ++skipped_in_a_row;
+    world.agree(skipped_in_a_row < flags.skip_nonfinite_limit
+                    ? ""
+                    : std::to_string(skipped_in_a_row) + " batches in a row gave a non-finite " + quantity +
+                          " at step " + std::to_string(step + 1) +
+                          " and were skipped (the parameters are probably no longer finite): lower --lr, or raise "
+                          "--skip-nonfinite-limit",
+                "training diverged");
   };
   std::vector<std::int64_t> rows;
-  for (long long epoch = start_epoch; epoch < flags.epochs && !done; ++epoch) {
+  for (long long epoch = start.epoch; epoch < flags.epochs && !done; ++epoch) {
     sampler.set_epoch(epoch);
-    sampler.set_global_position(epoch == start_epoch ? start_position : 0);
+    sampler.set_global_position(epoch == start.epoch ? start.position : 0);
     train_data.set_order(sampler.indices(), stream);
     long long position = sampler.global_position();
     for (std::int64_t begin = sampler.local_position(); sampler.next_batch(flags.batch_size, &rows);
@@ -571,6 +740,7 @@ int train(int argc, char** argv) {
         ++eager_steps;
       }
       ++step;
+      skipped_in_a_row = 0;
       maybe_inject_fault(step, world.rank());
       window_samples += n * world.size();
       if (log) {
@@ -619,8 +789,7 @@ int train(int argc, char** argv) {
   if (!evaluated) last_eval = test_shard.evaluate(model, world, stream);
   if (trace) {
     // Every rank writes its own track; rank r's file is TRACE.rank<r>.json beside rank 0's TRACE.
-    const std::string path = world.rank() == 0 ? flags.trace_file : flags.trace_file + ".rank" + std::to_string(world.rank()) + ".json";
-    trace->write(path);
+    trace->write(trace_path(flags, world.rank()));
   }
   if (lead) {
     std::printf("final step=%lld test_loss=%.4f test_accuracy=%.4f\n", step, last_eval.loss, last_eval.accuracy);

@@ -96,23 +96,60 @@ expect_error "negative clip norm" "--clip-grad-norm" --clip-grad-norm -1
 expect_error "missing data" "install the data set" --data "$work/nowhere"
 expect_error "batch over shard" "larger than rank" --batch-size 40000
 expect_error "divergence" "training diverged" --optimizer sgd --lr 1e12 --momentum 0 --log-every 1 --max-steps 20
-out=$("$ddprun" -np 2 -- "$train" "${small[@]}" --optimizer sgd --lr 1e12 --momentum 0 --epochs 1 --max-steps 40 \
-  --skip-nonfinite 2>&1) || { fail "--skip-nonfinite did not finish the run:"; grep -vE "skipping|^.rank 0. $" <<<"$out" | tail -20; }
+# --skip-nonfinite skips such steps, and stops with a clear message once --skip-nonfinite-limit of them come in a
+# row (the parameters are then no longer finite), instead of "finishing" a run that learnt nothing.
+if out=$("$ddprun" -np 2 -- "$train" "${small[@]}" --optimizer sgd --lr 1e12 --momentum 0 --epochs 1 --max-steps 40 \
+  --skip-nonfinite --skip-nonfinite-limit 5 2>&1); then fail "--skip-nonfinite with every step skipped exited 0"; fi
 grep -q "skipping step .*: the loss is not finite" <<<"$out" || fail "--skip-nonfinite skipped nothing"
+[ "$(grep -c "\[rank 0\] skipping step" <<<"$out")" -eq 5 ] || fail "expected 5 skipped steps before the stop"
+grep -q "5 batches in a row gave a non-finite loss" <<<"$out" || { fail "no clear stop after 5 skipped steps:"; tail -5 <<<"$out"; }
 if [ ! -e /dev/nvidia0 ]; then expect_error "cuda without gpu" "CUDA was asked for" --device cuda; fi
 
-# 6. An error on one rank alone (rank 0 cannot open its metrics file; the other ranks train on) ends the job at
-#    once with that rank's own message, not after the collective timeout with a guess.
-mkdir -p "$work/a_directory"
+# 6. An error on one rank alone (rank 1 fails after step 5 while rank 0 trains on) ends the job at once with that
+#    rank's own message, not after the collective timeout with a guess.
 t0=$(date +%s)
-out=$(DDP_COLLECTIVE_TIMEOUT_S=120 timeout 100 "$ddprun" -np 2 -- "$train" "${small[@]}" --max-steps 50 \
-  --metrics-file "$work/a_directory" 2>&1)
+out=$(DDP_COLLECTIVE_TIMEOUT_S=120 DDP_FAULT_KILL_STEP=5 DDP_FAULT_KILL_RANK=1 DDP_FAULT_KIND=throw timeout 100 \
+  "$ddprun" -np 2 -- "$train" "${small[@]}" --max-steps 50 2>&1)
 status=$?
 elapsed=$(($(date +%s) - t0))
-[ "$status" -ne 0 ] || fail "a metrics file that is a directory: exited 0"
-grep -q "rank 0: error: cannot open metrics file .*a_directory" <<<"$out" || { fail "rank 0's own error not shown:"; echo "$out" | tail -8; }
+[ "$status" -ne 0 ] || fail "an error on rank 1 alone: exited 0"
+grep -q "rank 1: error: fault injection: an error on rank 1 alone after step 5" <<<"$out" \
+  || { fail "rank 1's own error not shown:"; echo "$out" | tail -8; }
 [ "$elapsed" -lt 40 ] || fail "the job took $elapsed s to end after an error on one rank"
 
+# 7. Output paths are checked on every rank before the first step, not when first written.
+mkdir -p "$work/a_directory"
+expect_error "metrics file is a directory" "cannot open metrics file $work/a_directory" "${small[@]}" --metrics-file "$work/a_directory"
+expect_error "trace file under /proc" "cannot write the run's outputs" "${small[@]}" --trace-file /proc/ddp-trace.json
+echo x >"$work/a_file"
+expect_error "checkpoint dir is a file" "$work/a_file" "${small[@]}" --checkpoint-dir "$work/a_file"
+expect_error "checkpoint dir under /proc" "cannot use the checkpoint directory" "${small[@]}" --checkpoint-dir /proc/ddp-ckpt
+
+# 8. A fresh run is refused in a directory holding another run's checkpoints (its pruning would delete its own);
+#    a second job on a directory in use is refused naming the first.
+expect_error "fresh run in a used directory" "already holds another run's checkpoints (newest: ckpt-00000060.safetensors); to continue that run pass --resume" \
+  "${small[@]}" --max-steps 5 --checkpoint-dir "$work/resume"
+"$ddprun" -np 1 -- "$train" "${small[@]}" --max-steps 1000000 --log-every 1 --checkpoint-dir "$work/busy" >"$work/busy.log" 2>&1 &
+holder=$!
+for _ in $(seq 100); do grep -q "epoch 0 step" "$work/busy.log" && break; sleep 0.2; done
+expect_error "second job on a directory in use" "is in use by another job (pid" "${small[@]}" --max-steps 5 --checkpoint-dir "$work/busy"
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+
+# 9. Flags that do not make sense, and resumes that would change the run, say what is wrong.
+expect_error "nan learning rate" "--lr: must be a finite number, got nan" --lr nan
+expect_error "zero epochs" "--epochs: must be at least 1, got 0" --epochs 0
+expect_error "nan warmup" "--warmup-epochs: must be a finite number" --warmup-epochs nan
+expect_error "nan clip norm" "--clip-grad-norm: must be a finite number" --clip-grad-norm nan
+expect_error "warmup past the run" "is longer than the run" --epochs 2 --warmup-epochs 3
+expect_error "resume with another optimizer" "was written with --optimizer adamw, this run has --optimizer sgd" \
+  "${small[@]}" --max-steps 70 --optimizer sgd --resume "$work/resume"
+expect_error "resume with another activation" "was written with --activation relu, this run has --activation gelu" \
+  "${small[@]}" --max-steps 70 --activation gelu --resume "$work/resume"
+expect_error "resume with another batch size" "was written with --batch-size 32, this run has --batch-size 16" \
+  "${small[@]}" --max-steps 70 --batch-size 16 --resume "$work/resume"
+expect_error "resume of a missing directory" "--resume $work/nothing-here: no such directory" "${small[@]}" --resume "$work/nothing-here"
+expect_error "resume of a file" "is a file; pass the directory that holds the checkpoints" "${small[@]}" \
+  --resume "$(ls "$work/resume"/ckpt-*.safetensors | tail -1)"
 
 echo "train_mlp: $failures failure(s)"
 [ "$failures" -eq 0 ]
