@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -180,6 +181,9 @@ void World::abort(const std::string& message, int exit_code) const {
 }
 
 int run_main(const std::function<int()>& body) {
+  // A write past a file-size limit (ulimit -f) then fails with EFBIG, which the writer reports by name, instead
+  // of SIGXFSZ killing the rank without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   auto world_rank = [] {
     int initialized = 0;
     int finalized = 0;

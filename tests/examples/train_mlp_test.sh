@@ -135,6 +135,14 @@ for _ in $(seq 100); do grep -q "epoch 0 step" "$work/busy.log" && break; sleep 
 expect_error "second job on a directory in use" "is in use by another job (pid" "${small[@]}" --max-steps 5 --checkpoint-dir "$work/busy"
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 
+# A file-size limit (ulimit -f) makes the checkpoint write fail by name, with no partial file, instead of
+# SIGXFSZ killing the rank without a word (a world of one: mpirun's own files need more than this limit).
+out=$(ulimit -f 20000; "$train" --max-steps 2 --hidden 1024 --checkpoint-dir "$work/fsize" 2>&1)
+status=$?
+[ "$status" -eq 1 ] || fail "a checkpoint past ulimit -f: exit status $status, not 1"
+grep -q "failed: File too large" <<<"$out" || { fail "no message for a checkpoint past ulimit -f:"; tail -3 <<<"$out"; }
+[ -z "$(ls "$work/fsize")" ] || fail "a partial checkpoint was left: $(ls -a "$work/fsize")"
+
 # 9. Flags that do not make sense, and resumes that would change the run, say what is wrong.
 expect_error "nan learning rate" "--lr: must be a finite number, got nan" --lr nan
 expect_error "zero epochs" "--epochs: must be at least 1, got 0" --epochs 0
