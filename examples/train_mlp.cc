@@ -493,6 +493,11 @@ int train(int argc, char** argv) {
   try {
     train_set = ddp::data::load_fashion_mnist(flags.data, ddp::data::Split::kTrain);
     test_set = ddp::data::load_fashion_mnist(flags.data, ddp::data::Split::kTest);
+    if (train_set.size < test_set.size) {
+      data_error = "the training set of " + flags.data + " has " + std::to_string(train_set.size) +
+                   " samples and the test set " + std::to_string(test_set.size) +
+                   ": are the train-* and t10k-* files swapped?";
+    }
   } catch (const std::exception& e) {
     data_error = e.what();
   }

@@ -143,6 +143,14 @@ status=$?
 grep -q "failed: File too large" <<<"$out" || { fail "no message for a checkpoint past ulimit -f:"; tail -3 <<<"$out"; }
 [ -z "$(ls "$work/fsize")" ] || fail "a partial checkpoint was left: $(ls -a "$work/fsize")"
 
+# Swapped training and test files.
+mkdir -p "$work/swapped"
+for f in images-idx3 labels-idx1; do
+  ln -sf "/usr/share/datasets/fashion-mnist/t10k-$f-ubyte.gz" "$work/swapped/train-$f-ubyte.gz"
+  ln -sf "/usr/share/datasets/fashion-mnist/train-$f-ubyte.gz" "$work/swapped/t10k-$f-ubyte.gz"
+done
+expect_error "swapped train and test files" "are the train-* and t10k-* files swapped?" --data "$work/swapped"
+
 # 9. Flags that do not make sense, and resumes that would change the run, say what is wrong.
 expect_error "nan learning rate" "--lr: must be a finite number, got nan" --lr nan
 expect_error "zero epochs" "--epochs: must be at least 1, got 0" --epochs 0
