@@ -49,7 +49,7 @@ mid=(--sizes $S2 --batch 4096 --device cuda --warmup 5 --iters 10 --repeats 5)
 big=(--sizes $S3 --batch 8192 --device cuda --warmup 5 --iters 10 --repeats 5)
 
 # Issue 6: ours vs PyTorch, each PyTorch configuration measured once and shared by the rows that compare with it.
-# "autotune" rows time cuBLASLt's candidates once per GEMM shape (ops/cuda/gemm_options.h; the small model's
+# "autotune" rows time cuBLASLt's candidates once per GEMM shape (runtime/kernels/cuda/gemm_options.h; the small model's
 # with one stream in backward, where autotuned kernels measured alone lose when they overlap); "serial" rows run
 # dx and dw of a backward on one stream. --gemm-floor adds the step's GEMMs alone (column "GEMMs alone").
 A="784-1024-1024-10 b256 fp32 eager"

@@ -13,7 +13,7 @@
 // --gemm-floor (GPU) also times the step's GEMMs alone, timed the same way: the same cuBLASLt calls (shapes,
 // types, transposes, algorithms, the same dx/dw streams) with no epilogue and nothing else around them. The step
 // over that time is what the rest of the step costs: issue 6's "within 5% of its GEMMs alone".
-// --autotune, --serial-backward and --no-bias-epilogue set ops/cuda/gemm_options.h (algorithm timing, one stream
+// --autotune, --serial-backward and --no-bias-epilogue set runtime/kernels/cuda/gemm_options.h (algorithm timing, one stream
 // in backward, bias and activation by our own pass after the GEMM).
 #include <cblas.h>
 
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "models/bf16_weights.h"
-#include "ops/cuda/gemm_options.h"
+#include "runtime/kernels/cuda/gemm_options.h"
 #include "runtime/core/allocator.h"
 #include "runtime/ddp.h"
 

@@ -149,7 +149,7 @@ Flags parse_flags(int argc, char** argv) {
 // A user-defined op: y = a + b, with its backward recorded on the runtime's tape
 // ---------------------------------------------------------------------------------------------------------
 
-// The kernel contract (ops/kernels.h) has a CPU and a CUDA implementation of every function; a user op picks
+// The kernel contract (runtime/kernels/kernels.h) has a CPU and a CUDA implementation of every function; a user op picks
 // the one for the tensor's device, with that GPU current for the launch.
 void axpby(const Device& device, const float* x, float* y, std::int64_t n, float alpha, float beta,
            const Stream& stream) {

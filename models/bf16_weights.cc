@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "ops/dispatch.h"
+#include "runtime/kernels/dispatch.h"
 #include "ops/linear.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "models/module.h"
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 
 namespace ddp {
 

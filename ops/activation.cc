@@ -1,7 +1,7 @@
 // Standalone activations: kernels::activation_forward/backward, float32.
 #include "ops/activation.h"
 
-#include "ops/dispatch.h"
+#include "runtime/kernels/dispatch.h"
 #include "ops/op_checks.h"
 #include "runtime/autograd/autograd.h"
 

@@ -2,7 +2,7 @@
 // activation is normally fused into the preceding linear (ops/linear.h); these serve everything else.
 #pragma once
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 

@@ -2,7 +2,7 @@
 // kernels::linear_backward call that writes dw/db straight into the parameters' gradient views.
 #include "ops/linear.h"
 
-#include "ops/dispatch.h"
+#include "runtime/kernels/dispatch.h"
 #include "ops/op_checks.h"
 #include "runtime/autograd/autograd.h"
 

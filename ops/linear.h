@@ -1,12 +1,12 @@
 // Tensor-level ops with autograd, part 1: the linear layer with its fused activation.
 //
-// Each op dispatches on the tensors' device to ddp::kernels::cpu or ::cuda (ops/dispatch.h), runs on the
+// Each op dispatches on the tensors' device to ddp::kernels::cpu or ::cuda (runtime/kernels/dispatch.h), runs on the
 // explicit `stream`, and — when grad mode is on and an input requires grad — records its backward on the tape
 // (runtime/autograd/autograd.h). Parameter gradients are written in place into their gradient views
 // (ParameterStore), accumulating when already valid.
 #pragma once
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 

@@ -2,7 +2,7 @@
 // pass; backward hands that tensor to the logits without a copy when it can (autograd::adopt_grad).
 #include "ops/loss.h"
 
-#include "ops/dispatch.h"
+#include "runtime/kernels/dispatch.h"
 #include "ops/op_checks.h"
 #include "runtime/autograd/autograd.h"
 

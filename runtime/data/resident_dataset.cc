@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "ops/dispatch.h"
+#include "runtime/kernels/dispatch.h"
 #include "runtime/core/check.h"
 
 namespace ddp {

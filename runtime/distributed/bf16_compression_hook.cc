@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 
 namespace ddp {

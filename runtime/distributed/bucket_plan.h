@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/autograd/parameter_store.h"
 
 namespace ddp {

@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/device.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/dispatch.h"
+#include "runtime/kernels/dispatch.h"
 #include "runtime/core/check.h"
 
 namespace ddp {

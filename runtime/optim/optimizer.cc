@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "ops/dispatch.h"
+#include "runtime/kernels/dispatch.h"
 #include "runtime/core/check.h"
 
 namespace ddp {

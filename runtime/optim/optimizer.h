@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"

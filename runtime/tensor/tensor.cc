@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "ops/dispatch.h"
+#include "runtime/kernels/dispatch.h"
 #include "runtime/core/allocator.h"
 #include "runtime/core/check.h"
 

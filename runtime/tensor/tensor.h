@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/device.h"
 #include "runtime/core/stream.h"
 

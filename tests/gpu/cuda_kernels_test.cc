@@ -1,6 +1,6 @@
 // Every function of ddp::kernels::cuda against a double-precision reference computed here on the host with naive
 // loops, on random non-zero inputs of awkward sizes. Outputs are poisoned with NaN before each call, so an element
-// a kernel forgets to write fails the comparison. Random fills must equal ops/counter_rng.h evaluated on the host
+// a kernel forgets to write fails the comparison. Random fills must equal runtime/kernels/counter_rng.h evaluated on the host
 // bit for bit, and steady-state calls must not allocate device memory or break CUDA-graph capture.
 //
 // Tolerances (relative L2 error ‖got − ref‖ / ‖ref‖):
@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/counter_rng.h"
-#include "ops/cuda/gemm_options.h"
-#include "ops/kernels.h"
+#include "runtime/kernels/counter_rng.h"
+#include "runtime/kernels/cuda/gemm_options.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 
 namespace ddp::kernels {
@@ -872,7 +872,7 @@ TEST_F(CudaKernels, FlagNonfinite) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Random numbers: the device evaluates ops/counter_rng.h exactly as the host does
+// Random numbers: the device evaluates runtime/kernels/counter_rng.h exactly as the host does
 // ---------------------------------------------------------------------------------------------------------------
 
 TEST_F(CudaKernels, RandomMatchesHostCounterRngBitForBit) {

@@ -16,7 +16,7 @@
 
 #include "models/bf16_weights.h"
 #include "models/layers.h"
-#include "ops/cuda/gemm_options.h"
+#include "runtime/kernels/cuda/gemm_options.h"
 #include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/allocator.h"

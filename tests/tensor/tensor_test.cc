@@ -1,5 +1,5 @@
 // Tensor on the CPU: creation, views and row slices sharing storage, copies, fills, dtype checks, bf16 casts,
-// and seeded random initialisation matching ops/counter_rng.h element by element.
+// and seeded random initialisation matching runtime/kernels/counter_rng.h element by element.
 #include "runtime/tensor/tensor.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ops/counter_rng.h"
+#include "runtime/kernels/counter_rng.h"
 #include "runtime/core/check.h"
 
 namespace ddp {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/cuda/blas_handle.h"
-#include "ops/cuda/device_utils.cuh"
+#include "runtime/kernels/cuda/blas_handle.h"
+#include "runtime/kernels/cuda/device_utils.cuh"
 
 namespace ddp::kernels::cuda {
 namespace {

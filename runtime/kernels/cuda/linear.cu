@@ -43,10 +43,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include "ops/cuda/activation_kernels.h"
-#include "ops/cuda/blas_handle.h"
-#include "ops/cuda/gemm_options.h"
-#include "ops/kernels.h"
+#include "runtime/kernels/cuda/activation_kernels.h"
+#include "runtime/kernels/cuda/blas_handle.h"
+#include "runtime/kernels/cuda/gemm_options.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 
 namespace ddp::kernels::cuda {

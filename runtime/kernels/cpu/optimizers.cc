@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/cpu/bfloat16.h"
-#include "ops/kernels.h"
+#include "runtime/kernels/cpu/bfloat16.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 
 namespace ddp::kernels::cpu {

@@ -1,4 +1,4 @@
-// Device-side building blocks shared by the .cu files of ops/cuda: launch shapes, bf16/float conversion,
+// Device-side building blocks shared by the .cu files of runtime/kernels/cuda: launch shapes, bf16/float conversion,
 // activation math, and fixed-order (hence deterministic) warp and block reductions.
 //
 // Determinism matters beyond tidiness: DESIGN.md promises bitwise-identical losses for the same seed, so no
@@ -11,7 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 
 namespace ddp::kernels::cuda::detail {

@@ -1,8 +1,8 @@
 // The raw kernel interface every op is built on: one function per computation, over device pointers, taking
 // the device's stream explicitly. Each function has two implementations with the same contract:
-// ops/cpu/*.cc (OpenBLAS + loops; `stream` is ignored, the work is done on return) and ops/cuda/*.cu
+// runtime/kernels/cpu/*.cc (OpenBLAS + loops; `stream` is ignored, the work is done on return) and runtime/kernels/cuda/*.cu
 // (cuBLAS/cuBLASLt + kernels, enqueued on `stream`, no host synchronisation, no allocation in steady state).
-// The one list of functions is ops/kernel_functions.inc, declared here twice: in ddp::kernels::cpu and in
+// The one list of functions is runtime/kernels/kernel_functions.inc, declared here twice: in ddp::kernels::cpu and in
 // ddp::kernels::cuda, so both implementations link into one binary and a test can compare them.
 // The tensor-level ops (ops/*.h) dispatch here on the tensor's device and record their backward on the tape.
 //
@@ -119,9 +119,9 @@ inline AdamWScalars adamw_scalars(const AdamWParams& p) {
 }  // namespace ddp::kernels
 
 namespace ddp::kernels::cpu {
-#include "ops/kernel_functions.inc"
+#include "runtime/kernels/kernel_functions.inc"
 }  // namespace ddp::kernels::cpu
 
 namespace ddp::kernels::cuda {
-#include "ops/kernel_functions.inc"
+#include "runtime/kernels/kernel_functions.inc"
 }  // namespace ddp::kernels::cuda

@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/cpu/activation_math.h"
-#include "ops/cpu/bfloat16.h"
-#include "ops/cpu/scratch.h"
-#include "ops/kernels.h"
+#include "runtime/kernels/cpu/activation_math.h"
+#include "runtime/kernels/cpu/bfloat16.h"
+#include "runtime/kernels/cpu/scratch.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 
 namespace ddp::kernels::cpu {

@@ -5,9 +5,9 @@
 // approximation, which differs by up to ~1e-3 relative, so the GELU of a Linear is done here, not in the GEMM.
 #include <algorithm>
 
-#include "ops/cuda/activation_kernels.h"
-#include "ops/cuda/blas_handle.h"
-#include "ops/cuda/device_utils.cuh"
+#include "runtime/kernels/cuda/activation_kernels.h"
+#include "runtime/kernels/cuda/blas_handle.h"
+#include "runtime/kernels/cuda/device_utils.cuh"
 
 namespace ddp::kernels::cuda {
 namespace detail {

@@ -1,9 +1,9 @@
-// CPU random fills through ops/counter_rng.h, the generator ops/cuda shares: element i depends only on
+// CPU random fills through runtime/kernels/counter_rng.h, the generator runtime/kernels/cuda shares: element i depends only on
 // (seed, offset + i), so the same call gives the same bits on both devices.
 #include <cstdint>
 
-#include "ops/counter_rng.h"
-#include "ops/kernels.h"
+#include "runtime/kernels/counter_rng.h"
+#include "runtime/kernels/kernels.h"
 
 namespace ddp::kernels::cpu {
 

@@ -3,7 +3,7 @@
 // tensor's own fills and copies go through it, so adding a device means touching this file only.
 #pragma once
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/device.h"
 
 // DDP_DISPATCH(device, fn, args...): `args` are the kernel's arguments including the trailing stream handle.

@@ -2,7 +2,7 @@
 //
 // Nothing here is released at exit on purpose: static destructors run after the CUDA runtime may have been torn
 // down, and a process-lifetime handle and a few tens of MiB per stream are what PyTorch keeps too.
-#include "ops/cuda/blas_handle.h"
+#include "runtime/kernels/cuda/blas_handle.h"
 
 #include <map>
 #include <mutex>

@@ -1,4 +1,4 @@
-// The activation and bias kernels that ops/cuda/linear.cu composes around its GEMMs, where a cuBLASLt epilogue
+// The activation and bias kernels that runtime/kernels/cuda/linear.cu composes around its GEMMs, where a cuBLASLt epilogue
 // cannot do the job (exact-erf GELU, gradients from y or pre_activation, bias gradients that accumulate).
 // Host-callable launchers; every one enqueues on `stream` and checks its launch.
 #pragma once
@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 
 namespace ddp::kernels::cuda::detail {
 

@@ -1,8 +1,8 @@
-// kernels::uniform and kernels::normal on the GPU: element i is ops/counter_rng.h evaluated at (seed, offset + i),
-// the same function ops/cpu/random.cc evaluates, so a tensor initialised on either device has the same bits.
+// kernels::uniform and kernels::normal on the GPU: element i is runtime/kernels/counter_rng.h evaluated at (seed, offset + i),
+// the same function runtime/kernels/cpu/random.cc evaluates, so a tensor initialised on either device has the same bits.
 // One thread per element; no generator state lives on the device, so any launch shape gives the same result.
-#include "ops/counter_rng.h"
-#include "ops/cuda/device_utils.cuh"
+#include "runtime/kernels/counter_rng.h"
+#include "runtime/kernels/cuda/device_utils.cuh"
 
 namespace ddp::kernels::cuda {
 namespace {

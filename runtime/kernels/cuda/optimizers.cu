@@ -3,12 +3,12 @@
 //
 // The formulas are PyTorch's, term by term (torch.optim.SGD and torch.optim.AdamW, amsgrad off, not maximize),
 // so a run here and a run in PyTorch follow each other to float rounding. Step-dependent scalars (AdamW's bias
-// corrections) are computed on the host in double, as PyTorch does for a non-capturable step (ops/kernels.h:
+// corrections) are computed on the host in double, as PyTorch does for a non-capturable step (runtime/kernels/kernels.h:
 // adamw_scalars, shared with the CPU), and reach the kernel as arguments or, for a CUDA graph, through device
 // memory written before each replay.
 #include <cmath>
 
-#include "ops/cuda/device_utils.cuh"
+#include "runtime/kernels/cuda/device_utils.cuh"
 
 namespace ddp::kernels::cuda {
 namespace {

@@ -6,8 +6,8 @@
 // bits on every run, which gradient-norm clipping needs for reproducible training.
 #include <cstring>
 
-#include "ops/cuda/blas_handle.h"
-#include "ops/cuda/device_utils.cuh"
+#include "runtime/kernels/cuda/blas_handle.h"
+#include "runtime/kernels/cuda/device_utils.cuh"
 
 namespace ddp::kernels::cuda {
 namespace {

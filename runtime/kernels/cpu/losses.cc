@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/cpu/bfloat16.h"
-#include "ops/cpu/scratch.h"
-#include "ops/kernels.h"
+#include "runtime/kernels/cpu/bfloat16.h"
+#include "runtime/kernels/cpu/scratch.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 
 namespace ddp::kernels::cpu {

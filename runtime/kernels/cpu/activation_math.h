@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "ops/kernels.h"
+#include "runtime/kernels/kernels.h"
 
 namespace ddp::kernels::cpu::detail {
 

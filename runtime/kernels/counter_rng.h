@@ -1,4 +1,4 @@
-// The counter-based random number generator shared by the CPU (ops/cpu/random.cc) and CUDA (ops/cuda/random.cu)
+// The counter-based random number generator shared by the CPU (runtime/kernels/cpu/random.cc) and CUDA (runtime/kernels/cuda/random.cu)
 // implementations of kernels::uniform / kernels::normal.
 //
 // Why a shared header: the contract says element i of a random fill depends only on (seed, offset + i), on every
