@@ -69,7 +69,7 @@ void Module::load_state_dict(const NamedTensors& state, const Stream& stream) {
     by_name.erase(it);
   }
   if (!by_name.empty()) {
-    DDP_CHECK(false, "load_state_dict: unexpected key " + by_name.begin()->first + " for " + type_name());
+    throw InvalidArgument("load_state_dict: unexpected key " + by_name.begin()->first + " for " + type_name());
   }
 }
 

@@ -24,6 +24,7 @@
 #include "runtime/data/loader.h"
 #include "runtime/data/resident_dataset.h"
 #include "runtime/data/sampler.h"
+#include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/distributed_data_parallel.h"
 #include "runtime/distributed/nccl_communicator.h"
 #include "runtime/distributed/process_group.h"

@@ -1,23 +1,22 @@
-// Turns library status codes into typed exceptions with readable messages.
+// Turns CUDA status codes and failed checks into typed exceptions with readable messages.
 #include "runtime/core/check.h"
 
-#include <cublas_api.h>
 #include <cuda_runtime_api.h>
-#include <mpi.h>
-#include <nccl.h>
 
 #include <cstdio>
 #include <string>
 
 namespace ddp {
-namespace {
+namespace detail {
 
 std::string location(const char* file, int line) {
   if (file == nullptr || *file == '\0') return "";
   return std::string(file) + ":" + std::to_string(line) + ": ";
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::location;
 
 Error::Error(const std::string& message, const char* file, int line)
     : std::runtime_error(message), file_(file ? file : ""), line_(line) {}
@@ -37,50 +36,24 @@ std::string cuda_error_string(int code) {
   return std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ")";
 }
 
-std::string nccl_error_string(int code) {
-  std::string text = ncclGetErrorString(static_cast<ncclResult_t>(code));
-  // NCCL keeps the reason of the last failure; set NCCL_DEBUG=WARN to see it on stderr as well.
-  text += "; set NCCL_DEBUG=WARN for NCCL's own account of the failure";
-  return text;
-}
-
 void throw_cuda(int code, const char* call, const char* file, int line) {
   throw CudaError("CUDA", code, call, cuda_error_string(code), file, line);
-}
-
-void throw_cublas(int code, const char* call, const char* file, int line) {
-  throw CublasError("cuBLAS", code, call, cublasGetStatusString(static_cast<cublasStatus_t>(code)), file,
-                    line);
-}
-
-void throw_nccl(int code, const char* call, const char* file, int line) {
-  throw NcclError("NCCL", code, call, nccl_error_string(code), file, line);
-}
-
-void throw_mpi(int code, const char* call, const char* file, int line) {
-  char text[MPI_MAX_ERROR_STRING] = {0};
-  int length = 0;
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  std::string detail = "MPI error";
-  if (initialized && MPI_Error_string(code, text, &length) == MPI_SUCCESS) detail.assign(text, length);
-  throw MpiError("MPI", code, call, detail, file, line);
 }
 
 void throw_check(const char* condition, const std::string& message, const char* file, int line) {
   throw InvalidArgument(location(file, line) + message + " (check `" + condition + "` failed)", file, line);
 }
 
+void throw_assert(const char* condition, const std::string& message, const char* file, int line) {
+  throw InternalError(location(file, line) + "internal error (a bug in the runtime; please report it): " + message +
+                          " (`" + condition + "` does not hold)",
+                      file, line);
+}
+
 void warn_cuda(int code, const char* call, const char* file, int line) noexcept {
   if (code == 0) return;
   std::fprintf(stderr, "%s:%d: warning: CUDA call `%s` failed: %s\n", file, line, call,
                cuda_error_string(code).c_str());
-}
-
-void warn_nccl(int code, const char* call, const char* file, int line) noexcept {
-  if (code == 0) return;
-  std::fprintf(stderr, "%s:%d: warning: NCCL call `%s` failed: %s\n", file, line, call,
-               ncclGetErrorString(static_cast<ncclResult_t>(code)));
 }
 
 }  // namespace detail

@@ -1,8 +1,11 @@
-// Check macros for every library the runtime calls (CUDA, cuBLAS, NCCL, MPI) and for our own invariants.
+// The runtime's errors, the CUDA runtime's check macros, and the two checks of our own: DDP_CHECK for what a
+// caller passed in, DDP_ASSERT for the runtime's own invariants. The other libraries' checks live with the layer
+// that links them: cuBLAS in runtime/kernels/cuda/cublas_check.h, NCCL and MPI in
+// runtime/distributed/comm_check.h, so this bottom layer links the CUDA runtime only.
 //
 // Each failing call becomes a typed exception that carries the file, the line and the text of the call, so an
 // error from rank 3 deep inside a bucket all-reduce still says exactly what failed. Destructors must not throw:
-// they use the *_WARN twins, which print and carry on.
+// every one that calls a library uses a *_WARN twin, which prints and carries on.
 #pragma once
 
 #include <stdexcept>
@@ -39,57 +42,34 @@ class LibraryError : public Error {
 class CudaError : public LibraryError {
   using LibraryError::LibraryError;
 };
-class CublasError : public LibraryError {
-  using LibraryError::LibraryError;
-};
-class NcclError : public LibraryError {
-  using LibraryError::LibraryError;
-};
-class MpiError : public LibraryError {
-  using LibraryError::LibraryError;
-};
 
-// Bad input from a user (flags, files, shapes): the message says what was wrong and what to do.
+// Bad input from a user (flags, files, shapes, calls in an order that cannot work): the message says what was
+// wrong and what to do.
 class InvalidArgument : public Error {
   using Error::Error;
 };
 
+// A broken invariant of the runtime itself: a bug to report, not something the caller can fix.
+class InternalError : public Error {
+  using Error::Error;
+};
+
 namespace detail {
+// "file:line: " (empty for an empty file name), the prefix of every located message.
+std::string location(const char* file, int line);
 [[noreturn]] void throw_cuda(int code, const char* call, const char* file, int line);
-[[noreturn]] void throw_cublas(int code, const char* call, const char* file, int line);
-[[noreturn]] void throw_nccl(int code, const char* call, const char* file, int line);
-[[noreturn]] void throw_mpi(int code, const char* call, const char* file, int line);
 [[noreturn]] void throw_check(const char* condition, const std::string& message, const char* file, int line);
+[[noreturn]] void throw_assert(const char* condition, const std::string& message, const char* file, int line);
 void warn_cuda(int code, const char* call, const char* file, int line) noexcept;
-void warn_nccl(int code, const char* call, const char* file, int line) noexcept;
 std::string cuda_error_string(int code);
-std::string nccl_error_string(int code);
 }  // namespace detail
 }  // namespace ddp
 
-// All four libraries use 0 for success, so the macros need none of their headers.
+// CUDA uses 0 for success, so the macros need none of its headers.
 #define DDP_CUDA_CHECK(call)                                                                      \
   do {                                                                                            \
     const int ddp_status_ = static_cast<int>(call);                                               \
     if (ddp_status_ != 0) ::ddp::detail::throw_cuda(ddp_status_, #call, __FILE__, __LINE__);      \
-  } while (0)
-
-#define DDP_CUBLAS_CHECK(call)                                                                    \
-  do {                                                                                            \
-    const int ddp_status_ = static_cast<int>(call);                                               \
-    if (ddp_status_ != 0) ::ddp::detail::throw_cublas(ddp_status_, #call, __FILE__, __LINE__);    \
-  } while (0)
-
-#define DDP_NCCL_CHECK(call)                                                                      \
-  do {                                                                                            \
-    const int ddp_status_ = static_cast<int>(call);                                               \
-    if (ddp_status_ != 0) ::ddp::detail::throw_nccl(ddp_status_, #call, __FILE__, __LINE__);      \
-  } while (0)
-
-#define DDP_MPI_CHECK(call)                                                                       \
-  do {                                                                                            \
-    const int ddp_status_ = (call);                                                               \
-    if (ddp_status_ != 0) ::ddp::detail::throw_mpi(ddp_status_, #call, __FILE__, __LINE__);       \
   } while (0)
 
 // Checks after a kernel launch: the launch's own error (bad configuration) surfaces here, not at a later call.
@@ -97,10 +77,16 @@ std::string nccl_error_string(int code);
 
 // For destructors: print and continue.
 #define DDP_CUDA_WARN(call) ::ddp::detail::warn_cuda(static_cast<int>(call), #call, __FILE__, __LINE__)
-#define DDP_NCCL_WARN(call) ::ddp::detail::warn_nccl(static_cast<int>(call), #call, __FILE__, __LINE__)
 
-// An invariant or a precondition on input; `message` is any expression convertible to std::string.
+// A precondition on the caller's input: InvalidArgument. `message` (any expression convertible to std::string)
+// is evaluated only on failure, so it may build a string.
 #define DDP_CHECK(condition, message)                                                             \
   do {                                                                                            \
     if (!(condition)) ::ddp::detail::throw_check(#condition, (message), __FILE__, __LINE__);      \
+  } while (0)
+
+// An invariant of the runtime's own: InternalError, "a bug in the runtime".
+#define DDP_ASSERT(condition, message)                                                            \
+  do {                                                                                            \
+    if (!(condition)) ::ddp::detail::throw_assert(#condition, (message), __FILE__, __LINE__);     \
   } while (0)

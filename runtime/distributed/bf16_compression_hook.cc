@@ -11,7 +11,7 @@
 namespace ddp {
 
 BFloat16CompressionHook::BFloat16CompressionHook(const CommBuffer& gradients) : base_(gradients) {
-  DDP_CHECK(gradients.dtype == ScalarType::kFloat32, "bf16 compression takes a float32 gradient buffer");
+  DDP_CHECK(gradients.dtype == DType::kFloat32, "bf16 compression takes a float32 gradient buffer");
   const std::size_t bytes = static_cast<std::size_t>(gradients.count) * sizeof(std::uint16_t);
   if (gradients.device.is_cuda()) {
     CudaDeviceGuard guard(gradients.device);
@@ -33,7 +33,7 @@ BFloat16CompressionHook::~BFloat16CompressionHook() {
 CommBuffer BFloat16CompressionHook::compressed_view(const CommBuffer& gradients) const {
   const std::ptrdiff_t offset = static_cast<const float*>(gradients.data) - static_cast<const float*>(base_.data);
   DDP_CHECK(offset >= 0 && offset + gradients.count <= base_.count, "bucket outside the hook's gradient buffer");
-  return CommBuffer{static_cast<std::uint16_t*>(compressed_) + offset, gradients.count, ScalarType::kBFloat16,
+  return CommBuffer{static_cast<std::uint16_t*>(compressed_) + offset, gradients.count, DType::kBFloat16,
                     gradients.device};
 }
 
@@ -41,10 +41,10 @@ std::shared_ptr<Work> BFloat16CompressionHook::start(ProcessGroup& group, std::s
                                                      const Stream& compute) {
   const CommBuffer packed = compressed_view(gradients);
   if (gradients.device.is_cuda()) {
-    kernels::cuda::cast(ScalarType::kFloat32, gradients.data, ScalarType::kBFloat16, packed.data, gradients.count,
+    kernels::cuda::cast(DType::kFloat32, gradients.data, DType::kBFloat16, packed.data, gradients.count,
                         compute.handle());
   } else {
-    kernels::cpu::cast(ScalarType::kFloat32, gradients.data, ScalarType::kBFloat16, packed.data, gradients.count,
+    kernels::cpu::cast(DType::kFloat32, gradients.data, DType::kBFloat16, packed.data, gradients.count,
                        nullptr);
   }
   return group.all_reduce(packed, ReduceOp::kAverage, compute);
@@ -53,10 +53,10 @@ std::shared_ptr<Work> BFloat16CompressionHook::start(ProcessGroup& group, std::s
 void BFloat16CompressionHook::finish(std::size_t, const CommBuffer& gradients, const Stream& compute) {
   const CommBuffer packed = compressed_view(gradients);
   if (gradients.device.is_cuda()) {
-    kernels::cuda::cast(ScalarType::kBFloat16, packed.data, ScalarType::kFloat32, gradients.data, gradients.count,
+    kernels::cuda::cast(DType::kBFloat16, packed.data, DType::kFloat32, gradients.data, gradients.count,
                         compute.handle());
   } else {
-    kernels::cpu::cast(ScalarType::kBFloat16, packed.data, ScalarType::kFloat32, gradients.data, gradients.count,
+    kernels::cpu::cast(DType::kBFloat16, packed.data, DType::kFloat32, gradients.data, gradients.count,
                        nullptr);
   }
 }

@@ -45,7 +45,7 @@ BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const Buck
   for (std::size_t k = parameters.size(); k-- > 0;) {
     const ParameterSpec& p = parameters[k];
     // One flat float32 gradient buffer: bfloat16 models keep FP32 master weights, and so FP32 gradients.
-    DDP_CHECK(p.dtype == kernels::ScalarType::kFloat32,
+    DDP_CHECK(p.dtype == DType::kFloat32,
               "parameter " + p.describe() + ": DDP reduces float32 gradients (keep FP32 master weights)");
     const double bytes = static_cast<double>(p.numel()) * dtype_size(p.dtype);
     if (!current.parameters.empty() && current_bytes + bytes > cap()) close();

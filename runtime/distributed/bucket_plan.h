@@ -19,7 +19,7 @@ namespace ddp {
 struct ParameterSpec {
   std::string name;
   std::vector<std::int64_t> shape;
-  kernels::ScalarType dtype = kernels::ScalarType::kFloat32;
+  DType dtype = DType::kFloat32;
 
   std::int64_t numel() const;
   std::string describe() const;  // "2.weight float32 [10, 1024]"

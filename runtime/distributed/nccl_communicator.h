@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "runtime/distributed/comm_check.h"
 #include "runtime/core/device.h"
 
 namespace ddp {

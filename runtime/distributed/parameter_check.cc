@@ -5,6 +5,7 @@
 #include <string>
 
 #include "runtime/core/check.h"
+#include "runtime/distributed/comm_check.h"
 
 namespace ddp {
 namespace {

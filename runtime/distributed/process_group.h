@@ -24,7 +24,6 @@ namespace ddp {
 
 class World;
 
-using kernels::ScalarType;
 
 enum class ReduceOp { kSum, kAverage, kMax };
 
@@ -33,7 +32,7 @@ enum class ReduceOp { kSum, kAverage, kMax };
 struct CommBuffer {
   void* data = nullptr;
   std::int64_t count = 0;
-  ScalarType dtype = ScalarType::kFloat32;
+  DType dtype = DType::kFloat32;
   Device device = Device::cpu();
 
   std::size_t bytes() const { return static_cast<std::size_t>(count) * dtype_size(dtype); }
@@ -56,7 +55,7 @@ enum class Backend { kNccl, kMpi };
 struct CollectiveDescription {
   const char* operation = "";  // a string literal
   std::int64_t count = 0;
-  ScalarType dtype = ScalarType::kFloat32;
+  DType dtype = DType::kFloat32;
   Backend backend = Backend::kNccl;
   int rank = 0;
   CollectiveContext context;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/core/check.h"
+#include "runtime/distributed/comm_check.h"
 
 namespace ddp {
 namespace {
@@ -63,50 +64,54 @@ const MpiTypes& mpi_types() {
   return types;
 }
 
-MPI_Datatype mpi_type(ScalarType type) {
+MPI_Datatype mpi_type(DType type) {
   switch (type) {
-    case ScalarType::kFloat32:
+    case DType::kFloat32:
       return MPI_FLOAT;
-    case ScalarType::kBFloat16:
+    case DType::kBFloat16:
       return mpi_types().bf16;
-    case ScalarType::kInt32:
+    case DType::kInt32:
       return MPI_INT32_T;
-    case ScalarType::kInt64:
+    case DType::kInt64:
       return MPI_INT64_T;
+    default:
+      break;
   }
-  return MPI_FLOAT;
+  throw InternalError(std::string("the MPI backend got a buffer of ") + dtype_name(type) + ", a file-only type");
 }
 
-MPI_Op mpi_op(ReduceOp op, ScalarType type) {
-  if (type == ScalarType::kBFloat16) return op == ReduceOp::kMax ? mpi_types().bf16_max_op : mpi_types().bf16_sum_op;
+MPI_Op mpi_op(ReduceOp op, DType type) {
+  if (type == DType::kBFloat16) return op == ReduceOp::kMax ? mpi_types().bf16_max_op : mpi_types().bf16_sum_op;
   return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
 }
 
 // kAverage is a sum followed by this division, on the host copy of the buffer.
-void divide(void* data, std::int64_t count, ScalarType type, int size) {
+void divide(void* data, std::int64_t count, DType type, int size) {
   if (size == 1) return;  // x / 1 == x in every type: skip a pass over the buffer at world size 1
   switch (type) {
-    case ScalarType::kFloat32: {
+    case DType::kFloat32: {
       auto* p = static_cast<float*>(data);
       const float inv = 1.0f / static_cast<float>(size);
       for (std::int64_t i = 0; i < count; ++i) p[i] *= inv;
       break;
     }
-    case ScalarType::kBFloat16: {
+    case DType::kBFloat16: {
       auto* p = static_cast<std::uint16_t*>(data);
       for (std::int64_t i = 0; i < count; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / size);
       break;
     }
-    case ScalarType::kInt32: {
+    case DType::kInt32: {
       auto* p = static_cast<std::int32_t*>(data);
       for (std::int64_t i = 0; i < count; ++i) p[i] /= size;
       break;
     }
-    case ScalarType::kInt64: {
+    case DType::kInt64: {
       auto* p = static_cast<std::int64_t*>(data);
       for (std::int64_t i = 0; i < count; ++i) p[i] /= size;
       break;
     }
+    default:
+      throw InternalError(std::string("averaging a buffer of ") + dtype_name(type) + ", a file-only type");
   }
 }
 

@@ -7,23 +7,26 @@
 #include <thread>
 
 #include "runtime/core/check.h"
+#include "runtime/distributed/comm_check.h"
 #include "runtime/core/graph.h"
 
 namespace ddp {
 namespace {
 
-ncclDataType_t nccl_type(ScalarType type) {
+ncclDataType_t nccl_type(DType type) {
   switch (type) {
-    case ScalarType::kFloat32:
+    case DType::kFloat32:
       return ncclFloat32;
-    case ScalarType::kBFloat16:
+    case DType::kBFloat16:
       return ncclBfloat16;
-    case ScalarType::kInt32:
+    case DType::kInt32:
       return ncclInt32;
-    case ScalarType::kInt64:
+    case DType::kInt64:
       return ncclInt64;
+    default:
+      break;
   }
-  return ncclFloat32;
+  throw InternalError(std::string("the NCCL backend got a buffer of ") + dtype_name(type) + ", a file-only type");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -197,7 +200,7 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
 
 std::shared_ptr<Work> ProcessGroupNccl::barrier() {
   // NCCL has no barrier: a one-element all-reduce that every rank must join is one.
-  auto work = run(comm_stream_, describe("barrier", CommBuffer{barrier_buffer_, 1, ScalarType::kFloat32, comm_.device()}), [&] {
+  auto work = run(comm_stream_, describe("barrier", CommBuffer{barrier_buffer_, 1, DType::kFloat32, comm_.device()}), [&] {
     DDP_NCCL_CALL(&comm_, ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum,
                                         comm_.handle(), comm_stream_.handle()));
   });

@@ -8,7 +8,7 @@ namespace ddp {
 Reducer::Reducer(ProcessGroup& group, BucketPlan plan, CommBuffer gradients, const Stream& compute,
                  ReducerOptions options)
     : group_(group), plan_(std::move(plan)), gradients_(gradients), compute_(compute), options_(options) {
-  DDP_CHECK(gradients_.dtype == ScalarType::kFloat32, "the flat gradient buffer must be float32");
+  DDP_CHECK(gradients_.dtype == DType::kFloat32, "the flat gradient buffer must be float32");
   DDP_CHECK(gradients_.count == plan_.total, "the flat gradient buffer has " + std::to_string(gradients_.count) +
                                                  " elements, the bucket plan lays out " +
                                                  std::to_string(plan_.total));

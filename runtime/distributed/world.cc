@@ -1,3 +1,4 @@
+#include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/world.h"
 
 #include <cuda_runtime_api.h>

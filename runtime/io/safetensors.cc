@@ -23,24 +23,6 @@ namespace {
 
 using nlohmann::json;
 
-struct DTypeInfo {
-  DType dtype;
-  const char* name;
-  size_t size;
-};
-constexpr DTypeInfo kDTypes[] = {
-    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},    {DType::kI8, "I8", 1},     {DType::kI16, "I16", 2},
-    {DType::kI32, "I32", 4},   {DType::kI64, "I64", 8},  {DType::kF16, "F16", 2},   {DType::kBF16, "BF16", 2},
-    {DType::kF32, "F32", 4},   {DType::kF64, "F64", 8},
-};
-
-const DTypeInfo& info(DType dtype) {
-  for (const DTypeInfo& i : kDTypes) {
-    if (i.dtype == dtype) return i;
-  }
-  throw Error("unknown DType value " + std::to_string(static_cast<int>(dtype)));
-}
-
 // product(shape) * element size, or false on a negative dimension or overflow past `limit`.
 bool byte_count(const std::vector<int64_t>& shape, size_t element, size_t limit, size_t* out) {
   size_t n = element;
@@ -56,26 +38,10 @@ bool byte_count(const std::vector<int64_t>& shape, size_t element, size_t limit,
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// Shapes as the header spells them: "[10,512]".
+std::string shape_str_compact(const std::vector<int64_t>& shape) { return shape_str(shape, ","); }
+
 }  // namespace
-
-size_t dtype_size(DType dtype) { return info(dtype).size; }
-const char* dtype_name(DType dtype) { return info(dtype).name; }
-
-bool parse_dtype(const std::string& name, DType* dtype) {
-  for (const DTypeInfo& i : kDTypes) {
-    if (name == i.name) {
-      *dtype = i.dtype;
-      return true;
-    }
-  }
-  return false;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 std::string crc32_hex(const void* data, size_t bytes) {
   const uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), static_cast<const Bytef*>(data), bytes);
@@ -105,10 +71,10 @@ void write_safetensors(const ByteSink& sink, const std::vector<TensorSource>& te
     if (!byte_count(t.shape, dtype_size(t.dtype), std::numeric_limits<size_t>::max() / 2, &expected) ||
         expected != t.bytes) {
       throw InvalidArgument("safetensors: tensor " + t.name + ": " + std::to_string(t.bytes) +
-                            " bytes given for shape " + shape_text(t.shape) + " of " + dtype_name(t.dtype));
+                            " bytes given for shape " + shape_str_compact(t.shape) + " of " + safetensors_dtype_name(t.dtype));
     }
     if (t.bytes > 0 && t.data == nullptr) throw InvalidArgument("safetensors: tensor " + t.name + ": no data");
-    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
     meta[kCrc32KeyPrefix + t.name] = crc32_hex(t.data, t.bytes);
     offset += t.bytes;
   }
@@ -192,7 +158,7 @@ SafetensorsFile parse_safetensors(std::string bytes, const std::string& source, 
     }
     TensorEntry entry;
     entry.name = name;
-    if (!dtype->is_string() || !parse_dtype(dtype->get<std::string>(), &entry.dtype)) {
+    if (!dtype->is_string() || !parse_safetensors_dtype(dtype->get<std::string>(), &entry.dtype)) {
       fail(tensor + "unknown dtype " + dtype->dump());
     }
     if (!shape->is_array() || shape->size() > 64) fail(tensor + "shape is not an array of at most 64 sizes");
@@ -214,7 +180,7 @@ SafetensorsFile parse_safetensors(std::string bytes, const std::string& source, 
     size_t expected = 0;
     if (!byte_count(entry.shape, dtype_size(entry.dtype), std::numeric_limits<size_t>::max() / 2, &expected) ||
         expected != entry.bytes()) {
-      fail(tensor + "shape " + shape_text(entry.shape) + " of " + dtype_name(entry.dtype) + " does not fit its " +
+      fail(tensor + "shape " + shape_str_compact(entry.shape) + " of " + safetensors_dtype_name(entry.dtype) + " does not fit its " +
            std::to_string(entry.bytes()) + " bytes of data");
     }
     tensors.push_back(std::move(entry));
@@ -313,12 +279,12 @@ void SafetensorsFile::copy_to(const std::string& name, DType dtype, const std::v
                               void* out) const {
   const TensorEntry& entry = at(name);
   if (entry.dtype != dtype) {
-    throw InvalidArgument(where() + "tensor " + name + ": dtype " + dtype_name(entry.dtype) +
-                          " does not match the model's " + dtype_name(dtype));
+    throw InvalidArgument(where() + "tensor " + name + ": dtype " + safetensors_dtype_name(entry.dtype) +
+                          " does not match the model's " + safetensors_dtype_name(dtype));
   }
   if (entry.shape != shape) {
-    throw InvalidArgument(where() + "tensor " + name + ": shape " + shape_text(entry.shape) +
-                          " does not match the model's " + shape_text(shape) +
+    throw InvalidArgument(where() + "tensor " + name + ": shape " + shape_str_compact(entry.shape) +
+                          " does not match the model's " + shape_str_compact(shape) +
                           "; the checkpoint is from a model of another size");
   }
   if (entry.bytes() > 0) std::memcpy(out, data(entry), entry.bytes());

@@ -17,25 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/dtype.h"
 #include "runtime/io/atomic_file.h"
 
 namespace ddp {
 namespace io {
 
-enum class DType { kBool, kU8, kI8, kI16, kI32, kI64, kF16, kBF16, kF32, kF64 };
-
-size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // the safetensors spelling: "F32", "BF16", "I32", ...
-// False when `name` is not a dtype this reader knows.
-bool parse_dtype(const std::string& name, DType* dtype);
-
-// "[10,512]"
-std::string shape_text(const std::vector<int64_t>& shape);
-
 // A tensor to write: `bytes` must equal product(shape) * dtype_size(dtype).
 struct TensorSource {
   std::string name;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t bytes = 0;
@@ -59,7 +50,7 @@ void save_safetensors(const std::string& path, const std::vector<TensorSource>& 
 
 struct TensorEntry {
   std::string name;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   size_t begin = 0;  // offsets into the data section
   size_t end = 0;

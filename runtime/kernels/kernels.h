@@ -14,13 +14,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/core/dtype.h"
+
 struct CUstream_st;
 
 namespace ddp::kernels {
 
 using StreamHandle = CUstream_st*;  // nullptr on the CPU
-
-enum class ScalarType : std::uint8_t { kFloat32, kBFloat16, kInt32, kInt64 };
 
 // GELU is the exact (erf) form, as torch.nn.GELU() by default.
 enum class Activation : std::uint8_t { kNone, kRelu, kGelu };
@@ -34,11 +34,11 @@ enum class MathMode : std::uint8_t { kFloat32, kTF32 };
 // are `input` unless mixed precision asks otherwise: with bfloat16 input, `output` may be float32 (logits for
 // a float32 loss straight from the GEMM) and `grad` may be float32 (the FP32 master weights' gradient slots,
 // written by the GEMM with no bfloat16 weight gradient in between). Implicit from one type, so the uniform
-// case reads `linear_forward(ScalarType::kFloat32, ...)`.
+// case reads `linear_forward(DType::kFloat32, ...)`.
 struct LinearTypes {
-  ScalarType input, output, grad;
-  LinearTypes(ScalarType all) : input(all), output(all), grad(all) {}  // NOLINT(runtime/explicit): see above
-  LinearTypes(ScalarType in, ScalarType out, ScalarType g) : input(in), output(out), grad(g) {}
+  DType input, output, grad;
+  LinearTypes(DType all) : input(all), output(all), grad(all) {}  // NOLINT(runtime/explicit): see above
+  LinearTypes(DType in, DType out, DType g) : input(in), output(out), grad(g) {}
 };
 
 struct LinearShape {

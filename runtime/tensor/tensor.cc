@@ -12,45 +12,6 @@
 
 namespace ddp {
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-    case DType::kInt32:
-      return 4;
-    case DType::kBFloat16:
-      return 2;
-    case DType::kInt64:
-      return 8;
-  }
-  return 0;
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kBFloat16:
-      return "bfloat16";
-    case DType::kInt32:
-      return "int32";
-    case DType::kInt64:
-      return "int64";
-  }
-  return "?";
-}
-
-std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) n *= d;
-  return n;
-}
-
-std::string shape_str(const Shape& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // ---- Storage ----
 
 std::shared_ptr<Storage> Storage::allocate(std::size_t bytes, const Device& device, const Stream& stream) {
@@ -104,6 +65,8 @@ void Storage::record_stream(const Stream& stream) {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device, const Stream& stream) {
   for (std::int64_t d : shape) DDP_CHECK(d >= 0, "Tensor::empty: negative dimension in shape " + shape_str(shape));
+  DDP_CHECK(is_compute_dtype(dtype), std::string("Tensor::empty: tensors hold float32, bfloat16, int32 or int64, not ") +
+                                         dtype_name(dtype) + " (a type of files only)");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = dtype;

@@ -23,17 +23,10 @@
 
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/stream.h"
 
 namespace ddp {
-
-using DType = kernels::ScalarType;
-using Shape = std::vector<std::int64_t>;
-
-std::size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // "float32", "bfloat16", "int32", "int64"
-std::int64_t shape_numel(const Shape& shape);
-std::string shape_str(const Shape& shape);  // "[64, 784]"
 
 // One allocation. Freed into the allocator it came from when the last tensor using it goes away; device
 // blocks are then reusable on their allocation stream at once and elsewhere after record_stream streams finish.

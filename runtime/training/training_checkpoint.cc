@@ -43,7 +43,7 @@ std::string save_training_checkpoint(const std::string& dir, const Module& model
   std::vector<io::TensorSource> sources;
   sources.reserve(tensors.size());
   for (const HostTensor& t : tensors) {
-    sources.push_back(io::TensorSource{t.name, io::DType::kF32, t.shape, t.values.data(), t.values.size() * 4});
+    sources.push_back(io::TensorSource{t.name, DType::kFloat32, t.shape, t.values.data(), t.values.size() * 4});
   }
   return io::save_checkpoint(dir, meta, sources, keep_last);
 }
@@ -53,14 +53,14 @@ void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module&
   const io::SafetensorsFile& file = checkpoint.file;
   for (const auto& [name, t] : model.state_dict()) {
     std::vector<float> values(static_cast<std::size_t>(t.numel()));
-    file.copy_to(name, io::DType::kF32, t.shape(), values.data());
+    file.copy_to(name, DType::kFloat32, t.shape(), values.data());
     Tensor(t).copy_from(Tensor::from_vector(values, t.shape(), Device::cpu(), stream), stream);
   }
   const ParameterStore& store = optimizer.store();
   for (const auto& [state, flat] : optimizer.state()) {
     std::vector<float> all(static_cast<std::size_t>(flat.numel()));
     for (const ParameterSlot& slot : store.slots()) {
-      file.copy_to(io::optimizer_tensor_name(state, slot.name), io::DType::kF32, slot.shape,
+      file.copy_to(io::optimizer_tensor_name(state, slot.name), DType::kFloat32, slot.shape,
                    all.data() + slot.offset);
     }
     Tensor(flat).copy_from(Tensor::from_vector(all, flat.shape(), Device::cpu(), stream), stream);

@@ -1,5 +1,6 @@
-// The check macros turn each library's failure status into the right exception type, with file, line and the
-// text of the failing call in the message; success statuses pass through.
+// The check macros (runtime/core's, the kernel layer's cuBLAS check, the distributed layer's NCCL and MPI checks)
+// turn each library's failure status into the right exception type, with file, line and the text of the failing
+// call in the message; success statuses pass through; DDP_CHECK and DDP_ASSERT throw their two kinds.
 #include "runtime/core/check.h"
 
 #include <cublas_api.h>
@@ -8,6 +9,9 @@
 #include <nccl.h>
 
 #include <string>
+
+#include "runtime/distributed/comm_check.h"
+#include "runtime/kernels/cuda/cublas_check.h"
 
 namespace ddp {
 namespace {
@@ -68,6 +72,23 @@ TEST(Check, InvariantThrowsInvalidArgumentWithMessage) {
   const std::string what = message_of<InvalidArgument>([] { DDP_CHECK(2 < 1, "batch size must be positive"); });
   EXPECT_NE(what.find("batch size must be positive"), std::string::npos) << what;
   EXPECT_NE(what.find("2 < 1"), std::string::npos) << what;
+}
+
+TEST(Check, BrokenInvariantThrowsInternalErrorThatSaysSo) {
+  const std::string what = message_of<InternalError>([] { DDP_ASSERT(2 < 1, "bucket 3 was launched twice"); });
+  EXPECT_NE(what.find("internal error (a bug in the runtime; please report it): bucket 3 was launched twice"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("2 < 1"), std::string::npos) << what;
+  EXPECT_THROW(DDP_ASSERT(false, "x"), Error);
+  bool input_error = false;
+  try {
+    DDP_ASSERT(false, "x");
+  } catch (const InvalidArgument&) {
+    input_error = true;
+  } catch (const InternalError&) {
+  }
+  EXPECT_FALSE(input_error) << "a broken invariant must not read as the caller's bad input";
 }
 
 TEST(Check, AllLibraryErrorsAreDdpErrors) {

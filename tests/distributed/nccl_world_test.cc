@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/core/check.h"
+#include "runtime/distributed/comm_check.h"
 #include "runtime/core/stream.h"
 #include "runtime/distributed/nccl_communicator.h"
 #include "tests/distributed/test_world.h"

@@ -51,7 +51,7 @@ class DeviceBuffer {
     }
     return v;
   }
-  CommBuffer comm(ScalarType t) const { return CommBuffer{data_, static_cast<std::int64_t>(n_), t, device_}; }
+  CommBuffer comm(DType t) const { return CommBuffer{data_, static_cast<std::int64_t>(n_), t, device_}; }
 
  private:
   Device device_;
@@ -90,7 +90,7 @@ TEST_F(ProcessGroupTest, AllReduceSumAverageMaxFloat32) {
     for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 97) + 0.25f * rank_;
     DeviceBuffer<float> buf(device_, n);
     buf.upload(v, stream_);
-    auto work = pg_->all_reduce(buf.comm(ScalarType::kFloat32), op, stream_);
+    auto work = pg_->all_reduce(buf.comm(DType::kFloat32), op, stream_);
     work->wait(stream_);
     const std::vector<float> got = buf.download(stream_);
     EXPECT_TRUE(work->is_completed());
@@ -112,7 +112,7 @@ TEST_F(ProcessGroupTest, AllReduceBFloat16AndInt64) {
   std::vector<std::uint16_t> v(n, static_cast<std::uint16_t>(0x3f80));  // 1.0 in bfloat16
   DeviceBuffer<std::uint16_t> b(device_, n);
   b.upload(v, stream_);
-  pg_->all_reduce(b.comm(ScalarType::kBFloat16), ReduceOp::kSum, stream_)->wait(stream_);
+  pg_->all_reduce(b.comm(DType::kBFloat16), ReduceOp::kSum, stream_)->wait(stream_);
   const std::vector<std::uint16_t> got = b.download(stream_);
   float f;
   const std::uint32_t bits = static_cast<std::uint32_t>(got[n - 1]) << 16;
@@ -122,7 +122,7 @@ TEST_F(ProcessGroupTest, AllReduceBFloat16AndInt64) {
   std::vector<std::int64_t> w(17, (std::int64_t{1} << 40) + rank_);
   DeviceBuffer<std::int64_t> c(device_, w.size());
   c.upload(w, stream_);
-  pg_->all_reduce(c.comm(ScalarType::kInt64), ReduceOp::kSum, stream_)->wait(stream_);
+  pg_->all_reduce(c.comm(DType::kInt64), ReduceOp::kSum, stream_)->wait(stream_);
   EXPECT_EQ(c.download(stream_)[16], size_ * (std::int64_t{1} << 40) + size_ * (size_ - 1) / 2);
 }
 
@@ -131,7 +131,7 @@ TEST_F(ProcessGroupTest, BroadcastFromLastRank) {
   std::vector<float> v(1000, static_cast<float>(rank_ + 1));
   DeviceBuffer<float> b(device_, v.size());
   b.upload(v, stream_);
-  pg_->broadcast(b.comm(ScalarType::kFloat32), root, stream_)->wait(stream_);
+  pg_->broadcast(b.comm(DType::kFloat32), root, stream_)->wait(stream_);
   for (float x : b.download(stream_)) ASSERT_EQ(x, static_cast<float>(root + 1));
 }
 
@@ -142,7 +142,7 @@ TEST_F(ProcessGroupTest, AllGatherPlacesRankRAtOffsetR) {
   DeviceBuffer<std::int32_t> in(device_, n);
   DeviceBuffer<std::int32_t> out(device_, n * size_);
   in.upload(v, stream_);
-  pg_->all_gather(in.comm(ScalarType::kInt32), out.comm(ScalarType::kInt32), stream_)->wait(stream_);
+  pg_->all_gather(in.comm(DType::kInt32), out.comm(DType::kInt32), stream_)->wait(stream_);
   const auto got = out.download(stream_);
   for (int r = 0; r < size_; ++r) {
     for (std::size_t i = 0; i < n; i += 37) ASSERT_EQ(got[r * n + i], r * 1000 + static_cast<int>(i));
@@ -156,7 +156,7 @@ TEST_F(ProcessGroupTest, ReduceScatterGivesRankItsReducedSlice) {
   DeviceBuffer<float> in(device_, v.size());
   DeviceBuffer<float> out(device_, n);
   in.upload(v, stream_);
-  pg_->reduce_scatter(in.comm(ScalarType::kFloat32), out.comm(ScalarType::kFloat32), ReduceOp::kSum, stream_)
+  pg_->reduce_scatter(in.comm(DType::kFloat32), out.comm(DType::kFloat32), ReduceOp::kSum, stream_)
       ->wait(stream_);
   const auto got = out.download(stream_);
   for (std::size_t i = 0; i < n; ++i) {
@@ -171,7 +171,7 @@ TEST_F(ProcessGroupTest, ManyCollectivesCompleteInIssueOrder) {
   for (int k = 0; k < 16; ++k) {
     bufs.push_back(std::make_unique<DeviceBuffer<float>>(device_, 1 << 12));
     bufs.back()->upload(std::vector<float>(1 << 12, static_cast<float>(k)), stream_);
-    works.push_back(pg_->all_reduce(bufs.back()->comm(ScalarType::kFloat32), ReduceOp::kSum, stream_));
+    works.push_back(pg_->all_reduce(bufs.back()->comm(DType::kFloat32), ReduceOp::kSum, stream_));
   }
   for (auto& w : works) w->synchronize();
   for (int k = 0; k < 16; ++k) {
@@ -192,7 +192,7 @@ TEST_F(ProcessGroupTest, CollectiveWaitsForWorkQueuedOnTheCallersStream) {
   // ~10 ms of memsets, then the real value: a collective that does not wait would reduce zeros.
   for (int i = 0; i < 40; ++i) DDP_CUDA_CHECK(cudaMemsetAsync(busy, i, big, stream_.handle()));
   b.upload(std::vector<float>(1 << 20, 1.0f), stream_);
-  pg_->all_reduce(b.comm(ScalarType::kFloat32), ReduceOp::kSum, stream_)->wait(stream_);
+  pg_->all_reduce(b.comm(DType::kFloat32), ReduceOp::kSum, stream_)->wait(stream_);
   const auto got = b.download(stream_);
   EXPECT_EQ(got[0], static_cast<float>(size_));
   EXPECT_EQ(got.back(), static_cast<float>(size_));
@@ -202,12 +202,12 @@ TEST_F(ProcessGroupTest, CollectiveWaitsForWorkQueuedOnTheCallersStream) {
 TEST_F(ProcessGroupTest, BadArgumentsAreRefusedClearly) {
   DeviceBuffer<float> in(device_, 10);
   DeviceBuffer<float> wrong(device_, 10 * size_ + 1);
-  EXPECT_THROW(pg_->all_gather(in.comm(ScalarType::kFloat32), wrong.comm(ScalarType::kFloat32), stream_),
+  EXPECT_THROW(pg_->all_gather(in.comm(DType::kFloat32), wrong.comm(DType::kFloat32), stream_),
                InvalidArgument);
-  EXPECT_THROW(pg_->reduce_scatter(wrong.comm(ScalarType::kFloat32), in.comm(ScalarType::kFloat32), ReduceOp::kSum,
+  EXPECT_THROW(pg_->reduce_scatter(wrong.comm(DType::kFloat32), in.comm(DType::kFloat32), ReduceOp::kSum,
                                    stream_),
                InvalidArgument);
-  EXPECT_THROW(pg_->broadcast(in.comm(ScalarType::kFloat32), size_, stream_), InvalidArgument);
+  EXPECT_THROW(pg_->broadcast(in.comm(DType::kFloat32), size_, stream_), InvalidArgument);
   EXPECT_THROW(parse_backend("gloo"), InvalidArgument);
 }
 

@@ -101,7 +101,7 @@ class ReducerTest : public ::testing::Test {
     if (device_grads_ != nullptr) cudaFree(device_grads_);
   }
   float* grads() { return device_.is_cuda() ? device_grads_ : host_.data(); }
-  CommBuffer buffer() { return CommBuffer{grads(), plan_.total, ScalarType::kFloat32, device_}; }
+  CommBuffer buffer() { return CommBuffer{grads(), plan_.total, DType::kFloat32, device_}; }
 
   // Writes parameter k's gradient (as backward would, on the compute stream) after `work_ms` of compute.
   void produce(std::size_t k, double work_ms) {

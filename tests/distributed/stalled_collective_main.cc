@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
     ddp::BucketPlan plan = ddp::plan_buckets(specs);
     std::vector<float> grads(plan.total, 1.0f);
     ddp::Stream cpu;
-    ddp::Reducer reducer(*group, plan, ddp::CommBuffer{grads.data(), plan.total, ddp::ScalarType::kFloat32,
+    ddp::Reducer reducer(*group, plan, ddp::CommBuffer{grads.data(), plan.total, ddp::DType::kFloat32,
                                                        ddp::Device::cpu()},
                          cpu);
     if (world.rank() == world.size() - 1) {

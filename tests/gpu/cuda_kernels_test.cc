@@ -108,14 +108,14 @@ std::vector<T> download(const DeviceBuffer& d, std::size_t n) {
 
 // A float matrix stored on the device as float32 or bfloat16; `host` holds the exact values the device holds.
 struct TypedBuffer {
-  ScalarType dtype;
+  DType dtype;
   std::vector<double> host;
   DeviceBuffer device;
-  TypedBuffer(ScalarType t, std::size_t n) : dtype(t), host(n, 0.0), device(n * (t == ScalarType::kFloat32 ? 4 : 2)) {}
+  TypedBuffer(DType t, std::size_t n) : dtype(t), host(n, 0.0), device(n * (t == DType::kFloat32 ? 4 : 2)) {}
   std::size_t size() const { return host.size(); }
   void set(const std::vector<float>& values) {
     host.resize(values.size());
-    if (dtype == ScalarType::kFloat32) {
+    if (dtype == DType::kFloat32) {
       for (std::size_t i = 0; i < values.size(); ++i) host[i] = values[i];
       upload(device, values);
     } else {
@@ -129,7 +129,7 @@ struct TypedBuffer {
   }
   std::vector<double> fetch() const {
     std::vector<double> out(size());
-    if (dtype == ScalarType::kFloat32) {
+    if (dtype == DType::kFloat32) {
       const auto f = download<float>(device, size());
       for (std::size_t i = 0; i < f.size(); ++i) out[i] = f[i];
     } else {
@@ -185,25 +185,25 @@ class CudaKernels : public ::testing::Test {
 // ---------------------------------------------------------------------------------------------------------------
 
 struct LinearCase {
-  ScalarType dtype;  // x and w (and dx, dz)
+  DType dtype;  // x and w (and dx, dz)
   MathMode math;
   LinearShape shape;
   // Mixed precision (LinearTypes): y/bias/dy and dw/dbias types; the input type when left unset.
-  ScalarType out = ScalarType::kInt32;
-  ScalarType grad = ScalarType::kInt32;
-  ScalarType out_type() const { return out == ScalarType::kInt32 ? dtype : out; }
-  ScalarType grad_type() const { return grad == ScalarType::kInt32 ? dtype : grad; }
+  DType out = DType::kInt32;
+  DType grad = DType::kInt32;
+  DType out_type() const { return out == DType::kInt32 ? dtype : out; }
+  DType grad_type() const { return grad == DType::kInt32 ? dtype : grad; }
   LinearTypes types() const { return LinearTypes(dtype, out_type(), grad_type()); }
 };
 
 double linear_tolerance(const LinearCase& c) {
-  if (c.dtype == ScalarType::kBFloat16) return 2e-2;
+  if (c.dtype == DType::kBFloat16) return 2e-2;
   return c.math == MathMode::kTF32 ? 5e-3 : 1e-5;
 }
 
 std::string describe(const LinearCase& c, Activation act, bool bias, bool accumulate) {
-  auto name = [](ScalarType t) { return t == ScalarType::kBFloat16 ? "bf16" : "fp32"; };
-  return std::string(c.dtype == ScalarType::kBFloat16 ? "bf16" : c.math == MathMode::kTF32 ? "tf32" : "fp32") +
+  auto name = [](DType t) { return t == DType::kBFloat16 ? "bf16" : "fp32"; };
+  return std::string(c.dtype == DType::kBFloat16 ? "bf16" : c.math == MathMode::kTF32 ? "tf32" : "fp32") +
          (c.out_type() != c.dtype || c.grad_type() != c.dtype
               ? std::string(" out=") + name(c.out_type()) + " grad=" + name(c.grad_type())
               : std::string()) +
@@ -220,12 +220,12 @@ std::vector<LinearCase> linear_cases(bool include_large) {
       include_large ? std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {256, 784, 1024}}
                     : std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {64, 32, 16}, {1000, 40, 264}};
   for (const auto& s : shapes) {
-    cases.push_back({ScalarType::kFloat32, MathMode::kFloat32, s});
-    cases.push_back({ScalarType::kFloat32, MathMode::kTF32, s});
-    cases.push_back({ScalarType::kBFloat16, MathMode::kFloat32, s});
+    cases.push_back({DType::kFloat32, MathMode::kFloat32, s});
+    cases.push_back({DType::kFloat32, MathMode::kTF32, s});
+    cases.push_back({DType::kBFloat16, MathMode::kFloat32, s});
     // linear_mixed's two shapes: float32 gradients for the FP32 masters, with a bf16 or a float32 output.
-    cases.push_back({ScalarType::kBFloat16, MathMode::kFloat32, s, ScalarType::kBFloat16, ScalarType::kFloat32});
-    cases.push_back({ScalarType::kBFloat16, MathMode::kFloat32, s, ScalarType::kFloat32, ScalarType::kFloat32});
+    cases.push_back({DType::kBFloat16, MathMode::kFloat32, s, DType::kBFloat16, DType::kFloat32});
+    cases.push_back({DType::kBFloat16, MathMode::kFloat32, s, DType::kFloat32, DType::kFloat32});
   }
   return cases;
 }
@@ -372,7 +372,7 @@ TEST_F(CudaKernels, LinearBackwardLargeMatchesReference) {
 }
 
 TEST_F(CudaKernels, LinearBackwardWithoutDx) {
-  const LinearCase c{ScalarType::kFloat32, MathMode::kFloat32, {37, 129, 67}};
+  const LinearCase c{DType::kFloat32, MathMode::kFloat32, {37, 129, 67}};
   for (Activation act : kActivations) run_linear_backward_case(c, act, true, false, false, stream_);
 }
 
@@ -391,7 +391,7 @@ TEST_F(CudaKernels, LinearForwardOnMisalignedViews) {
   DDP_CUDA_CHECK(cudaMemcpy(w, wh.data(), wh.size() * 4, cudaMemcpyHostToDevice));
   DDP_CUDA_CHECK(cudaMemcpy(bias, bh.data(), bh.size() * 4, cudaMemcpyHostToDevice));
   DDP_CUDA_CHECK(cudaMemset(y, 0xff, B * O * 4));
-  gpu::linear_forward(ScalarType::kFloat32, MathMode::kFloat32, s, x, w, bias, Activation::kRelu, y, nullptr,
+  gpu::linear_forward(DType::kFloat32, MathMode::kFloat32, s, x, w, bias, Activation::kRelu, y, nullptr,
                       stream_);
   sync();
   std::vector<float> yh(B * O);
@@ -411,7 +411,7 @@ TEST_F(CudaKernels, LinearForwardOnMisalignedViews) {
   float* dbias = dw + O * I;
   float* dx = dbias + O + 1;
   grads.poison();
-  gpu::linear_backward(ScalarType::kFloat32, MathMode::kFloat32, s, y, x, w, nullptr, nullptr, Activation::kNone,
+  gpu::linear_backward(DType::kFloat32, MathMode::kFloat32, s, y, x, w, nullptr, nullptr, Activation::kNone,
                        dx, dw, dbias, false, nullptr, stream_);
   sync();
   std::vector<float> dwh(O * I), dbh(O), dxh(B * I);
@@ -435,8 +435,8 @@ TEST_F(CudaKernels, LinearForwardOnMisalignedViews) {
 
 TEST_F(CudaKernels, LinearSteadyStateDoesNotAllocate) {
   const LinearShape s{256, 784, 1024};
-  for (ScalarType dtype : {ScalarType::kFloat32, ScalarType::kBFloat16}) {
-    const std::size_t es = dtype == ScalarType::kFloat32 ? 4 : 2;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    const std::size_t es = dtype == DType::kFloat32 ? 4 : 2;
     DeviceBuffer x(s.batch * s.in * es), w(s.out * s.in * es), b(s.out * es), y(s.batch * s.out * es);
     DeviceBuffer pre(s.batch * s.out * es), dy(s.batch * s.out * es), dz(s.batch * s.out * es);
     DeviceBuffer dx(s.batch * s.in * es), dw(s.out * s.in * es), db(s.out * es);
@@ -467,9 +467,9 @@ TEST_F(CudaKernels, LinearSteadyStateDoesNotAllocate) {
 TEST_F(CudaKernels, LinearAndOptimizerAreGraphCapturable) {
   const LinearShape s{37, 129, 67};
   const std::int64_t B = s.batch, I = s.in, O = s.out;
-  TypedBuffer x(ScalarType::kFloat32, B * I), w(ScalarType::kFloat32, O * I), b(ScalarType::kFloat32, O);
-  TypedBuffer y(ScalarType::kFloat32, B * O), dx(ScalarType::kFloat32, B * I), dw(ScalarType::kFloat32, O * I);
-  TypedBuffer db(ScalarType::kFloat32, O), dz(ScalarType::kFloat32, B * O);
+  TypedBuffer x(DType::kFloat32, B * I), w(DType::kFloat32, O * I), b(DType::kFloat32, O);
+  TypedBuffer y(DType::kFloat32, B * O), dx(DType::kFloat32, B * I), dw(DType::kFloat32, O * I);
+  TypedBuffer db(DType::kFloat32, O), dz(DType::kFloat32, B * O);
   DeviceBuffer labels(B * 4), loss(4), dlogits(B * O * 4), norm(8);
   std::vector<std::int32_t> lh(B);
   for (std::int64_t i = 0; i < B; ++i) lh[i] = static_cast<std::int32_t>((i * 7) % O);
@@ -480,12 +480,12 @@ TEST_F(CudaKernels, LinearAndOptimizerAreGraphCapturable) {
     b.set(random_nonzero(O, 3));
   };
   auto step = [&] {
-    gpu::linear_forward(ScalarType::kFloat32, MathMode::kFloat32, s, x.device.get(), w.device.get(),
+    gpu::linear_forward(DType::kFloat32, MathMode::kFloat32, s, x.device.get(), w.device.get(),
                         b.device.get(), Activation::kRelu, y.device.get(), nullptr, stream_);
-    gpu::softmax_cross_entropy(ScalarType::kFloat32, y.device.get<float>(), labels.get<std::int32_t>(), B, O,
+    gpu::softmax_cross_entropy(DType::kFloat32, y.device.get<float>(), labels.get<std::int32_t>(), B, O,
                                loss.get<float>(),
                                dlogits.get<float>(), stream_);
-    gpu::linear_backward(ScalarType::kFloat32, MathMode::kFloat32, s, dlogits.get(), x.device.get(),
+    gpu::linear_backward(DType::kFloat32, MathMode::kFloat32, s, dlogits.get(), x.device.get(),
                          w.device.get(), y.device.get(), nullptr, Activation::kRelu, dx.device.get(),
                          dw.device.get(), db.device.get(), false, dz.device.get(), stream_);
     gpu::sum_squares(dw.device.get<float>(), O * I, norm.get<double>(), stream_);
@@ -583,7 +583,7 @@ TEST_F(CudaKernels, ActivationsInPlace) {
 // float32 or bfloat16 logits (mixed precision): the loss is computed in float32 from the logits as stored, the
 // gradient is stored in the logits' type (bf16: within its rounding, 2^-9 relative).
 void check_softmax_xent(std::int64_t batch, std::int64_t classes, float offset, cudaStream_t stream,
-                        ScalarType dtype = ScalarType::kFloat32) {
+                        DType dtype = DType::kFloat32) {
   auto logits = random_nonzero(batch * classes, static_cast<std::uint32_t>(batch + classes), 4.0f);
   for (auto& v : logits) v += offset;  // a large common offset: only a max-subtracting kernel survives it
   std::vector<std::int32_t> labels(batch);
@@ -594,7 +594,7 @@ void check_softmax_xent(std::int64_t batch, std::int64_t classes, float offset, 
   ld.set(logits);
   for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(ld.host[i]);  // as stored
   upload(lab, labels);
-  const double grad_tol = dtype == ScalarType::kFloat32 ? 1e-5 : 1e-2;
+  const double grad_tol = dtype == DType::kFloat32 ? 1e-5 : 1e-2;
   double loss_ref = 0.0;
   std::vector<double> grad_ref(logits.size());
   for (std::int64_t r = 0; r < batch; ++r) {
@@ -608,7 +608,7 @@ void check_softmax_xent(std::int64_t batch, std::int64_t classes, float offset, 
           (std::exp(logits[r * classes + c] - m) / s - (c == labels[r] ? 1.0 : 0.0)) / static_cast<double>(batch);
   }
   loss_ref /= static_cast<double>(batch);
-  const char* type = dtype == ScalarType::kFloat32 ? "fp32" : "bf16";
+  const char* type = dtype == DType::kFloat32 ? "fp32" : "bf16";
   for (bool with_grad : {true, false}) {
     loss.poison();
     grad.device.poison();
@@ -645,9 +645,9 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyMatchesReference) {
   check_softmax_xent(64, 17, 1000.0f, stream_);
   // Rows of a multiple of 8 classes take the 16-byte path; bfloat16 logits (forward_bf16's) both ways.
   check_softmax_xent(96, 4096, 0.0f, stream_);
-  check_softmax_xent(96, 4096, 0.0f, stream_, ScalarType::kBFloat16);
-  check_softmax_xent(256, 10, 0.0f, stream_, ScalarType::kBFloat16);
-  check_softmax_xent(64, 1000, 100.0f, stream_, ScalarType::kBFloat16);
+  check_softmax_xent(96, 4096, 0.0f, stream_, DType::kBFloat16);
+  check_softmax_xent(256, 10, 0.0f, stream_, DType::kBFloat16);
+  check_softmax_xent(64, 1000, 100.0f, stream_, DType::kBFloat16);
 }
 
 TEST_F(CudaKernels, MseMatchesReference) {
@@ -712,13 +712,13 @@ TEST_F(CudaKernels, ArgmaxAndCountCorrectBreakTiesLow) {
 TEST_F(CudaKernels, FillEveryTypeWithoutOverrun) {
   const std::int64_t n = 1001;
   const double value = 3.14159265358979;
-  for (ScalarType t : {ScalarType::kFloat32, ScalarType::kBFloat16, ScalarType::kInt32, ScalarType::kInt64}) {
-    const std::size_t es = t == ScalarType::kBFloat16 ? 2 : t == ScalarType::kInt64 ? 8 : 4;
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
+    const std::size_t es = t == DType::kBFloat16 ? 2 : t == DType::kInt64 ? 8 : 4;
     for (int misalign : {0, 1}) {
       DeviceBuffer buf((n + 16) * es);
       buf.poison();
       char* start = buf.get<char>() + misalign * es;
-      const double v = t == ScalarType::kInt64 ? -1e12 : t == ScalarType::kInt32 ? -7.0 : value;
+      const double v = t == DType::kInt64 ? -1e12 : t == DType::kInt32 ? -7.0 : value;
       gpu::fill(t, start, n, v, stream_);
       sync();
       std::vector<unsigned char> bytes = download<unsigned char>(buf, (n + 16) * es);
@@ -726,15 +726,15 @@ TEST_F(CudaKernels, FillEveryTypeWithoutOverrun) {
       for (std::size_t i = (misalign + n) * es; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], 0xff) << "fill overran";
       const unsigned char* p = bytes.data() + misalign * es;
       for (std::int64_t i = 0; i < n; ++i) {
-        if (t == ScalarType::kFloat32) {
+        if (t == DType::kFloat32) {
           float f;
           std::memcpy(&f, p + i * 4, 4);
           ASSERT_EQ(float_bits(f), float_bits(static_cast<float>(value)));
-        } else if (t == ScalarType::kBFloat16) {
+        } else if (t == DType::kBFloat16) {
           std::uint16_t b;
           std::memcpy(&b, p + i * 2, 2);
           ASSERT_EQ(b, bf16_bits(static_cast<float>(value)));
-        } else if (t == ScalarType::kInt32) {
+        } else if (t == DType::kInt32) {
           std::int32_t k;
           std::memcpy(&k, p + i * 4, 4);
           ASSERT_EQ(k, -7);
@@ -794,7 +794,7 @@ TEST_F(CudaKernels, CastRoundsToNearestEven) {
   for (int misalign : {0, 1}) {
     bd.poison();
     const std::int64_t m = n - misalign;
-    gpu::cast(ScalarType::kFloat32, fd.get<float>() + misalign, ScalarType::kBFloat16,
+    gpu::cast(DType::kFloat32, fd.get<float>() + misalign, DType::kBFloat16,
               bd.get<std::uint16_t>() + misalign, m, stream_);
     sync();
     const auto bits = download<std::uint16_t>(bd, n);
@@ -808,7 +808,7 @@ TEST_F(CudaKernels, CastRoundsToNearestEven) {
     }
   }
   back.poison();
-  gpu::cast(ScalarType::kBFloat16, bd.get(), ScalarType::kFloat32, back.get(), n, stream_);
+  gpu::cast(DType::kBFloat16, bd.get(), DType::kFloat32, back.get(), n, stream_);
   sync();
   const auto bits = download<std::uint16_t>(bd, n);
   const auto f = download<float>(back, n);

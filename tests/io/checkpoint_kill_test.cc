@@ -37,7 +37,7 @@ std::string scratch(const std::string& name) {
     for (std::size_t i = 0; i < weights.size(); i += 4096) weights[i] = static_cast<float>(step);
     CheckpointMetadata m;
     m.step = step;
-    save_checkpoint(dir, m, {TensorSource{"0.weight", DType::kF32, {1024, 1024}, weights.data(), weights.size() * 4}},
+    save_checkpoint(dir, m, {TensorSource{"0.weight", DType::kFloat32, {1024, 1024}, weights.data(), weights.size() * 4}},
                     /*keep_last=*/2);
     const char byte = 1;
     if (write(done_fd, &byte, 1) != 1) _exit(3);

@@ -30,9 +30,9 @@ struct Model {
   std::vector<float> b0 = {0.1f, 0.2f, 0.3f};
   std::vector<float> m0 = std::vector<float>(12, -1.0f);
   std::vector<TensorSource> tensors() const {
-    return {{"0.weight", DType::kF32, {3, 4}, w0.data(), 48},
-            {"0.bias", DType::kF32, {3}, b0.data(), 12},
-            {optimizer_tensor_name("momentum_buffer", "0.weight"), DType::kF32, {3, 4}, m0.data(), 48}};
+    return {{"0.weight", DType::kFloat32, {3, 4}, w0.data(), 48},
+            {"0.bias", DType::kFloat32, {3}, b0.data(), 12},
+            {optimizer_tensor_name("momentum_buffer", "0.weight"), DType::kFloat32, {3, 4}, m0.data(), 48}};
   }
 };
 
@@ -76,11 +76,11 @@ TEST(Checkpoint, SaveAndLoadRoundTrip) {
   EXPECT_EQ(c.metadata.extra.at("model"), "784-256-10");
   EXPECT_EQ(c.file.metadata().at("ddp.format"), kCheckpointFormat);
   std::vector<float> w(12);
-  c.file.copy_to("0.weight", DType::kF32, {3, 4}, w.data());
+  c.file.copy_to("0.weight", DType::kFloat32, {3, 4}, w.data());
   EXPECT_EQ(w, model.w0);
   std::vector<float> wrong(100);
   try {
-    c.file.copy_to("0.weight", DType::kF32, {3, 8}, wrong.data());
+    c.file.copy_to("0.weight", DType::kFloat32, {3, 8}, wrong.data());
     FAIL();
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("checkpoint " + path +

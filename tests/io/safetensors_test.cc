@@ -37,11 +37,11 @@ struct Fixture {
   std::vector<int64_t> step = {7};
   std::vector<uint16_t> half = {0x3f80, 0x4000};
   std::vector<TensorSource> tensors() const {
-    return {{"0.weight", DType::kF32, {2, 3}, w.data(), w.size() * 4},
-            {"0.bias", DType::kF32, {2}, b.data(), b.size() * 4},
-            {"optimizer.step", DType::kI64, {1}, step.data(), 8},
-            {"h", DType::kBF16, {2}, half.data(), 4},
-            {"empty", DType::kI32, {0, 3}, nullptr, 0}};
+    return {{"0.weight", DType::kFloat32, {2, 3}, w.data(), w.size() * 4},
+            {"0.bias", DType::kFloat32, {2}, b.data(), b.size() * 4},
+            {"optimizer.step", DType::kInt64, {1}, step.data(), 8},
+            {"h", DType::kBFloat16, {2}, half.data(), 4},
+            {"empty", DType::kInt32, {0, 3}, nullptr, 0}};
   }
 };
 
@@ -75,10 +75,10 @@ TEST(Safetensors, RoundTripThroughAFile) {
   EXPECT_EQ(file.tensors().size(), 5u);
   EXPECT_EQ(file.metadata().at("step"), "7");
   std::vector<float> w(6);
-  file.copy_to("0.weight", DType::kF32, {2, 3}, w.data());
+  file.copy_to("0.weight", DType::kFloat32, {2, 3}, w.data());
   EXPECT_EQ(w, f.w);
   std::vector<int64_t> s(1);
-  file.copy_to("optimizer.step", DType::kI64, {1}, s.data());
+  file.copy_to("optimizer.step", DType::kInt64, {1}, s.data());
   EXPECT_EQ(s[0], 7);
   EXPECT_EQ(file.at("empty").shape, (std::vector<int64_t>{0, 3}));
   EXPECT_EQ(file.find("nope"), nullptr);
@@ -92,13 +92,13 @@ TEST(Safetensors, ShapeAndDtypeMismatchNameFileAndTensor) {
   o.kind = "checkpoint";
   const SafetensorsFile file = load_safetensors(path, o);
   std::vector<float> out(100);
-  EXPECT_NE(error_of([&] { file.copy_to("0.weight", DType::kF32, {2, 5}, out.data()); })
+  EXPECT_NE(error_of([&] { file.copy_to("0.weight", DType::kFloat32, {2, 5}, out.data()); })
                 .find("checkpoint " + path + ": tensor 0.weight: shape [2,3] does not match the model's [2,5]"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { file.copy_to("0.bias", DType::kBF16, {2}, out.data()); })
+  EXPECT_NE(error_of([&] { file.copy_to("0.bias", DType::kBFloat16, {2}, out.data()); })
                 .find("tensor 0.bias: dtype F32 does not match the model's BF16"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { file.copy_to("4.weight", DType::kF32, {2}, out.data()); })
+  EXPECT_NE(error_of([&] { file.copy_to("4.weight", DType::kFloat32, {2}, out.data()); })
                 .find("tensor 4.weight: missing from the file"),
             std::string::npos);
 }
@@ -200,10 +200,10 @@ TEST(Safetensors, ChecksumsRequiredWhenAsked) {
 
 TEST(Safetensors, WriterRefusesBadInput) {
   std::vector<float> x(4);
-  EXPECT_THROW(encode_safetensors({{"a", DType::kF32, {3}, x.data(), 16}}, {}), InvalidArgument);
-  EXPECT_THROW(encode_safetensors({{"a", DType::kF32, {4}, x.data(), 16}, {"a", DType::kF32, {4}, x.data(), 16}}, {}),
+  EXPECT_THROW(encode_safetensors({{"a", DType::kFloat32, {3}, x.data(), 16}}, {}), InvalidArgument);
+  EXPECT_THROW(encode_safetensors({{"a", DType::kFloat32, {4}, x.data(), 16}, {"a", DType::kFloat32, {4}, x.data(), 16}}, {}),
                InvalidArgument);
-  EXPECT_THROW(encode_safetensors({{"__metadata__", DType::kF32, {4}, x.data(), 16}}, {}), InvalidArgument);
+  EXPECT_THROW(encode_safetensors({{"__metadata__", DType::kFloat32, {4}, x.data(), 16}}, {}), InvalidArgument);
   EXPECT_THROW(encode_safetensors({}, {{"ddp.crc32:a", "0"}}), InvalidArgument);
 }
 

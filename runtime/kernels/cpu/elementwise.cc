@@ -54,32 +54,34 @@ void activation_backward(Activation act, const float* x, const float* dy, float*
   }
 }
 
-void fill(ScalarType dtype, void* data, std::int64_t n, double value, StreamHandle /*stream*/) {
+void fill(DType dtype, void* data, std::int64_t n, double value, StreamHandle /*stream*/) {
   switch (dtype) {
-    case ScalarType::kFloat32: {
+    case DType::kFloat32: {
       auto* p = static_cast<float*>(data);
       const float v = static_cast<float>(value);
       for (std::int64_t i = 0; i < n; ++i) p[i] = v;
       return;
     }
-    case ScalarType::kBFloat16: {
+    case DType::kBFloat16: {
       auto* p = static_cast<std::uint16_t*>(data);
       const std::uint16_t v = float_to_bf16(static_cast<float>(value));
       for (std::int64_t i = 0; i < n; ++i) p[i] = v;
       return;
     }
-    case ScalarType::kInt32: {
+    case DType::kInt32: {
       auto* p = static_cast<std::int32_t*>(data);
       const auto v = static_cast<std::int32_t>(value);
       for (std::int64_t i = 0; i < n; ++i) p[i] = v;
       return;
     }
-    case ScalarType::kInt64: {
+    case DType::kInt64: {
       auto* p = static_cast<std::int64_t*>(data);
       const auto v = static_cast<std::int64_t>(value);
       for (std::int64_t i = 0; i < n; ++i) p[i] = v;
       return;
     }
+    default:
+      throw InternalError(std::string("fill: no kernel for ") + dtype_name(dtype));
   }
 }
 
@@ -95,25 +97,25 @@ void scale(float* x, std::int64_t n, float alpha, StreamHandle /*stream*/) {
   for (std::int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }
 
-void cast(ScalarType from, const void* src, ScalarType to, void* dst, std::int64_t n, StreamHandle /*stream*/) {
+void cast(DType from, const void* src, DType to, void* dst, std::int64_t n, StreamHandle /*stream*/) {
   if (from == to) {
-    const std::size_t bytes = static_cast<std::size_t>(n) * (from == ScalarType::kBFloat16 ? 2 : 4);
+    const std::size_t bytes = static_cast<std::size_t>(n) * (from == DType::kBFloat16 ? 2 : 4);
     if (src != dst) std::memcpy(dst, src, bytes);
     return;
   }
-  if (from == ScalarType::kFloat32 && to == ScalarType::kBFloat16) {
+  if (from == DType::kFloat32 && to == DType::kBFloat16) {
     const auto* s = static_cast<const float*>(src);
     auto* d = static_cast<std::uint16_t*>(dst);
     for (std::int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
     return;
   }
-  if (from == ScalarType::kBFloat16 && to == ScalarType::kFloat32) {
+  if (from == DType::kBFloat16 && to == DType::kFloat32) {
     const auto* s = static_cast<const std::uint16_t*>(src);
     auto* d = static_cast<float*>(dst);
     for (std::int64_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
     return;
   }
-  DDP_CHECK(false, "cast: only float32 <-> bfloat16 is supported");
+  throw InvalidArgument("cast: only float32 <-> bfloat16 conversions are supported");
 }
 
 void sum_squares(const float* x, std::int64_t n, double* out, StreamHandle /*stream*/) {

@@ -20,15 +20,15 @@ void check_shape(const char* op, const LinearShape& s) {
                 " out=" + std::to_string(s.out));
 }
 
-void check_dtype(const char* op, ScalarType dtype) {
-  DDP_CHECK(dtype == ScalarType::kFloat32 || dtype == ScalarType::kBFloat16,
+void check_dtype(const char* op, DType dtype) {
+  DDP_CHECK(dtype == DType::kFloat32 || dtype == DType::kBFloat16,
             std::string(op) + ": only float32 and bfloat16 are supported");
 }
 
 // Widens `n` values of `dtype` at `src` to float; float32 input is returned as is (no copy).
-const float* widen(ScalarType dtype, const void* src, std::int64_t n, int slot) {
+const float* widen(DType dtype, const void* src, std::int64_t n, int slot) {
   if (src == nullptr) return nullptr;
-  if (dtype == ScalarType::kFloat32) return static_cast<const float*>(src);
+  if (dtype == DType::kFloat32) return static_cast<const float*>(src);
   float* dst = detail::scratch_floats(slot, static_cast<std::size_t>(n));
   const auto* h = static_cast<const std::uint16_t*>(src);
   for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(h[i]);
@@ -43,20 +43,20 @@ void check_types(const char* op, const LinearTypes& t) {
   check_dtype(op, t.input);
   check_dtype(op, t.output);
   check_dtype(op, t.grad);
-  DDP_CHECK(t.input == ScalarType::kBFloat16 || (t.output == t.input && t.grad == t.input),
+  DDP_CHECK(t.input == DType::kBFloat16 || (t.output == t.input && t.grad == t.input),
             std::string(op) + ": float32 input needs float32 output and gradients (mixed types are for bfloat16 "
                               "input only)");
 }
 
 // Where to compute an output of `dtype` in float: the output itself when it is float32, else scratch `slot`.
-float* output_floats(ScalarType dtype, void* out, std::int64_t n, int slot) {
-  if (dtype == ScalarType::kFloat32) return static_cast<float*>(out);
+float* output_floats(DType dtype, void* out, std::int64_t n, int slot) {
+  if (dtype == DType::kFloat32) return static_cast<float*>(out);
   return detail::scratch_floats(slot, static_cast<std::size_t>(n));
 }
 
 // Stores a float result computed by output_floats() into `out` (a no-op when it was computed in place).
-void store(ScalarType dtype, const float* src, std::int64_t n, void* out) {
-  if (dtype == ScalarType::kFloat32) return;
+void store(DType dtype, const float* src, std::int64_t n, void* out) {
+  if (dtype == DType::kFloat32) return;
   narrow(src, n, static_cast<std::uint16_t*>(out));
 }
 
@@ -142,7 +142,7 @@ void linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& sha
   check_shape("linear_forward", shape);
   check_types("linear_forward", types);
   const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
-  if (types.input == ScalarType::kFloat32) {
+  if (types.input == DType::kFloat32) {
     linear_forward_f32(shape, static_cast<const float*>(x), static_cast<const float*>(w),
                        static_cast<const float*>(bias), act, static_cast<float*>(y),
                        static_cast<float*>(pre_activation));
@@ -165,7 +165,7 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
   check_shape("linear_backward", shape);
   check_types("linear_backward", types);
   const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
-  if (types.input == ScalarType::kFloat32) {
+  if (types.input == DType::kFloat32) {
     DDP_CHECK(act == Activation::kNone || scratch_dz != nullptr, "linear_backward: scratch_dz is required");
     const float* dz = activation_grad(act, B * O, static_cast<const float*>(dy), static_cast<const float*>(y),
                                       static_cast<const float*>(pre_activation), static_cast<float*>(scratch_dz));
@@ -191,14 +191,14 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
   float* dbf = nullptr;
   if (dw != nullptr) {
     dwf = output_floats(types.grad, dw, O * I, 6);
-    if (accumulate && types.grad != ScalarType::kFloat32) {
+    if (accumulate && types.grad != DType::kFloat32) {
       const auto* h = static_cast<const std::uint16_t*>(dw);
       for (std::int64_t i = 0; i < O * I; ++i) dwf[i] = bf16_to_float(h[i]);
     }
   }
   if (dbias != nullptr) {
     dbf = output_floats(types.grad, dbias, O, 7);
-    if (accumulate && types.grad != ScalarType::kFloat32) {
+    if (accumulate && types.grad != DType::kFloat32) {
       const auto* h = static_cast<const std::uint16_t*>(dbias);
       for (std::int64_t i = 0; i < O; ++i) dbf[i] = bf16_to_float(h[i]);
     }

@@ -35,13 +35,13 @@ std::int32_t row_argmax(const float* row, std::int64_t classes) {
 
 }  // namespace
 
-void softmax_cross_entropy(ScalarType dtype, const void* logits_in, const std::int32_t* labels, std::int64_t batch,
+void softmax_cross_entropy(DType dtype, const void* logits_in, const std::int32_t* labels, std::int64_t batch,
                            std::int64_t classes, float* loss, void* dlogits_out, StreamHandle /*stream*/) {
   DDP_CHECK(batch > 0 && classes > 0, "softmax_cross_entropy: empty logits [" + std::to_string(batch) + ", " +
                                           std::to_string(classes) + "]");
-  DDP_CHECK(dtype == ScalarType::kFloat32 || dtype == ScalarType::kBFloat16,
+  DDP_CHECK(dtype == DType::kFloat32 || dtype == DType::kBFloat16,
             "softmax_cross_entropy: logits must be float32 or bfloat16");
-  const bool bf16 = dtype == ScalarType::kBFloat16;
+  const bool bf16 = dtype == DType::kBFloat16;
   const std::int64_t n = batch * classes;
   // bfloat16 logits are widened into scratch and the gradient computed there, then rounded once.
   const float* logits = static_cast<const float*>(logits_in);

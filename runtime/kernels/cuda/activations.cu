@@ -312,14 +312,14 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
   }
 }
 
-void check_float_type(ScalarType dtype, const char* what) {
-  DDP_CHECK(dtype == ScalarType::kFloat32 || dtype == ScalarType::kBFloat16,
+void check_float_type(DType dtype, const char* what) {
+  DDP_CHECK(dtype == DType::kFloat32 || dtype == DType::kBFloat16,
             std::string(what) + ": dtype must be float32 or bfloat16");
 }
 
 }  // namespace
 
-void bias_activation(ScalarType dtype, Activation act, const void* z_in, const void* bias, void* pre_out, void* y,
+void bias_activation(DType dtype, Activation act, const void* z_in, const void* bias, void* pre_out, void* y,
                      std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
   check_float_type(dtype, "bias_activation");
   const std::int64_t n = rows * cols;
@@ -327,7 +327,7 @@ void bias_activation(ScalarType dtype, Activation act, const void* z_in, const v
   if (cols % 8 == 0 && aligned16(z_in) && aligned16(y) && (bias == nullptr || aligned16(bias)) &&
       (pre_out == nullptr || aligned16(pre_out))) {
     const std::int64_t groups = n / 8;
-    if (dtype == ScalarType::kFloat32) {
+    if (dtype == DType::kFloat32) {
       bias_activation_vec_kernel<float><<<blocks_for(groups), kThreads, 0, stream>>>(
           act, static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
           static_cast<float*>(y), groups, cols);
@@ -339,7 +339,7 @@ void bias_activation(ScalarType dtype, Activation act, const void* z_in, const v
     DDP_CUDA_CHECK_LAUNCH();
     return;
   }
-  if (dtype == ScalarType::kFloat32) {
+  if (dtype == DType::kFloat32) {
     bias_activation_kernel<float><<<blocks_for(n), kThreads, 0, stream>>>(
         act, static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
         static_cast<float*>(y), rows, cols);
@@ -351,7 +351,7 @@ void bias_activation(ScalarType dtype, Activation act, const void* z_in, const v
   DDP_CUDA_CHECK_LAUNCH();
 }
 
-void activation_grad_bias(ScalarType dy_type, ScalarType dz_type, ScalarType bias_type, Activation act,
+void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activation act,
                           const void* dy, const void* saved, void* dz, void* dbias, bool accumulate,
                           std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
   check_float_type(dy_type, "activation_grad_bias");
@@ -363,8 +363,8 @@ void activation_grad_bias(ScalarType dy_type, ScalarType dz_type, ScalarType bia
   }
   using F = float;
   using B = __nv_bfloat16;
-  const bool f_dy = dy_type == ScalarType::kFloat32, f_dz = dz_type == ScalarType::kFloat32,
-             f_b = bias_type == ScalarType::kFloat32;
+  const bool f_dy = dy_type == DType::kFloat32, f_dz = dz_type == DType::kFloat32,
+             f_b = bias_type == DType::kFloat32;
   auto run = [&](auto dy_tag, auto dz_tag, auto b_tag) {
     activation_grad_bias_typed<decltype(dy_tag), decltype(dz_tag), decltype(b_tag)>(act, dy, saved, dz, dbias,
                                                                                    accumulate, rows, cols, stream);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "runtime/core/check.h"
+#include "runtime/kernels/cuda/cublas_check.h"
 
 namespace ddp::kernels::cuda {
 namespace {

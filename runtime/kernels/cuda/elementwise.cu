@@ -174,28 +174,28 @@ __global__ void flag_nonfinite_kernel(const float* __restrict__ x, std::int64_t 
 
 }  // namespace
 
-void fill(ScalarType dtype, void* data, std::int64_t n, double value, StreamHandle stream) {
+void fill(DType dtype, void* data, std::int64_t n, double value, StreamHandle stream) {
   if (n <= 0) return;
   switch (dtype) {
-    case ScalarType::kFloat32: {
+    case DType::kFloat32: {
       const float f = static_cast<float>(value);
       std::uint32_t bits;
       std::memcpy(&bits, &f, sizeof bits);
       launch_fill<std::uint32_t>(data, n, bits, stream);
       break;
     }
-    case ScalarType::kBFloat16:
+    case DType::kBFloat16:
       // double → float → bf16 (RNE), as c10::BFloat16 does for a scalar.
       launch_fill<std::uint16_t>(data, n, bf16_bits_rne(static_cast<float>(value)), stream);
       break;
-    case ScalarType::kInt32:
+    case DType::kInt32:
       launch_fill<std::int32_t>(data, n, static_cast<std::int32_t>(value), stream);
       break;
-    case ScalarType::kInt64:
+    case DType::kInt64:
       launch_fill<std::int64_t>(data, n, static_cast<std::int64_t>(value), stream);
       break;
     default:
-      DDP_CHECK(false, "fill: unknown ScalarType");
+      throw InternalError(std::string("fill: no kernel for ") + dtype_name(dtype));
   }
 }
 
@@ -213,29 +213,29 @@ void scale(float* x, std::int64_t n, float alpha, StreamHandle stream) {
   DDP_CUDA_CHECK_LAUNCH();
 }
 
-void cast(ScalarType from, const void* src, ScalarType to, void* dst, std::int64_t n, StreamHandle stream) {
+void cast(DType from, const void* src, DType to, void* dst, std::int64_t n, StreamHandle stream) {
   if (n <= 0) return;
   if (from == to) {
     const std::size_t bytes =
-        from == ScalarType::kBFloat16 ? 2 : (from == ScalarType::kInt64 ? 8 : 4);
+        from == DType::kBFloat16 ? 2 : (from == DType::kInt64 ? 8 : 4);
     if (src != dst)
       DDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * bytes, cudaMemcpyDeviceToDevice, stream));
     return;
   }
-  if (from == ScalarType::kFloat32 && to == ScalarType::kBFloat16) {
+  if (from == DType::kFloat32 && to == DType::kBFloat16) {
     const bool vectorized = aligned16(src) && (reinterpret_cast<std::uintptr_t>(dst) & 7u) == 0;
     f32_to_bf16_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(
         static_cast<const float*>(src), static_cast<__nv_bfloat16*>(dst), n, vectorized);
     DDP_CUDA_CHECK_LAUNCH();
     return;
   }
-  if (from == ScalarType::kBFloat16 && to == ScalarType::kFloat32) {
+  if (from == DType::kBFloat16 && to == DType::kFloat32) {
     bf16_to_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(src),
                                                                static_cast<float*>(dst), n);
     DDP_CUDA_CHECK_LAUNCH();
     return;
   }
-  DDP_CHECK(false, "cast: only float32 <-> bfloat16 conversions are supported");
+  throw InvalidArgument("cast: only float32 <-> bfloat16 conversions are supported");
 }
 
 void sum_squares(const float* x, std::int64_t n, double* out, StreamHandle stream) {

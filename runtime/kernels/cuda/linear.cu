@@ -48,6 +48,7 @@
 #include "runtime/kernels/cuda/gemm_options.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
+#include "runtime/kernels/cuda/cublas_check.h"
 
 namespace ddp::kernels::cuda {
 namespace {
@@ -87,8 +88,8 @@ std::uint32_t alignment_of(const void* p) {
   return a;
 }
 
-cudaDataType_t cuda_type(ScalarType t) { return t == ScalarType::kFloat32 ? CUDA_R_32F : CUDA_R_16BF; }
-std::size_t element_size(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : 2; }
+cudaDataType_t cuda_type(DType t) { return t == DType::kFloat32 ? CUDA_R_32F : CUDA_R_16BF; }
+std::size_t element_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 const char* type_name(cudaDataType_t t) { return t == CUDA_R_32F ? "f32" : "bf16"; }
 
 // Everything that decides which algorithm cuBLASLt may run: the cache key of a plan.
@@ -330,8 +331,8 @@ class GemmPlan {
 
 // Operand types of one GEMM: A and B share `ab`; C, D and the bias (gradient) are `cd`.
 struct GemmTypes {
-  ScalarType ab;
-  ScalarType cd;
+  DType ab;
+  DType cd;
 };
 
 // One GEMM D = alpha·op(A)·op(B) + beta·C (C == D) with `epilogue`. Returns false when cuBLASLt has no algorithm
@@ -345,7 +346,7 @@ bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperat
   DDP_CUDA_CHECK(cudaGetDevice(&key.device));
   key.ab_type = cuda_type(types.ab);
   key.cd_type = cuda_type(types.cd);
-  key.compute = (types.ab == ScalarType::kFloat32 && math == MathMode::kTF32) ? CUBLAS_COMPUTE_32F_FAST_TF32
+  key.compute = (types.ab == DType::kFloat32 && math == MathMode::kTF32) ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                              : CUBLAS_COMPUTE_32F;
   key.transa = transa;
   key.transb = transb;
@@ -416,15 +417,15 @@ SideStream& side_stream_for(cudaStream_t main) {
 }
 
 void check_types(const LinearTypes& t, const char* what) {
-  auto floating = [](ScalarType s) { return s == ScalarType::kFloat32 || s == ScalarType::kBFloat16; };
+  auto floating = [](DType s) { return s == DType::kFloat32 || s == DType::kBFloat16; };
   DDP_CHECK(floating(t.input) && floating(t.output) && floating(t.grad),
             std::string(what) + ": types must be float32 or bfloat16");
-  DDP_CHECK(t.input == ScalarType::kBFloat16 || (t.output == t.input && t.grad == t.input),
+  DDP_CHECK(t.input == DType::kBFloat16 || (t.output == t.input && t.grad == t.input),
             std::string(what) + ": float32 input needs float32 output and gradients (mixed types are for bfloat16 "
                                 "input only)");
 }
 
-void zero(void* p, std::int64_t elements, ScalarType dtype, cudaStream_t stream) {
+void zero(void* p, std::int64_t elements, DType dtype, cudaStream_t stream) {
   if (p == nullptr || elements <= 0) return;
   DDP_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<std::size_t>(elements) * element_size(dtype), stream));
 }
@@ -447,7 +448,7 @@ void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
   DDP_CHECK(shape.batch >= 0 && shape.in >= 0 && shape.out >= 0, "linear_forward: negative shape");
   const std::int64_t batch = shape.batch, in = shape.in, out = shape.out;
   if (batch == 0 || out == 0) return;
-  const ScalarType out_type = types.output;
+  const DType out_type = types.output;
   // With kGelu the GEMM result goes to pre_activation (when given), and y = gelu(pre_activation) afterwards.
   void* z = (act == Activation::kGelu && pre_activation != nullptr) ? pre_activation : y;
   if (in == 0) {  // an empty sum: z = 0, then bias and activation

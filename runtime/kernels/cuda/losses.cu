@@ -177,9 +177,9 @@ __global__ void argmax_rows_kernel(const float* __restrict__ logits, std::int64_
 
 }  // namespace
 
-void softmax_cross_entropy(ScalarType dtype, const void* logits, const std::int32_t* labels, std::int64_t batch,
+void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, std::int64_t batch,
                            std::int64_t classes, float* loss, void* dlogits, StreamHandle stream) {
-  DDP_CHECK(dtype == ScalarType::kFloat32 || dtype == ScalarType::kBFloat16,
+  DDP_CHECK(dtype == DType::kFloat32 || dtype == DType::kBFloat16,
             "softmax_cross_entropy: logits must be float32 or bfloat16");
   if (batch <= 0 || classes <= 0) {
     // The mean over no rows is NaN, as torch's; no gradient elements to write.
@@ -191,7 +191,7 @@ void softmax_cross_entropy(ScalarType dtype, const void* logits, const std::int3
   const unsigned int blocks = row_blocks(batch);
   const bool vec = classes % 8 == 0 && detail::aligned16(logits) && (dlogits == nullptr || detail::aligned16(dlogits));
   const float inv_batch = static_cast<float>(1.0 / static_cast<double>(batch));
-  if (dtype == ScalarType::kFloat32) {
+  if (dtype == DType::kFloat32) {
     softmax_xent_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(logits), labels, batch,
                                                                 classes, static_cast<float*>(dlogits), inv_batch,
                                                                 partials, vec);
