@@ -58,6 +58,7 @@ struct Args {
   bool serial_backward = false;
   bool gemm_floor = false;
   bool no_bias_epilogue = false;
+  std::string optimizer = "sgd";
 };
 
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
@@ -139,6 +140,7 @@ int run(int argc, char** argv) {
   app.add_option("--batch", a.batch, "batch per rank");
   app.add_option("--device", a.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--precision", a.precision, "fp32 | tf32 | bf16")->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
+  app.add_option("--optimizer", a.optimizer, "sgd (momentum 0.9) | adamw")->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_flag("--ddp", a.ddp, "wrap the model in DistributedDataParallel (also at world size 1)");
   app.add_flag("--graph", a.graph, "capture the whole step as a CUDA graph (falls back to eager when impossible)");
   app.add_option("--warmup", a.warmup);
@@ -198,11 +200,20 @@ int run(int argc, char** argv) {
     options.first_bucket_cap_mb = a.first_bucket_mb;
     ddp = std::make_unique<DistributedDataParallel>(store, *group, world, stream, options);
   }
-  Sgd optimizer(store, SgdOptions{0.01, 0.9, 0.0, 0.0, false}, stream);
+  // SGD with momentum by default; AdamW as train_mlp's recipe, with its scalars in device memory as train_mlp
+  // keeps them for its graph (one more small launch per step).
+  std::unique_ptr<Optimizer> optimizer_owner;
+  if (a.optimizer == "adamw") {
+    optimizer_owner = std::make_unique<AdamW>(store, AdamWOptions{2e-3, 0.9, 0.999, 1e-8, 0.05}, stream);
+    optimizer_owner->use_device_scalars(stream);
+  } else {
+    optimizer_owner = std::make_unique<Sgd>(store, SgdOptions{0.01, 0.9, 0.0, 0.0, false}, stream);
+  }
+  Optimizer& optimizer = *optimizer_owner;
   std::unique_ptr<Bf16Weights> bf16_weights;
   if (bf16) {
     bf16_weights = std::make_unique<Bf16Weights>(store, stream);
-    optimizer.set_bf16_copy(bf16_weights->flat());  // the SGD kernel refreshes the copy in its own pass
+    optimizer.set_bf16_copy(bf16_weights->flat());  // the optimizer's kernel refreshes the copy in its own pass
   }
 
   // Each rank its own batch: x ~ N(0, 1), labels uniform over the classes.
@@ -340,6 +351,7 @@ int run(int argc, char** argv) {
     nlohmann::json j;
     j["impl"] = captured ? "ddp-cpp-graph" : "ddp-cpp";
     j["sizes"] = a.sizes;
+    j["optimizer"] = a.optimizer;
     j["batch"] = a.batch;
     j["device"] = a.device;
     j["precision"] = a.precision;

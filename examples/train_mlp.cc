@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <limits>
 #include <map>
 #include <memory>
@@ -455,7 +456,27 @@ std::string graph_refusal(const Flags& f, const ddp::World& world, ddp::Backend 
   return "";
 }
 
+// Where the run's wall time went, printed by rank 0 at the end (the GPU runs ahead of the host, so steps are
+// charged when the host next waits for them: at a logged loss, an evaluation or a checkpoint).
+struct PhaseTimes {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start = Clock::now();
+  double world_s = 0, data_s = 0, setup_s = 0, train_s = 0, eval_s = 0, checkpoint_s = 0;
+  static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+  std::string summary(long long steps) const {
+    char text[400];
+    const double total = since(start);
+    std::snprintf(text, sizeof text,
+                  "time: %.2f s from start: start-up %.2f s (MPI and device %.2f, data %.2f, model and DDP %.2f), "
+                  "%lld steps %.2f s (%.0f us each), evaluation %.2f s, checkpoints %.2f s",
+                  total, world_s + data_s + setup_s, world_s, data_s, setup_s, steps, train_s,
+                  steps > 0 ? train_s * 1e6 / steps : 0.0, eval_s, checkpoint_s);
+    return text;
+  }
+};
+
 int train(int argc, char** argv) {
+  PhaseTimes times;
   // Flags are parsed before the world exists (it needs --device and --backend) and refused once it does, so
   // a typo ends every rank with one message.
   int mpi_rank = 0;
@@ -467,6 +488,11 @@ int train(int argc, char** argv) {
   } catch (const InvalidArgument& e) {
     flag_error = e.what();
   }
+  // The data set is read (two files, on threads of their own) while MPI, the device and NCCL start: both take a
+  // good part of a second, and neither needs the other.
+  auto read_split = [dir = flags.data](ddp::data::Split split) { return ddp::data::load_fashion_mnist(dir, split); };
+  auto train_future = std::async(std::launch::async, read_split, ddp::data::Split::kTrain);
+  auto test_future = std::async(std::launch::async, read_split, ddp::data::Split::kTest);
   ddp::WorldOptions world_options;
   try {
     world_options.device = ddp::parse_device_request(flags.device);
@@ -477,6 +503,7 @@ int train(int argc, char** argv) {
   world_options.nccl = backend_env == nullptr || std::string(backend_env) != "mpi";
   ddp::World world(&argc, &argv, world_options);
   world.agree(flag_error, "bad command line");
+  times.world_s = PhaseTimes::since(times.start);
   const bool lead = world.rank() == 0;
 
   if (world.device().is_cpu()) {
@@ -487,12 +514,13 @@ int train(int argc, char** argv) {
   ddp::Stream stream = ddp::Stream::create(world.device());
 
   // ---- Data: read once, then held on the device that trains (the GPU's memory, or the host's) ----
+  const auto data_start = PhaseTimes::Clock::now();
   std::string data_error;
   ddp::data::Dataset train_set;
   ddp::data::Dataset test_set;
   try {
-    train_set = ddp::data::load_fashion_mnist(flags.data, ddp::data::Split::kTrain);
-    test_set = ddp::data::load_fashion_mnist(flags.data, ddp::data::Split::kTest);
+    train_set = train_future.get();
+    test_set = test_future.get();
     if (train_set.size < test_set.size) {
       data_error = "the training set of " + flags.data + " has " + std::to_string(train_set.size) +
                    " samples and the test set " + std::to_string(test_set.size) +
@@ -530,6 +558,9 @@ int train(int argc, char** argv) {
   // into their first rows).
   const Tensor batch_x = Tensor::empty({flags.batch_size, features}, ddp::DType::kFloat32, world.device(), stream);
   const Tensor batch_y = Tensor::empty({flags.batch_size}, ddp::DType::kInt32, world.device(), stream);
+
+  times.data_s = PhaseTimes::since(data_start);
+  const auto setup_start = PhaseTimes::Clock::now();
 
   // ---- Model, DDP, optimizer ----
   std::vector<std::int64_t> sizes = {features};
@@ -606,6 +637,7 @@ int train(int argc, char** argv) {
 
   auto save = [&](long long epoch, long long position) {
     if (flags.checkpoint_dir.empty()) return;
+    const auto save_start = PhaseTimes::Clock::now();
     std::string error;
     if (lead) {
       try {
@@ -624,15 +656,13 @@ int train(int argc, char** argv) {
       }
     }
     world.agree(error, "checkpoint write failed");
+    times.checkpoint_s += PhaseTimes::since(save_start);
   };
 
   // ---- The step ----
   Progress progress(total_steps);
-  // Gradients are zeroed lazily (marked to be overwritten: backward writes every one first), as
-  // zero_grad(set_to_none=True) in PyTorch, without a memset kernel.
-  const std::vector<Tensor> params = mlp.parameters();
   auto forward_backward = [&](const Tensor& x, const Tensor& y) {
-    ddp::autograd::zero_grad(params);
+    mlp.zero_grad(stream);
     Tensor loss = ddp::ops::cross_entropy(model.logits(x, stream), y, stream);
     ddp_model.backward(loss);
     return loss;
@@ -701,6 +731,8 @@ int train(int argc, char** argv) {
                 "training diverged");
   };
   std::vector<std::int64_t> rows;
+  times.setup_s = PhaseTimes::since(setup_start);
+  const auto train_start = PhaseTimes::Clock::now();
   for (long long epoch = start.epoch; epoch < flags.epochs && !done; ++epoch) {
     sampler.set_epoch(epoch);
     sampler.set_global_position(epoch == start.epoch ? start.position : 0);
@@ -718,7 +750,8 @@ int train(int argc, char** argv) {
       const bool log = (step + 1) % flags.log_every == 0 || step + 1 == total_steps;
       double mean_loss = 0;
       double grad_norm = 0;
-      if (graph_error.empty() && full && eager_steps >= kEagerStepsBeforeCapture) {
+      const bool replayed = graph_error.empty() && full && eager_steps >= kEagerStepsBeforeCapture;
+      if (replayed) {
         const Tensor loss = graphed_step(x, y);
         // Reading the loss waits for the step: only when logging.
         if (log) mean_loss = world.sum(loss.to_vector<float>(stream)[0]) / world.size();
@@ -750,8 +783,8 @@ int train(int argc, char** argv) {
       window_samples += n * world.size();
       if (log) {
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-        const ddp::ReducerStats& stats = ddp_model.last_stats();  // untimed when the step was a graph replay
-        const double hidden = !stats.timed            ? -1.0
+        const ddp::ReducerStats& stats = ddp_model.last_stats();  // of the last eager step: a replay has no timings
+        const double hidden = replayed || !stats.timed ? -1.0
                               : stats.allreduce_ms > 0 ? std::clamp(1.0 - stats.exposed_comm_ms / stats.allreduce_ms, 0.0, 1.0)
                                                        : 1.0;
         if (lead) {
@@ -775,7 +808,9 @@ int train(int argc, char** argv) {
       }
     }
     const bool epoch_finished = position >= sampler.num_samples() * world.size();
+    const auto eval_start = PhaseTimes::Clock::now();
     last_eval = test_shard.evaluate(model, world, stream);
+    times.eval_s += PhaseTimes::since(eval_start);
     evaluated = true;
     if (lead) {
       char line[160];
@@ -792,11 +827,13 @@ int train(int argc, char** argv) {
     window_start = std::chrono::steady_clock::now();
   }
   if (!evaluated) last_eval = test_shard.evaluate(model, world, stream);
+  times.train_s = PhaseTimes::since(train_start) - times.eval_s - times.checkpoint_s;
   if (trace) {
     // Every rank writes its own track; rank r's file is TRACE.rank<r>.json beside rank 0's TRACE.
     trace->write(trace_path(flags, world.rank()));
   }
   if (lead) {
+    std::printf("%s\n", times.summary(step - start.step).c_str());
     std::printf("final step=%lld test_loss=%.4f test_accuracy=%.4f\n", step, last_eval.loss, last_eval.accuracy);
   }
   return 0;

@@ -45,23 +45,26 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 class ProcessGroupNccl::NcclWork : public Work {
  public:
+  // `captured`: issued while its stream was captured into a CUDA graph. Such a collective runs only when the
+  // graph is replayed, and its events are graph dependencies with no state of their own (querying them fails),
+  // so for the host it is complete at once; the stream waits on the graph's own ordering.
   NcclWork(NcclCommunicator& comm, std::shared_ptr<Event> start, std::shared_ptr<Event> done,
-           const CollectiveDescription& what)
-      : comm_(comm), start_(std::move(start)), done_(std::move(done)), what_(what) {}
+           const CollectiveDescription& what, bool captured)
+      : comm_(comm), start_(std::move(start)), done_(std::move(done)), what_(what), captured_(captured) {}
 
-  bool is_completed() override { return done_->query(); }
+  bool is_completed() override { return captured_ || done_->query(); }
 
   void wait(const Stream& stream) override {
     if (stream.handle() == nullptr) {
       synchronize();
       return;
     }
-    done_->wait(stream);
+    done_->wait(stream);  // in a capture: joins the communication stream's work into the graph
   }
 
   void synchronize() override {
     // Polls instead of cudaEventSynchronize so that an NCCL asynchronous error surfaces instead of a hang.
-    while (!done_->query()) {
+    while (!is_completed()) {
       if (std::exception_ptr error = communicator_error()) {
         error_ = error;
         std::rethrow_exception(error);
@@ -73,10 +76,10 @@ class ProcessGroupNccl::NcclWork : public Work {
   // The communicator's asynchronous error, once a wait has seen one (a collective that completed is fine).
   std::exception_ptr exception() override { return error_; }
 
-  double duration_ms() override { return done_->query() ? done_->elapsed_ms_since(*start_) : -1.0; }
+  double duration_ms() override { return !captured_ && done_->query() ? done_->elapsed_ms_since(*start_) : -1.0; }
 
   double start_ms_since(const Event* device_reference, std::chrono::steady_clock::time_point) override {
-    if (device_reference == nullptr || device_reference->handle() == nullptr || !done_->query()) return -1.0;
+    if (captured_ || device_reference == nullptr || device_reference->handle() == nullptr || !done_->query()) return -1.0;
     return start_->elapsed_ms_since(*device_reference);
   }
 
@@ -101,6 +104,7 @@ class ProcessGroupNccl::NcclWork : public Work {
   std::shared_ptr<Event> start_;
   std::shared_ptr<Event> done_;
   CollectiveDescription what_;
+  bool captured_;
   std::exception_ptr error_;
 };
 
@@ -150,10 +154,9 @@ std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const Collecti
   start->record(comm_stream_);
   launch();
   done->record(comm_stream_);
-  auto work = std::make_shared<NcclWork>(comm_, std::move(start), std::move(done), what);
-  // Captured into a CUDA graph, the collective does not run now and its events are graph dependencies only:
-  // cudaEventQuery on them fails (cudaErrorCapturedEvent), so the watchdog must not poll them.
-  if (!is_capturing(comm_stream_)) watchdog_->watch(work, what);
+  const bool captured = is_capturing(comm_stream_);
+  auto work = std::make_shared<NcclWork>(comm_, std::move(start), std::move(done), what, captured);
+  if (!captured) watchdog_->watch(work, what);  // nothing to poll in a graph node (see NcclWork)
   return work;
 }
 

@@ -119,7 +119,11 @@ TEST_F(Gpu, AModuleFlattensOntoTheDeviceOfItsParameters) {
   EXPECT_EQ(store.device(), Device::cuda(0));
   EXPECT_EQ(on_gpu.device(), Device::cuda(0));
   Tensor x = Tensor::uniform({3, 8}, -1.0f, 1.0f, 5, 0, Device::cuda(0), s());
-  EXPECT_EQ(on_gpu.forward(x, s()).device(), Device::cuda(0));
+  {
+    // No graph left on the tape: its tensors would outlive this test's stream.
+    autograd::NoGradGuard no_grad;
+    EXPECT_EQ(on_gpu.forward(x, s()).device(), Device::cuda(0));
+  }
 
   UserModule mixed(Device::cuda(0), Device::cpu(), s());
   try {
