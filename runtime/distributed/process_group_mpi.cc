@@ -160,6 +160,20 @@ struct ProcessGroupMpi::Staging {
     DDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream.handle()));
     copy_stream.synchronize();
   }
+
+  // Runs `call(send, recv)` for a collective from `in` into `out`: on the buffers themselves (CPU, or a
+  // CUDA-aware MPI), or, when `stage`, on host copies here (`in` copied in first, `out` copied back after).
+  template <typename Call>
+  void on_host(bool stage, const CommBuffer& in, const CommBuffer& out, Call&& call) {
+    if (!stage) {
+      call(in.data, out.data);
+      return;
+    }
+    auto* host = static_cast<char*>(reserve(in.bytes() + out.bytes()));
+    copy(host, in.data, in.bytes(), cudaMemcpyDeviceToHost);
+    call(host, host + in.bytes());
+    copy(out.data, host + in.bytes(), out.bytes(), cudaMemcpyHostToDevice);
+  }
 };
 
 class ProcessGroupMpi::MpiWork : public Work {
@@ -326,16 +340,9 @@ std::shared_ptr<Work> ProcessGroupMpi::all_gather(const CommBuffer& in, const Co
             "all_gather: output must hold size() * input.count elements of the input's type");
   const bool stage = in.device.is_cuda() && !cuda_aware_;
   return enqueue(describe("MPI_Allgather", in), stream, [=](Staging& staging) {
-    const void* send = in.data;
-    void* recv = out.data;
-    if (stage) {
-      auto* host = static_cast<char*>(staging.reserve(in.bytes() + out.bytes()));
-      staging.copy(host, in.data, in.bytes(), cudaMemcpyDeviceToHost);
-      send = host;
-      recv = host + in.bytes();
-    }
-    DDP_MPI_CHECK(MPI_Allgather(send, count, mpi_type(in.dtype), recv, count, mpi_type(in.dtype), comm_));
-    if (stage) staging.copy(out.data, recv, out.bytes(), cudaMemcpyHostToDevice);
+    staging.on_host(stage, in, out, [&](const void* send, void* recv) {
+      DDP_MPI_CHECK(MPI_Allgather(send, count, mpi_type(in.dtype), recv, count, mpi_type(in.dtype), comm_));
+    });
   });
 }
 
@@ -347,17 +354,10 @@ std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, cons
   const bool stage = in.device.is_cuda() && !cuda_aware_;
   const int size = size_;
   return enqueue(describe("MPI_Reduce_scatter_block", out), stream, [=](Staging& staging) {
-    const void* send = in.data;
-    void* recv = out.data;
-    if (stage) {
-      auto* host = static_cast<char*>(staging.reserve(in.bytes() + out.bytes()));
-      staging.copy(host, in.data, in.bytes(), cudaMemcpyDeviceToHost);
-      send = host;
-      recv = host + in.bytes();
-    }
-    DDP_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, count, mpi_type(in.dtype), mpi_op(op, in.dtype), comm_));
-    if (op == ReduceOp::kAverage) divide(recv, out.count, out.dtype, size);
-    if (stage) staging.copy(out.data, recv, out.bytes(), cudaMemcpyHostToDevice);
+    staging.on_host(stage, in, out, [&](const void* send, void* recv) {
+      DDP_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, count, mpi_type(in.dtype), mpi_op(op, in.dtype), comm_));
+      if (op == ReduceOp::kAverage) divide(recv, out.count, out.dtype, size);
+    });
   });
 }
 

@@ -10,24 +10,13 @@
 #include <thread>
 
 #include "runtime/core/check.h"
+#include "tests/data/toy_dataset.h"
 
 namespace ddp {
 namespace data {
 namespace {
 
-// Row i has features {i, i + 0.5} and label i % 10, so a batch's contents identify its rows.
-Dataset toy(int64_t n) {
-  Dataset d;
-  d.size = n;
-  d.feature_count = 2;
-  d.num_classes = 10;
-  for (int64_t i = 0; i < n; ++i) {
-    d.features.push_back(static_cast<float>(i));
-    d.features.push_back(static_cast<float>(i) + 0.5f);
-    d.labels.push_back(static_cast<int32_t>(i % 10));
-  }
-  return d;
-}
+using testing::toy;
 
 SamplerOptions sampler_opts(int64_t n, int replicas = 1, int rank = 0) {
   SamplerOptions o;

@@ -10,26 +10,16 @@
 
 #include "runtime/core/check.h"
 #include "runtime/data/loader.h"
+#include "tests/data/toy_dataset.h"
 
 namespace ddp {
 namespace data {
 namespace {
 
-// Row i has features {i, i + 0.5, -i} and label i % 10: a batch's contents identify its rows.
-Dataset toy(int64_t n) {
-  Dataset d;
-  d.size = n;
-  d.feature_count = 3;
-  d.num_classes = 10;
-  for (int64_t i = 0; i < n; ++i) {
-    for (float f : {static_cast<float>(i), static_cast<float>(i) + 0.5f, -static_cast<float>(i)}) d.features.push_back(f);
-    d.labels.push_back(static_cast<int32_t>(i % 10));
-  }
-  return d;
-}
+using testing::toy;
 
 TEST(ResidentDataset, BatchesAreTheLoadersBatches) {
-  const Dataset d = toy(103);
+  const Dataset d = toy(103, 3);
   SamplerOptions so;
   so.dataset_size = d.size;
   so.num_replicas = 2;
@@ -62,7 +52,7 @@ TEST(ResidentDataset, BatchesAreTheLoadersBatches) {
 }
 
 TEST(ResidentDataset, RefusesRowsOutsideTheDataSetAndMisshapenBatches) {
-  const Dataset d = toy(20);
+  const Dataset d = toy(20, 3);
   ResidentDataset resident(view(d), Device::cpu(), cpu_stream());
   try {
     resident.set_order({0, 5, 20}, cpu_stream());
