@@ -45,7 +45,7 @@ run() {  # label command...: times the process, takes its final accuracy line
     tail -15 <<<"$log" >&2
     acc=failed
   fi
-  grep -h 'CUDA graph off\|train_mlp:' <<<"$log" | tr '\r' '\n' | head -2 >&2
+  grep -h 'CUDA graph off\|train_mlp:\|^time:' <<<"$log" | tr '\r' '\n' | head -3 >&2
   echo "{\"label\": \"$label\", \"seconds\": $seconds, \"test_accuracy\": \"$acc\", \"epochs\": $epochs}" >>"$out"
   rows+=("$label|$seconds|$acc")
   echo "$label: $seconds s, test accuracy $acc" >&2

@@ -4,32 +4,19 @@
 #include <mpi-ext.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "runtime/core/bfloat16.h"
 #include "runtime/core/check.h"
 #include "runtime/distributed/comm_check.h"
+#include "runtime/kernels/kernels.h"
 
 namespace ddp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// bfloat16 is the top half of a float32: widening is a shift, narrowing rounds to nearest even.
-float bf16_to_float(std::uint16_t v) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-std::uint16_t float_to_bf16(float f) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<std::uint16_t>(bits >> 16);
-}
 
 // MPI has no bfloat16: a 2-byte type with user-defined sum and max, accumulating each pair in float.
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -85,34 +72,13 @@ MPI_Op mpi_op(ReduceOp op, DType type) {
   return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
 }
 
-// kAverage is a sum followed by this division, on the host copy of the buffer.
-void divide(void* data, std::int64_t count, DType type, int size) {
-  if (size == 1) return;  // x / 1 == x in every type: skip a pass over the buffer at world size 1
-  switch (type) {
-    case DType::kFloat32: {
-      auto* p = static_cast<float*>(data);
-      const float inv = 1.0f / static_cast<float>(size);
-      for (std::int64_t i = 0; i < count; ++i) p[i] *= inv;
-      break;
-    }
-    case DType::kBFloat16: {
-      auto* p = static_cast<std::uint16_t*>(data);
-      for (std::int64_t i = 0; i < count; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / size);
-      break;
-    }
-    case DType::kInt32: {
-      auto* p = static_cast<std::int32_t*>(data);
-      for (std::int64_t i = 0; i < count; ++i) p[i] /= size;
-      break;
-    }
-    case DType::kInt64: {
-      auto* p = static_cast<std::int64_t*>(data);
-      for (std::int64_t i = 0; i < count; ++i) p[i] /= size;
-      break;
-    }
-    default:
-      throw InternalError(std::string("averaging a buffer of ") + dtype_name(type) + ", a file-only type");
-  }
+
+// DDP_MPI_SIMULATE_CUDA_AWARE=1, a test seam: the backend behaves as over a CUDA-aware MPI (averages divided by
+// a device kernel in device memory, on its stream) while the MPI calls themselves still get host copies, so that
+// path runs for real on a machine whose MPI is not CUDA-aware.
+bool simulate_cuda_aware() {
+  const char* env = std::getenv("DDP_MPI_SIMULATE_CUDA_AWARE");
+  return env != nullptr && std::string(env) == "1";
 }
 
 bool query_cuda_aware() {
@@ -158,6 +124,14 @@ struct ProcessGroupMpi::Staging {
   void copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
     CudaDeviceGuard guard(device);
     DDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream.handle()));
+    copy_stream.synchronize();
+  }
+
+  // An average's division in device memory, on the copy stream, waited for here (the communication thread
+  // signals the work complete only after it): where a CUDA-aware MPI left the sum.
+  void divide_on_device(const CommBuffer& b, int size) {
+    CudaDeviceGuard guard(device);
+    kernels::cuda::divide(b.dtype, b.data, b.count, size, copy_stream.handle());
     copy_stream.synchronize();
   }
 
@@ -222,7 +196,9 @@ ProcessGroupMpi::ProcessGroupMpi(MPI_Comm comm, const Device& device, double tim
   DDP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   mpi_types();
   if (device_.is_cuda()) {
-    cuda_aware_ = query_cuda_aware();
+    cuda_aware_ = query_cuda_aware() || simulate_cuda_aware();
+    // The test seam (see simulate_cuda_aware): MPI still gets host copies, everything around it is CUDA-aware.
+    mpi_takes_device_pointers_ = cuda_aware_ && !simulate_cuda_aware();
     staging_->device = device_;
     staging_->copy_stream = Stream::create(device_);
     ready_events_ = std::make_unique<EventPool>(device_, /*timing=*/false);
@@ -301,7 +277,9 @@ struct HostView {
 
 std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp op, const Stream& stream) {
   const int count = checked_count(b.count, "all_reduce");
-  const bool stage = b.device.is_cuda() && !cuda_aware_;
+  const bool stage = b.device.is_cuda() && !mpi_takes_device_pointers_;
+  // With a CUDA-aware MPI the sum lands in device memory, and the division follows it there.
+  const bool device_average = b.device.is_cuda() && cuda_aware_;
   const int size = size_;
   return enqueue(describe("MPI_Allreduce", b), stream, [=](Staging& staging) {
     void* data = b.data;
@@ -310,18 +288,16 @@ std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp 
       staging.copy(data, b.data, b.bytes(), cudaMemcpyDeviceToHost);
     }
     DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type(b.dtype), mpi_op(op, b.dtype), comm_));
-    if (op == ReduceOp::kAverage) {
-      DDP_CHECK(!b.device.is_cuda() || stage, "averaging on CUDA-aware MPI needs a device kernel");
-      divide(data, b.count, b.dtype, size);
-    }
+    if (op == ReduceOp::kAverage && !device_average) kernels::cpu::divide(b.dtype, data, b.count, size, nullptr);
     if (stage) staging.copy(b.data, data, b.bytes(), cudaMemcpyHostToDevice);
+    if (op == ReduceOp::kAverage && device_average) staging.divide_on_device(b, size);
   });
 }
 
 std::shared_ptr<Work> ProcessGroupMpi::broadcast(const CommBuffer& b, int root, const Stream& stream) {
   const int count = checked_count(b.count, "broadcast");
   DDP_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " is not a rank");
-  const bool stage = b.device.is_cuda() && !cuda_aware_;
+  const bool stage = b.device.is_cuda() && !mpi_takes_device_pointers_;
   return enqueue(describe("MPI_Bcast", b), stream, [=](Staging& staging) {
     void* data = b.data;
     if (stage) {
@@ -338,7 +314,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_gather(const CommBuffer& in, const Co
   const int count = checked_count(in.count, "all_gather");
   DDP_CHECK(out.count == in.count * size_ && out.dtype == in.dtype,
             "all_gather: output must hold size() * input.count elements of the input's type");
-  const bool stage = in.device.is_cuda() && !cuda_aware_;
+  const bool stage = in.device.is_cuda() && !mpi_takes_device_pointers_;
   return enqueue(describe("MPI_Allgather", in), stream, [=](Staging& staging) {
     staging.on_host(stage, in, out, [&](const void* send, void* recv) {
       DDP_MPI_CHECK(MPI_Allgather(send, count, mpi_type(in.dtype), recv, count, mpi_type(in.dtype), comm_));
@@ -351,13 +327,15 @@ std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, cons
   const int count = checked_count(out.count, "reduce_scatter");
   DDP_CHECK(in.count == out.count * size_ && out.dtype == in.dtype,
             "reduce_scatter: input must hold size() * output.count elements of the output's type");
-  const bool stage = in.device.is_cuda() && !cuda_aware_;
+  const bool stage = in.device.is_cuda() && !mpi_takes_device_pointers_;
+  const bool device_average = in.device.is_cuda() && cuda_aware_;
   const int size = size_;
   return enqueue(describe("MPI_Reduce_scatter_block", out), stream, [=](Staging& staging) {
     staging.on_host(stage, in, out, [&](const void* send, void* recv) {
       DDP_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, count, mpi_type(in.dtype), mpi_op(op, in.dtype), comm_));
-      if (op == ReduceOp::kAverage) divide(recv, out.count, out.dtype, size);
+      if (op == ReduceOp::kAverage && !device_average) kernels::cpu::divide(out.dtype, recv, out.count, size, nullptr);
     });
+    if (op == ReduceOp::kAverage && device_average) staging.divide_on_device(out, size);
   });
 }
 

@@ -50,7 +50,8 @@ class ProcessGroupMpi : public ProcessGroup {
   int rank_ = 0;
   int size_ = 1;
   Device device_;
-  bool cuda_aware_ = false;
+  bool cuda_aware_ = false;                 // device buffers reach MPI as they are (or the test seam says so)
+  bool mpi_takes_device_pointers_ = false;  // cuda_aware_ and not simulated
   std::unique_ptr<Staging> staging_;  // owned and used by the communication thread only
 
   std::mutex mutex_;

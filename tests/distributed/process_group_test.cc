@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "runtime/core/bfloat16.h"
+#include "runtime/distributed/process_group_mpi.h"
 #include "runtime/core/check.h"
 #include "runtime/distributed/process_group.h"
 #include "tests/distributed/test_world.h"
@@ -124,6 +127,43 @@ TEST_F(ProcessGroupTest, AllReduceBFloat16AndInt64) {
   c.upload(w, stream_);
   pg_->all_reduce(c.comm(DType::kInt64), ReduceOp::kSum, stream_)->wait(stream_);
   EXPECT_EQ(c.download(stream_)[16], size_ * (std::int64_t{1} << 40) + size_ * (size_ - 1) / 2);
+}
+
+// Averages in every type, against the host's own arithmetic: on a CUDA-aware MPI (or its test seam,
+// DDP_MPI_SIMULATE_CUDA_AWARE=1, which tools/gpu_jobs.txt runs) the division is a device kernel, elsewhere the
+// host's; both must give the bits of bf16(float(sum) / size) and sum / size.
+TEST_F(ProcessGroupTest, AveragesOfEveryTypeAreTheSumDividedByTheWorldSize) {
+  if (const char* seam = std::getenv("DDP_MPI_SIMULATE_CUDA_AWARE")) {
+    if (std::string(seam) == "1" && device_.is_cuda() && pg_->backend() == Backend::kMpi) {
+      EXPECT_TRUE(static_cast<ProcessGroupMpi&>(*pg_).cuda_aware());
+    }
+  }
+  const std::size_t n = 1031;
+  std::vector<std::uint16_t> h(n);
+  std::vector<std::int32_t> i32(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    h[i] = float_to_bf16(static_cast<float>(3 * (i % 13) + rank_));  // small integers: every sum is exact
+    i32[i] = static_cast<std::int32_t>(i * 3 + 7 * rank_);
+  }
+  DeviceBuffer<std::uint16_t> b(device_, n);
+  DeviceBuffer<std::int32_t> c(device_, n);
+  b.upload(h, stream_);
+  c.upload(i32, stream_);
+  pg_->all_reduce(b.comm(DType::kBFloat16), ReduceOp::kAverage, stream_)->wait(stream_);
+  pg_->all_reduce(c.comm(DType::kInt32), ReduceOp::kAverage, stream_)->wait(stream_);
+  const std::vector<std::uint16_t> got_b = b.download(stream_);
+  const std::vector<std::int32_t> got_c = c.download(stream_);
+  for (std::size_t i = 0; i < n; i += 7) {
+    // Exact sums in any reduction order, so the division alone decides the bits.
+    float sum = 0;
+    std::int64_t isum = 0;
+    for (int r = 0; r < size_; ++r) {
+      sum += static_cast<float>(3 * (i % 13) + r);
+      isum += static_cast<std::int64_t>(i * 3 + 7 * r);
+    }
+    ASSERT_EQ(got_b[i], float_to_bf16(sum / static_cast<float>(size_))) << "bfloat16 element " << i;
+    ASSERT_EQ(got_c[i], static_cast<std::int32_t>(isum / size_)) << "int32 element " << i;
+  }
 }
 
 TEST_F(ProcessGroupTest, BroadcastFromLastRank) {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "runtime/kernels/cpu/activation_math.h"
-#include "runtime/kernels/cpu/bfloat16.h"
+#include "runtime/core/bfloat16.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 
@@ -128,6 +128,36 @@ void flag_nonfinite(const float* x, std::int64_t n, std::int32_t* flag, StreamHa
   bool bad = false;
   for (std::int64_t i = 0; i < n; ++i) bad |= !std::isfinite(x[i]);
   if (bad) flag[0] = 1;
+}
+
+void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, StreamHandle /*stream*/) {
+  if (divisor == 1) return;  // x / 1 == x in every type: no pass over the buffer at world size 1
+  switch (dtype) {
+    case DType::kFloat32: {
+      auto* p = static_cast<float*>(data);
+      const float inv = 1.0f / static_cast<float>(divisor);
+      for (std::int64_t i = 0; i < n; ++i) p[i] *= inv;
+      return;
+    }
+    case DType::kBFloat16: {
+      auto* p = static_cast<std::uint16_t*>(data);
+      const auto d = static_cast<float>(divisor);
+      for (std::int64_t i = 0; i < n; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / d);
+      return;
+    }
+    case DType::kInt32: {
+      auto* p = static_cast<std::int32_t*>(data);
+      for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<std::int32_t>(p[i] / divisor);
+      return;
+    }
+    case DType::kInt64: {
+      auto* p = static_cast<std::int64_t*>(data);
+      for (std::int64_t i = 0; i < n; ++i) p[i] /= divisor;
+      return;
+    }
+    default:
+      throw InternalError(std::string("divide: no kernel for ") + dtype_name(dtype));
+  }
 }
 
 void gather_rows(const void* src, std::int64_t row_bytes, const std::int64_t* indices, std::int64_t count,

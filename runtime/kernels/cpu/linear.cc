@@ -6,7 +6,7 @@
 #include <string>
 
 #include "runtime/kernels/cpu/activation_math.h"
-#include "runtime/kernels/cpu/bfloat16.h"
+#include "runtime/core/bfloat16.h"
 #include "runtime/kernels/cpu/scratch.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/kernels/cpu/bfloat16.h"
+#include "runtime/core/bfloat16.h"
 #include "runtime/kernels/cpu/scratch.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"

@@ -5,6 +5,7 @@
 // per-block partials (a function of n only) summed in index order by a second kernel, so the result is the same
 // bits on every run, which gradient-norm clipping needs for reproducible training.
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/kernels/cuda/blas_handle.h"
 #include "runtime/kernels/cuda/device_utils.cuh"
@@ -284,6 +285,43 @@ void launch_gather(const void* src, std::int64_t row_bytes, const std::int64_t* 
 }
 
 }  // namespace
+
+namespace {
+
+template <typename T>
+__global__ void divide_kernel(T* x, std::int64_t n, std::int64_t divisor) {
+  for (std::int64_t i = thread_index(); i < n; i += grid_stride()) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) / static_cast<float>(divisor));
+    } else {
+      x[i] = static_cast<T>(x[i] / divisor);
+    }
+  }
+}
+
+template <typename T>
+void launch_divide(void* data, std::int64_t n, std::int64_t divisor, cudaStream_t stream) {
+  divide_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, divisor);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, StreamHandle stream) {
+  if (n <= 0 || divisor == 1) return;
+  switch (dtype) {
+    case DType::kFloat32:  // the CPU's arithmetic: times the float reciprocal, formed on the host
+      return scale(static_cast<float*>(data), n, 1.0f / static_cast<float>(divisor), stream);
+    case DType::kBFloat16:
+      return launch_divide<__nv_bfloat16>(data, n, divisor, stream);
+    case DType::kInt32:
+      return launch_divide<std::int32_t>(data, n, divisor, stream);
+    case DType::kInt64:
+      return launch_divide<std::int64_t>(data, n, divisor, stream);
+    default:
+      throw InternalError(std::string("divide: no kernel for ") + dtype_name(dtype));
+  }
+}
 
 void gather_rows(const void* src, std::int64_t row_bytes, const std::int64_t* indices, std::int64_t count,
                  void* dst, StreamHandle stream) {

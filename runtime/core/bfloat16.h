@@ -1,6 +1,6 @@
-// bfloat16 <-> float conversion for the CPU kernels.
+// bfloat16 <-> float conversion on the host: the CPU kernels and the MPI backend's bfloat16 reductions.
 //
-// Why: the CPU has no bf16 arithmetic, so bf16 kernels widen to float, compute there and round back. The
+// Why: the CPU has no bf16 arithmetic, so bf16 code widens to float, computes there and rounds back. The
 // rounding is round-to-nearest-even with NaN kept quiet, the same as CUDA's __float2bfloat16_rn, so CPU and
 // GPU results of the same float value are bitwise equal.
 #pragma once
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace ddp::kernels::cpu {
+namespace ddp {
 
 inline float bf16_to_float(std::uint16_t h) {
   const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
@@ -25,4 +25,4 @@ inline std::uint16_t float_to_bf16(float f) {
   return static_cast<std::uint16_t>((bits + rounding) >> 16);
 }
 
-}  // namespace ddp::kernels::cpu
+}  // namespace ddp
