@@ -180,4 +180,12 @@ void zero_grad(const std::vector<Tensor>& tensors) {
     if (t.has_autograd_meta()) t.autograd_meta().grad_valid = false;
 }
 
+void use_zero_gradient(const Tensor& leaf, const Stream& stream) {
+  Tensor grad = leaf.grad();
+  DDP_CHECK(grad.defined(), "use_zero_gradient: " + leaf.describe() + " has no gradient storage");
+  AutogradMeta& meta = leaf.autograd_meta();
+  if (!meta.grad_valid) grad.zero_(stream);
+  meta.grad_valid = true;
+}
+
 }  // namespace ddp::autograd

@@ -87,4 +87,8 @@ void backward(const Tensor& loss, const Stream& stream);
 // Zeroes leaf gradients lazily: their contents count as zero and the next backward overwrites them.
 void zero_grad(const std::vector<Tensor>& tensors);
 
+// Makes a leaf's gradient an explicit, current zero for this backward (a parameter no loss term reached, which a
+// reducer must still average): contents that only counted as zero are zeroed on `stream`.
+void use_zero_gradient(const Tensor& leaf, const Stream& stream);
+
 }  // namespace ddp::autograd

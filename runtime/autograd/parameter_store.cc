@@ -97,6 +97,7 @@ void ParameterStore::build(const std::vector<std::size_t>& layout, const Stream&
   }
   total_ = total;
   layout_ = layout;
+  ++layout_version_;
   flat_params_ = params;
   flat_grads_ = grads;
 }

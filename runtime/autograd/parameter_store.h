@@ -11,8 +11,8 @@
 // first multiple of kSlotAlignment after it, and so on (total_numel() includes that padding). Parameters and gradients use the same layout (slot(i).offset is valid in both).
 // The DDP reducer passes BucketPlan::layout_order() (reverse registration order, bucket by bucket), so
 // slot(i).offset equals BucketPlan::offsets[i] and each bucket is one contiguous slice of flat_grads().
-// relayout() changes the order later (values are preserved); do it before creating an optimizer, whose state
-// buffers follow the layout at their creation.
+// relayout() changes the order later (values are preserved) and counts a new layout_version(), by which an
+// optimizer's state buffers know they are stale.
 //
 // Grad-ready hooks: add_grad_ready_hook(fn) makes backward call fn(i) on the calling thread as soon as
 // parameter i's gradient is final for that backward (see runtime/autograd/autograd.h for the exact rule), once
@@ -66,6 +66,8 @@ class ParameterStore {
   const ParameterSlot& slot(std::size_t index) const;  // by registration index
   const std::vector<ParameterSlot>& slots() const { return slots_; }
   const std::vector<std::size_t>& layout() const { return layout_; }
+  // Counts the layouts this store has had: buffers laid out for an older one (an optimizer's state) are stale.
+  std::int64_t layout_version() const { return layout_version_; }
   std::int64_t total_numel() const { return total_; }
   const Device& device() const { return device_; }
   const Tensor& flat_params() const { return flat_params_; }  // float32 [total_numel]
@@ -90,6 +92,7 @@ class ParameterStore {
   std::vector<ParameterSlot> slots_;
   std::vector<std::size_t> layout_;
   std::int64_t total_ = 0;
+  std::int64_t layout_version_ = 0;
   Tensor flat_params_;
   Tensor flat_grads_;
   std::shared_ptr<HookList> hooks_;  // shared with the per-tensor hooks, emptied when the store goes away

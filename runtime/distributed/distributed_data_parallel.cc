@@ -82,14 +82,8 @@ void DistributedDataParallel::handle_unused_parameters() {
                           "DdpOptions::find_unused_parameters = true");
   }
   for (std::size_t i : unused) {
-    const ParameterSlot& slot = parameters_.slot(i);
-    AutogradMeta& meta = slot.param.autograd_meta();
-    // Contents that count as zero (zero_grad) may be stale: zero them, as the all-reduce reads them.
-    if (!meta.grad_valid) {
-      Tensor grad = slot.grad;  // a handle to the slot's view of the flat buffer
-      grad.zero_(compute_);
-    }
-    meta.grad_valid = true;
+    // Contents that only count as zero (zero_grad) may be stale, and the all-reduce reads them.
+    autograd::use_zero_gradient(parameters_.slot(i).param, compute_);
     reducer_->mark_ready(i);
   }
 }

@@ -32,12 +32,32 @@ Sgd::Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream)
   DDP_CHECK(!options.nesterov || (options.momentum > 0.0f && options.dampening == 0.0f),
             "SGD: Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
   lr_ = options.lr;
-  if (options.momentum != 0.0f) {
-    momentum_ = Tensor::zeros({store.total_numel()}, DType::kFloat32, store.device(), stream);
+  make_state(stream);
+}
+
+void Sgd::make_state(const Stream& stream) {
+  if (options_.momentum != 0.0) {
+    momentum_ = Tensor::zeros({store_.total_numel()}, DType::kFloat32, store_.device(), stream);
   }
 }
 
+void Optimizer::follow_store_layout(const Stream& stream) {
+  if (layout_version_ == store_.layout_version()) return;
+  if (steps_ > 0) {
+    throw InvalidArgument("the optimizer has taken " + std::to_string(steps_) +
+                          " step(s) in a layout of the parameters that has changed since (DistributedDataParallel "
+                          "lays them out in bucket order when it is constructed): construct "
+                          "DistributedDataParallel before stepping the optimizer");
+  }
+  make_state(stream);
+  DDP_CHECK(!bf16_copy_.defined() || bf16_copy_.numel() == store_.total_numel(),
+            "the bf16 copy was made for an older layout of the parameters: make Bf16Weights after "
+            "DistributedDataParallel, then set_bf16_copy");
+  layout_version_ = store_.layout_version();
+}
+
 void Sgd::prepare_step(const Stream& stream) {
+  follow_store_layout(stream);
   kernels::SgdParams& p = prepared_;
   p.lr = lr_;
   p.momentum = options_.momentum;
@@ -71,11 +91,16 @@ AdamW::AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& s
                 std::to_string(options.beta2) + ")");
   DDP_CHECK(options.eps >= 0.0f, "AdamW: eps must be >= 0");
   lr_ = options.lr;
-  exp_avg_ = Tensor::zeros({store.total_numel()}, DType::kFloat32, store.device(), stream);
-  exp_avg_sq_ = Tensor::zeros({store.total_numel()}, DType::kFloat32, store.device(), stream);
+  make_state(stream);
+}
+
+void AdamW::make_state(const Stream& stream) {
+  exp_avg_ = Tensor::zeros({store_.total_numel()}, DType::kFloat32, store_.device(), stream);
+  exp_avg_sq_ = Tensor::zeros({store_.total_numel()}, DType::kFloat32, store_.device(), stream);
 }
 
 void AdamW::prepare_step(const Stream& stream) {
+  follow_store_layout(stream);
   kernels::AdamWParams& p = prepared_;
   p.lr = lr_;
   p.beta1 = options_.beta1;

@@ -3,8 +3,9 @@
 //
 // Why flat: parameters, gradients and optimizer state are each one contiguous float32 buffer in the same
 // layout, so step() is ONE kernel call (kernels::{cpu,cuda}::sgd_step / adamw_step) over every parameter, on
-// the stream passed in, with no host synchronisation. State buffers follow the store's layout at the time the
-// optimizer is created: re-lay the store (ParameterStore::relayout) before creating the optimizer.
+// the stream passed in, with no host synchronisation. State buffers are in the store's layout; an optimizer made
+// before the store is re-laid out (DistributedDataParallel does it) follows the new layout until its first step
+// and refuses, saying so, after it.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ namespace ddp {
 
 class Optimizer {
  public:
-  explicit Optimizer(ParameterStore& store) : store_(store) {}
+  explicit Optimizer(ParameterStore& store) : store_(store), layout_version_(store.layout_version()) {}
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -57,6 +58,12 @@ class Optimizer {
 
  protected:
   void* bf16_copy_data() const { return bf16_copy_.defined() ? bf16_copy_.data_ptr() : nullptr; }
+  // Follows a new layout of the store (DistributedDataParallel lays the parameters out in bucket order): state
+  // that no step has touched yet is zero in any layout and is made again in the new one; state a step has
+  // written cannot follow, and the call says how to order the construction instead. Called by prepare_step.
+  void follow_store_layout(const Stream& stream);
+  // Allocates the state buffers, zero, in the store's current layout.
+  virtual void make_state(const Stream& stream) = 0;
   template <typename Scalars>
   Scalars* device_scalars_as() const {
     static_assert(sizeof(Scalars) <= kDeviceScalarBytes, "the step's scalars must fit the device slot");
@@ -69,6 +76,7 @@ class Optimizer {
   Tensor device_scalars_;  // kDeviceScalarBytes on the store's device, or undefined
   double lr_ = 0.0;  // double, as PyTorch's hyperparameters
   std::int64_t steps_ = 0;
+  std::int64_t layout_version_;  // the store's layout the state buffers are in
 };
 
 struct SgdOptions {
@@ -90,6 +98,7 @@ class Sgd : public Optimizer {
   const SgdOptions& options() const { return options_; }
 
  private:
+  void make_state(const Stream& stream) override;
   SgdOptions options_;
   Tensor momentum_;  // [total] or undefined without momentum
   kernels::SgdParams prepared_{};
@@ -113,6 +122,7 @@ class AdamW : public Optimizer {
   const AdamWOptions& options() const { return options_; }
 
  private:
+  void make_state(const Stream& stream) override;
   AdamWOptions options_;
   Tensor exp_avg_, exp_avg_sq_;
   kernels::AdamWParams prepared_{};

@@ -189,6 +189,35 @@ TEST(Optimizer, DeviceScalarsGiveTheBitsOfPlainAdamWSteps) {
   });
 }
 
+// DistributedDataParallel re-lays the store out in bucket order. An optimizer made before that (the order a user
+// may well write) follows the new layout while its state is untouched, and gives the steps of one made after;
+// once it has stepped it refuses, saying which order works.
+TEST(Optimizer, FollowsANewLayoutUntilItHasStepped) {
+  Fixture before, after;
+  AdamW early(before.store, AdamWOptions{1e-2, 0.9, 0.999, 1e-8, 0.05}, S());
+  before.store.relayout({0, 1}, S());
+  after.store.relayout({0, 1}, S());
+  AdamW late(after.store, AdamWOptions{1e-2, 0.9, 0.999, 1e-8, 0.05}, S());
+  for (int step = 0; step < 3; ++step) {
+    before.set_grads(step);
+    after.set_grads(step);
+    early.step(S());
+    late.step(S());
+  }
+  EXPECT_EQ(before.values(), after.values());
+  EXPECT_EQ(early.state()[0].second.to_vector<float>(S()), late.state()[0].second.to_vector<float>(S()));
+
+  before.store.relayout({1, 0}, S());
+  try {
+    early.step(S());
+    FAIL() << "stepped with state laid out for another order of the parameters";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("construct DistributedDataParallel before stepping the optimizer"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(LrSchedule, ConstantAndCosineWithWarmup) {
   EXPECT_EQ(ConstantLr(0.3).lr_at(1000), 0.3);
   CosineWithWarmup s(1.0, 4, 14, 0.1);
