@@ -25,9 +25,19 @@ targets=("$@")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
+# The layering: no layer of the runtime includes a header of a layer above it (tools/check_layers.py).
+if [ "$#" -eq 0 ]; then
+  if python3 tools/check_layers.py; then
+    echo "//tools:check_layers PASSED" >>"$log"
+  else
+    echo "//tools:check_layers FAILED" >>"$log"
+    layers_failed=1
+  fi
+fi
 echo "test: bazel test ${targets[*]}"
 bazel test "${filter[@]}" --test_output=errors --test_summary=short "${targets[@]}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+[ "${layers_failed:-0}" = 1 ] && status=1
 # The same CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer (skip with DDP_TEST_ASAN=0).
 if [ "${DDP_TEST_ASAN:-1}" = 1 ] && [ "$#" -eq 0 ]; then
   echo "test: the CPU tests again under --config=asan"
