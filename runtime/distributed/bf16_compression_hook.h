@@ -6,14 +6,15 @@
 #include <memory>
 
 #include "runtime/distributed/reducer.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ddp {
 
 class BFloat16CompressionHook : public CommHook {
  public:
-  // `gradients` is the reducer's whole flat float32 buffer; the hook keeps a bfloat16 twin of it.
-  explicit BFloat16CompressionHook(const CommBuffer& gradients);
-  ~BFloat16CompressionHook() override;
+  // `gradients` is the reducer's whole flat float32 buffer; the hook keeps a bfloat16 twin of it, from the
+  // caching allocator on `compute`'s device.
+  BFloat16CompressionHook(const CommBuffer& gradients, const Stream& compute);
 
   std::shared_ptr<Work> start(ProcessGroup& group, std::size_t bucket, const CommBuffer& gradients,
                               const Stream& compute) override;
@@ -23,7 +24,7 @@ class BFloat16CompressionHook : public CommHook {
   CommBuffer compressed_view(const CommBuffer& gradients) const;
 
   CommBuffer base_;
-  void* compressed_ = nullptr;  // bfloat16, base_.count elements, on base_.device
+  Tensor compressed_;  // bfloat16 [base_.count] on base_.device
 };
 
 }  // namespace ddp

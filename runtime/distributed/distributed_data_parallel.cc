@@ -35,7 +35,7 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   ReducerOptions reducer_options;
   reducer_options.average = options.average;
   if (options.compression == GradientCompression::kBFloat16) {
-    hook_ = std::make_unique<BFloat16CompressionHook>(whole(parameters_.flat_grads()));
+    hook_ = std::make_unique<BFloat16CompressionHook>(whole(parameters_.flat_grads()), compute_);
     reducer_options.hook = hook_.get();
   }
   reducer_ = std::make_unique<Reducer>(group_, std::move(plan), whole(parameters_.flat_grads()), compute_,

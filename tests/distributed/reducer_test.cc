@@ -223,7 +223,7 @@ TEST_F(ReducerTest, ParameterWithoutGradientIsNamed) {
 }
 
 TEST_F(ReducerTest, BFloat16CompressionAveragesWithinBFloat16Precision) {
-  BFloat16CompressionHook hook(buffer());
+  BFloat16CompressionHook hook(buffer(), stream_);
   ReducerOptions options;
   options.hook = &hook;
   Reducer reducer(*pg_, plan_, buffer(), stream_, options);
