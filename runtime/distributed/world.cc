@@ -14,6 +14,18 @@
 #include "runtime/distributed/nccl_communicator.h"
 
 namespace ddp {
+namespace {
+
+// Initialised and not yet finalised: MPI may be called.
+bool mpi_is_running() {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+}  // namespace
 
 DeviceRequest parse_device_request(const std::string& text) {
   if (text == "auto") return DeviceRequest::kAuto;
@@ -121,9 +133,7 @@ World::~World() {
   if (std::uncaught_exceptions() > uncaught_at_start_) return;
   nccl_.reset();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (owns_mpi_ && !finalized) MPI_Finalize();
+  if (owns_mpi_ && mpi_is_running()) MPI_Finalize();
 }
 
 double World::sum(double value) const {
@@ -185,35 +195,22 @@ int run_main(const std::function<int()>& body) {
   // A write past a file-size limit (ulimit -f) then fails with EFBIG, which the writer reports by name, instead
   // of SIGXFSZ killing the rank without a word.
   std::signal(SIGXFSZ, SIG_IGN);
-  auto world_rank = [] {
-    int initialized = 0;
-    int finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    int rank = 0;
-    if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank;
-  };
   try {
     return body();
   } catch (const CollectiveError& e) {
     // Every rank is here with the same message: rank 0 reports it and all end cleanly.
     if (e.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    int initialized = 0;
-    int finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (initialized && !finalized) MPI_Finalize();
+    if (mpi_is_running()) MPI_Finalize();
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: error: %s\n", world_rank(), e.what());
-    std::fflush(stderr);
-    int initialized = 0;
-    int finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
+    int rank = 0;
     int size = 1;
-    if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (mpi_is_running()) {
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+    std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
+    std::fflush(stderr);
     // The other ranks may be inside a collective waiting for us: end them too.
     if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
