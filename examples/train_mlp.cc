@@ -345,30 +345,32 @@ class TestShard {
     so.shuffle = false;
     so.even = false;
     const ddp::data::DistributedSampler sampler(so);
-    rows_ = sampler.num_samples();
+    const std::int64_t rows = sampler.num_samples();
     ddp::data::ResidentDataset resident(ddp::data::view(test), world.device(), stream);
     resident.set_order(sampler.indices(), stream);
-    x_ = Tensor::empty({rows_, test.feature_count}, ddp::DType::kFloat32, world.device(), stream);
-    y_ = Tensor::empty({rows_}, ddp::DType::kInt32, world.device(), stream);
-    if (rows_ > 0) resident.gather(0, x_, y_, stream);
-
+    // One allocation per chunk: each chunk starts where the allocator aligns a block, as a batch of its own
+    // would, so the GEMMs pick the algorithms (and give the bits) they give any batch of that size.
+    for (std::int64_t begin = 0; begin < rows; begin += kChunk) {
+      const std::int64_t n = std::min(kChunk, rows - begin);
+      Chunk c{Tensor::empty({n, test.feature_count}, ddp::DType::kFloat32, world.device(), stream),
+              Tensor::empty({n}, ddp::DType::kInt32, world.device(), stream)};
+      resident.gather(begin, c.x, c.y, stream);
+      chunks_.push_back(std::move(c));
+    }
+    rows_ = rows;
   }
 
   Evaluation evaluate(const PrecisionModel& model, const ddp::World& world, const ddp::Stream& stream) const {
     ddp::autograd::NoGradGuard no_grad;
     model.mlp().eval();
     std::vector<std::pair<Tensor, Tensor>> parts;  // (mean loss, correct count) per chunk, on the device
-    std::vector<std::int64_t> sizes;
-    for (std::int64_t begin = 0; begin < rows_; begin += kChunk) {
-      const std::int64_t end = std::min(rows_, begin + kChunk);
-      const Tensor y = y_.slice_rows(begin, end);
-      const Tensor logits = model.logits(x_.slice_rows(begin, end), stream, ddp::DType::kFloat32);
-      parts.emplace_back(ddp::ops::cross_entropy(logits, y, stream), ddp::ops::count_correct(logits, y, stream));
-      sizes.push_back(end - begin);
+    for (const Chunk& c : chunks_) {
+      const Tensor logits = model.logits(c.x, stream, ddp::DType::kFloat32);
+      parts.emplace_back(ddp::ops::cross_entropy(logits, c.y, stream), ddp::ops::count_correct(logits, c.y, stream));
     }
     double sums[3] = {0, 0, static_cast<double>(rows_)};  // loss * n, correct, n
-    for (std::size_t k = 0; k < parts.size(); ++k) {
-      sums[0] += static_cast<double>(parts[k].first.to_vector<float>(stream)[0]) * sizes[k];
+    for (std::size_t k = 0; k < parts.size(); ++k) {  // the first read waits for them all
+      sums[0] += static_cast<double>(parts[k].first.to_vector<float>(stream)[0]) * chunks_[k].y.numel();
       sums[1] += static_cast<double>(parts[k].second.to_vector<std::int64_t>(stream)[0]);
     }
     world.sum_in_place(sums, 3);
@@ -377,11 +379,14 @@ class TestShard {
   }
 
  private:
-  // Forwards of 1000 rows on either device: the GEMMs (and so the bits of every logit) do not depend on the
-  // device's memory, and the sums stay on the device until the one read-back at the end.
+  // Forwards of 1000 rows on either device, the sums kept on the device until the one wait at the end.
   static constexpr std::int64_t kChunk = 1000;
+  struct Chunk {
+    Tensor x;  // [n, features] float32
+    Tensor y;  // [n] int32
+  };
+  std::vector<Chunk> chunks_;
   std::int64_t rows_ = 0;
-  Tensor x_, y_;
 };
 
 // Rank r's trace file: --trace-file itself for rank 0, TRACE.rank<r>.json beside it for the others.
