@@ -24,6 +24,7 @@ import json
 import math
 import os
 import struct
+import sys
 import time
 
 START = time.time()
@@ -32,6 +33,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_step import build_mlp  # noqa: E402
 
 MEAN, STD = 0.2860, 0.3530
 
@@ -53,13 +57,7 @@ def load(data_dir, split):
 
 
 def build_model(hidden, layers):
-    sizes = [784] + [hidden] * layers + [10]
-    mods = []
-    for i in range(len(sizes) - 1):
-        mods.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i + 2 < len(sizes):
-            mods.append(nn.ReLU())
-    return nn.Sequential(*mods)
+    return build_mlp([784] + [hidden] * layers + [10])  # bench/pytorch_step.py's, the step benchmark's model
 
 
 def lr_lambda(steps_per_epoch, epochs, warmup_epochs):
