@@ -24,9 +24,8 @@ fi
 flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I. -I/usr/local/cuda/include -I/usr/local/cuda/include/cccl -I/usr/lib/x86_64-linux-gnu/openmpi/include
        -DOMPI_SKIP_MPICXX)
-# runtime/core/check.cc turns CUDA/NCCL/MPI statuses into messages, so it links their libraries.
-libs=(-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
-      -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi -lz)
+# runtime/core (errors, element types) links the CUDA runtime only; the readers need zlib.
+libs=(-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lz)
 
 declare -A sources=(
   [safetensors]="tests/fuzz/safetensors_fuzzer.cc runtime/io/safetensors.cc runtime/io/atomic_file.cc"
@@ -37,7 +36,7 @@ status=0
 for name in safetensors idx; do
   echo "run_fuzzers: building $name"
   # shellcheck disable=SC2086
-  "$cxx" "${flags[@]}" ${sources[$name]} runtime/core/check.cc "${libs[@]}" -o "$out/${name}_fuzzer"
+  "$cxx" "${flags[@]}" ${sources[$name]} runtime/core/check.cc runtime/core/dtype.cc "${libs[@]}" -o "$out/${name}_fuzzer"
   work="$out/$name"
   rm -rf "$work"
   mkdir -p "$work/corpus"
