@@ -1,6 +1,6 @@
 // The main job: an MLP trained on Fashion-MNIST across ranks with DistributedDataParallel.
 //
-//   ddprun -np 2 -- bazel-bin/examples/train_mlp    # defaults: 784-512-512-10, 0.905 test accuracy, ~80 s on 2 CPU ranks
+//   ddprun -np 2 -- bazel-bin/examples/train_mlp    # defaults: 784-512-512-10, 0.905 test accuracy, ~70 s on 2 CPU ranks
 //   ddprun -np 8 -- bazel-bin/examples/train_mlp --device cuda --checkpoint-dir ckpt --max-restarts 2
 //
 // Each rank reads its shard through a DistributedSampler (rank r takes positions r, r+N, ... of a permutation
