@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU benchmark of issues 4 and 6, on the 2-core build machine: our step (bench/step_bench) against
+# The CPU benchmark, on the 2-core build machine: our step (bench/step_bench) against
 # PyTorch 1.13 (Debian's /usr/bin/python3) measured in the same run, and our step with and without DDP.
 # Rows (784-1024-1024-10, batch 128 per rank):
 #   2 ranks DDP: mpirun -np 2 step_bench --ddp  vs  pytorch_step.py --ranks 2 (DDP over gloo)

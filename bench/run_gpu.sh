@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The H200 benchmark of issues 4 and 6: bench/step_bench (from the bundle, .gpu/bin) against PyTorch 2.11
+# The H200 benchmark: bench/step_bench (from the bundle, .gpu/bin) against PyTorch 2.11
 # (python3 there) running bench/pytorch_step.py on the same GPU in the same run, then one table with the
-# ratios (ours/PyTorch step time; below 1 is faster) and peak memory. Issue-4 rows compare our step with and
+# ratios (ours/PyTorch step time; below 1 is faster) and peak memory. The DDP rows compare our step with and
 # without DDP (NCCL at world size 1; with 2+ GPUs also NCCL across them; 2 ranks sharing this GPU over the
 # MPI backend). Raw lines go to ${OUT:-/tmp}/bench_gpu.jsonl. Takes about 2-4 minutes.
 #   bash tools/gpu_bundle.sh            (on the build machine)
@@ -48,7 +48,7 @@ small=(--sizes $S1 --batch 256 --device cuda --warmup 20 --iters 100 --repeats 7
 mid=(--sizes $S2 --batch 4096 --device cuda --warmup 5 --iters 10 --repeats 5)
 big=(--sizes $S3 --batch 8192 --device cuda --warmup 5 --iters 10 --repeats 5)
 
-# Issue 6: ours vs PyTorch, each PyTorch configuration measured once and shared by the rows that compare with it.
+# Ours vs PyTorch, each PyTorch configuration measured once and shared by the rows that compare with it.
 # "autotune" rows time cuBLASLt's candidates once per GEMM shape (runtime/kernels/cuda/gemm_options.h; the small model's
 # with one stream in backward, where autotuned kernels measured alone lose when they overlap); "serial" rows run
 # dx and dw of a backward on one stream. --gemm-floor adds the step's GEMMs alone (column "GEMMs alone").
@@ -75,7 +75,7 @@ ours "$C" ours "${big[@]}" --precision bf16 --gemm-floor --no-bias-epilogue
 ours "$A" ours "${big[@]}" --precision bf16 --gemm-floor
 DDP_GEMM_LOG=1 ours "$B2" ours "${big[@]}" --precision bf16 --gemm-floor --autotune
 
-# Issue 4: the step with and without DDP (reference: our own step without DDP, same configuration).
+# The step with and without DDP (reference: our own step without DDP, same configuration).
 L="DDP 1 rank NCCL 784 b256 fp32"; ours "$L" ours "${small[@]}" --ddp; ours "$L" ref "${small[@]}"
 L="DDP 1 rank NCCL 784 b256 graph"; ours "$L" ours "${small[@]}" --ddp --graph; ours "$L" ref "${small[@]}" --graph
 L="DDP 1 rank NCCL 1024-2048x4 b4096 tf32"; ours "$L" ours "${mid[@]}" --precision tf32 --ddp --bucket-mb 25

@@ -1,5 +1,5 @@
-// step_bench: the MLP training step of issue 6 (forward, cross-entropy, backward, SGD momentum 0.9, lr 0.01),
-// on the CPU or one GPU per rank, optionally wrapped in DistributedDataParallel (issue 4) and captured as a
+// step_bench: the MLP training step (forward, cross-entropy, backward, SGD momentum 0.9, lr 0.01),
+// on the CPU or one GPU per rank, optionally wrapped in DistributedDataParallel and captured as a
 // CUDA graph. It exists to be compared with bench/pytorch_step.py, which times the same step the same way and
 // prints a JSON line with the same keys; bench/run_cpu.sh and bench/run_gpu.sh run both and print the ratios.
 //
@@ -12,7 +12,7 @@
 //
 // --gemm-floor (GPU) also times the step's GEMMs alone, timed the same way: the same cuBLASLt calls (shapes,
 // types, transposes, algorithms, the same dx/dw streams) with no epilogue and nothing else around them. The step
-// over that time is what the rest of the step costs: issue 6's "within 5% of its GEMMs alone".
+// over that time is what the rest of the step costs (a step within 5% of its GEMMs alone is the goal).
 // --autotune, --serial-backward and --no-bias-epilogue set runtime/kernels/cuda/gemm_options.h (algorithm timing, one stream
 // in backward, bias and activation by our own pass after the GEMM).
 #include <cblas.h>

@@ -1,4 +1,4 @@
-// Mixed-precision training with bfloat16 weight copies and FP32 master weights (issue 6's bf16 path), as
+// Mixed-precision training with bfloat16 weight copies and FP32 master weights, as
 // PyTorch's autocast does it: the ParameterStore keeps the FP32 parameters the optimizer updates; this class
 // keeps ONE flat bfloat16 copy in the same layout, and the forward runs its GEMMs on the bf16 copies (FP32
 // accumulation inside cuBLASLt / the CPU kernels).

@@ -105,16 +105,18 @@ void save_safetensors(const std::string& path, const std::vector<TensorSource>& 
   write_file_atomically(path, [&](const ByteSink& sink) { write_safetensors(sink, tensors, metadata); });
 }
 
-SafetensorsFile parse_safetensors(std::string bytes, const std::string& source, const ReadOptions& options) {
-  SafetensorsFile file;
-  file.source_ = source;
-  file.kind_ = options.kind;
-  const std::string where = options.kind + " " + source + ": ";
-  auto fail = [&](const std::string& what) -> void { throw InvalidArgument(where + what); };
+namespace {
+
+// Throws InvalidArgument("<kind> <source>: <what>"): every refusal of the reader names the file.
+struct Refusal {
+  std::string where;
+  [[noreturn]] void operator()(const std::string& what) const { throw InvalidArgument(where + what); }
+};
+
+// The 8-byte length and the JSON header it announces; `data_start` is where the data section begins.
+json read_header(const std::string& bytes, const ReadOptions& options, const Refusal& fail, size_t* data_start) {
   const size_t size = bytes.size();
-  if (size < 8) {
-    fail("truncated: " + std::to_string(size) + " bytes, too short for the 8-byte header length");
-  }
+  if (size < 8) fail("truncated: " + std::to_string(size) + " bytes, too short for the 8-byte header length");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
   if (header_len > options.max_header_bytes) {
@@ -125,66 +127,70 @@ SafetensorsFile parse_safetensors(std::string bytes, const std::string& source, 
     fail("truncated: header says " + std::to_string(header_len) + " bytes of header, file has " +
          std::to_string(size - 8) + " after the length");
   }
-  const size_t data_start = 8 + static_cast<size_t>(header_len);
-  const size_t data_size = size - data_start;
+  *data_start = 8 + static_cast<size_t>(header_len);
   json header;
   try {
-    header = json::parse(bytes.begin() + 8, bytes.begin() + static_cast<std::ptrdiff_t>(data_start));
+    header = json::parse(bytes.begin() + 8, bytes.begin() + static_cast<std::ptrdiff_t>(*data_start));
   } catch (const json::exception& e) {
     fail(std::string("header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) fail("header is not a JSON object");
+  return header;
+}
 
+std::map<std::string, std::string> parse_metadata(const json& value, const Refusal& fail) {
+  if (!value.is_object()) fail("__metadata__ is not a JSON object");
   std::map<std::string, std::string> metadata;
-  std::vector<TensorEntry> tensors;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const json& value = it.value();
-    if (name == "__metadata__") {
-      if (!value.is_object()) fail("__metadata__ is not a JSON object");
-      for (auto m = value.begin(); m != value.end(); ++m) {
-        if (!m.value().is_string()) fail("__metadata__ value of '" + m.key() + "' is not a string");
-        metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    const std::string tensor = "tensor " + name + ": ";
-    if (!value.is_object()) fail(tensor + "header entry is not a JSON object");
-    const auto dtype = value.find("dtype");
-    const auto shape = value.find("shape");
-    const auto offsets = value.find("data_offsets");
-    if (dtype == value.end() || shape == value.end() || offsets == value.end()) {
-      fail(tensor + "header entry needs dtype, shape and data_offsets");
-    }
-    TensorEntry entry;
-    entry.name = name;
-    if (!dtype->is_string() || !parse_safetensors_dtype(dtype->get<std::string>(), &entry.dtype)) {
-      fail(tensor + "unknown dtype " + dtype->dump());
-    }
-    if (!shape->is_array() || shape->size() > 64) fail(tensor + "shape is not an array of at most 64 sizes");
-    for (const json& d : *shape) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        fail(tensor + "shape " + shape->dump() + " holds something other than a non-negative integer");
-      }
-      entry.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
-    }
-    if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
-        !(*offsets)[1].is_number_unsigned()) {
-      fail(tensor + "data_offsets " + offsets->dump() + " is not a pair of non-negative integers");
-    }
-    const uint64_t begin = (*offsets)[0].get<uint64_t>();
-    const uint64_t end = (*offsets)[1].get<uint64_t>();
-    if (begin > end) fail(tensor + "data_offsets " + offsets->dump() + " end before they begin");
-    entry.begin = static_cast<size_t>(begin);
-    entry.end = static_cast<size_t>(end);
-    size_t expected = 0;
-    if (!byte_count(entry.shape, dtype_size(entry.dtype), std::numeric_limits<size_t>::max() / 2, &expected) ||
-        expected != entry.bytes()) {
-      fail(tensor + "shape " + shape_str_compact(entry.shape) + " of " + safetensors_dtype_name(entry.dtype) + " does not fit its " +
-           std::to_string(entry.bytes()) + " bytes of data");
-    }
-    tensors.push_back(std::move(entry));
+  for (auto m = value.begin(); m != value.end(); ++m) {
+    if (!m.value().is_string()) fail("__metadata__ value of '" + m.key() + "' is not a string");
+    metadata[m.key()] = m.value().get<std::string>();
   }
+  return metadata;
+}
+
+// One tensor's header entry: dtype, shape and offsets, each checked, and the shape's bytes against the offsets'.
+TensorEntry parse_entry(const std::string& name, const json& value, const Refusal& fail) {
+  const std::string tensor = "tensor " + name + ": ";
+  if (!value.is_object()) fail(tensor + "header entry is not a JSON object");
+  const auto dtype = value.find("dtype");
+  const auto shape = value.find("shape");
+  const auto offsets = value.find("data_offsets");
+  if (dtype == value.end() || shape == value.end() || offsets == value.end()) {
+    fail(tensor + "header entry needs dtype, shape and data_offsets");
+  }
+  TensorEntry entry;
+  entry.name = name;
+  if (!dtype->is_string() || !parse_safetensors_dtype(dtype->get<std::string>(), &entry.dtype)) {
+    fail(tensor + "unknown dtype " + dtype->dump());
+  }
+  if (!shape->is_array() || shape->size() > 64) fail(tensor + "shape is not an array of at most 64 sizes");
+  for (const json& d : *shape) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      fail(tensor + "shape " + shape->dump() + " holds something other than a non-negative integer");
+    }
+    entry.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+  }
+  if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+      !(*offsets)[1].is_number_unsigned()) {
+    fail(tensor + "data_offsets " + offsets->dump() + " is not a pair of non-negative integers");
+  }
+  const uint64_t begin = (*offsets)[0].get<uint64_t>();
+  const uint64_t end = (*offsets)[1].get<uint64_t>();
+  if (begin > end) fail(tensor + "data_offsets " + offsets->dump() + " end before they begin");
+  entry.begin = static_cast<size_t>(begin);
+  entry.end = static_cast<size_t>(end);
+  size_t expected = 0;
+  if (!byte_count(entry.shape, dtype_size(entry.dtype), std::numeric_limits<size_t>::max() / 2, &expected) ||
+      expected != entry.bytes()) {
+    fail(tensor + "shape " + shape_str_compact(entry.shape) + " of " + safetensors_dtype_name(entry.dtype) +
+         " does not fit its " + std::to_string(entry.bytes()) + " bytes of data");
+  }
+  return entry;
+}
+
+// The tensors must end inside the data section and tile it: a gap or an overlap means the header and the data
+// disagree. Sorts `tensors` by offset.
+void check_tiling(std::vector<TensorEntry>& tensors, size_t data_size, const Refusal& fail) {
   const TensorEntry* last = nullptr;
   for (const TensorEntry& t : tensors) {
     if (last == nullptr || t.end > last->end) last = &t;
@@ -194,7 +200,6 @@ SafetensorsFile parse_safetensors(std::string bytes, const std::string& source, 
          std::to_string(data_size) + " (tensor " + last->name + " lies past the end); the write was interrupted " +
          "or the file was cut short");
   }
-  // The tensors must tile the data section: a gap or an overlap means the header and the data disagree.
   std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
@@ -211,19 +216,23 @@ SafetensorsFile parse_safetensors(std::string bytes, const std::string& source, 
     fail("wrong length: header says " + std::to_string(covered) + " bytes of data, file has " +
          std::to_string(data_size));
   }
+}
+
+// Each tensor's bytes against its stored CRC32 (required or not), and no checksum for a tensor the header lacks.
+void check_checksums(const std::vector<TensorEntry>& tensors, const std::map<std::string, std::string>& metadata,
+                     const char* data, bool required, const Refusal& fail) {
   std::set<std::string> names;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorEntry& t = tensors[i];
+  for (const TensorEntry& t : tensors) {
     names.insert(t.name);
     const auto crc = metadata.find(kCrc32KeyPrefix + t.name);
     if (crc == metadata.end()) {
-      if (options.require_checksums) {
+      if (required) {
         fail("tensor " + t.name + ": no checksum (" + kCrc32KeyPrefix + t.name +
              ") in __metadata__; the file was not written by this runtime's checkpoint writer");
       }
       continue;
     }
-    const std::string actual = crc32_hex(bytes.data() + data_start + t.begin, t.bytes());
+    const std::string actual = crc32_hex(data + t.begin, t.bytes());
     if (crc->second != actual) {
       fail("tensor " + t.name + ": checksum mismatch (stored crc32 " + crc->second + ", data has " + actual +
            "): the file is corrupt; use an older checkpoint");
@@ -235,6 +244,29 @@ SafetensorsFile parse_safetensors(std::string bytes, const std::string& source, 
            ", which the header does not list: the header is damaged");
     }
   }
+}
+
+}  // namespace
+
+SafetensorsFile parse_safetensors(std::string bytes, const std::string& source, const ReadOptions& options) {
+  const Refusal fail{options.kind + " " + source + ": "};
+  size_t data_start = 0;
+  const json header = read_header(bytes, options, fail, &data_start);
+  std::map<std::string, std::string> metadata;
+  std::vector<TensorEntry> tensors;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      metadata = parse_metadata(it.value(), fail);
+    } else {
+      tensors.push_back(parse_entry(it.key(), it.value(), fail));
+    }
+  }
+  check_tiling(tensors, bytes.size() - data_start, fail);
+  check_checksums(tensors, metadata, bytes.data() + data_start, options.require_checksums, fail);
+
+  SafetensorsFile file;
+  file.source_ = source;
+  file.kind_ = options.kind;
   for (size_t i = 0; i < tensors.size(); ++i) file.by_name_[tensors[i].name] = i;
   file.tensors_ = std::move(tensors);
   file.metadata_ = std::move(metadata);

@@ -258,7 +258,7 @@ TEST(Failure, TheTagNamesTheReportingRankNotTheText) {
 }
 
 TEST(Failure, AnErrorAllRanksRaisedNamesTheRanksItLists) {
-  // Seen in issue 18: rank 0 found the checkpoint directory unusable, every rank agreed and exited 1, and rank
+  // Seen in the field: rank 0 found the checkpoint directory unusable, every rank agreed and exited 1, and rank
   // 1 (idle, so first out) was named.
   FailureTracker t;
   t.observe(marker_line(1, 1, 10 * kSecond), 10 * kSecond + 1000);
@@ -350,7 +350,7 @@ bool mentions(const std::vector<std::string>& warnings, const std::string& text)
 }
 
 TEST(Resources, FarMoreRanksThanCoresWarns) {
-  // Issue 18: -np 64 on a 2-core, 24 GiB machine ran silently until the kernel killed ranks.
+  // Seen in the field: -np 64 on a 2-core, 24 GiB machine ran silently until the kernel killed ranks.
   const auto warnings = resource_warnings(program(64), with_memory(2, 24));
   ASSERT_EQ(warnings.size(), 2u);
   EXPECT_TRUE(mentions(warnings, "64 ranks on 2 cores of this node (more than 4 per core)")) << warnings[0];

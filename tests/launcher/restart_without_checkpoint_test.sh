@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ddprun --max-restarts when the job fails before its first checkpoint (issue 18, item 3): the relaunch carries
+# ddprun --max-restarts when the job fails before its first checkpoint: the relaunch carries
 # DDP_RESUME=1, which asks for the newest complete checkpoint *if there is one*; with none yet, train_mlp must
 # start from scratch and say so, not refuse "no complete checkpoint" and burn the restart. The run then ends
 # exactly as one never interrupted (the same final checkpoint, byte for byte). An explicit --resume of a
