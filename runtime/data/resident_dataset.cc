@@ -30,10 +30,6 @@ int64_t rows_per_piece(int64_t feature_count) {
 
 }  // namespace
 
-std::size_t ResidentDataset::device_bytes(DatasetView data) {
-  return static_cast<std::size_t>(data.size) * (static_cast<std::size_t>(data.feature_count) * 4 + 4);
-}
-
 ResidentDataset::ResidentDataset(DatasetView data, const Device& device, const Stream& stream)
     : device_(device), size_(data.size), feature_count_(data.feature_count) {
   DDP_CHECK(data.size > 0 && data.feature_count > 0,

@@ -25,9 +25,6 @@ class ResidentDataset {
   // Copies `data` to `device` (in pieces, so the pinned staging stays small). `data` may go away afterwards.
   ResidentDataset(DatasetView data, const Device& device, const Stream& stream);
 
-  // Bytes the features and labels of `data` take on a device.
-  static std::size_t device_bytes(DatasetView data);
-
   // The epoch's order: row numbers of the data set (a sampler's indices()). Throws InvalidArgument naming the
   // first one out of range. Queued on `stream` after the gathers already queued there.
   void set_order(const std::vector<int64_t>& order, const Stream& stream);
