@@ -3,7 +3,10 @@
 #   - without restarts, every other rank ends within 60 s (the time is printed), and ddprun exits non-zero
 #     naming the rank that died;
 #   - with --max-restarts 1, ddprun relaunches from the newest complete checkpoint and the run ends with the
-#     same parameters as a run never interrupted: its final checkpoint is byte for byte the same file.
+#     same parameters as a run never interrupted: its final checkpoint is byte for byte the same file;
+#   - when it dies before the first checkpoint, the relaunch (DDP_RESUME=1 asks for the newest checkpoint *if
+#     there is one*) starts from scratch and says so, instead of refusing and burning the restart, and ends as
+#     a run never interrupted; an explicit --resume of a directory without a checkpoint is still refused.
 set -uo pipefail
 ddprun="$1"
 train="$2"
@@ -12,6 +15,13 @@ work="$session/work"
 mkdir -p "$work"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+same_final_checkpoint() {  # CLEAN RESTARTED: the two runs' final checkpoints are the same file, byte for byte
+  if [ -f "$1" ] && [ -f "$2" ]; then
+    cmp -s "$1" "$2" || fail "the restarted run ended with different parameters (checkpoints differ)"
+  else
+    fail "missing final checkpoints"
+  fi
+}
 args=(--hidden 64 --layers 2 --batch-size 32 --log-every 10 --seed 3 --max-steps 60 --checkpoint-every 10)
 
 # 1. Death without restarts.
@@ -40,12 +50,29 @@ echo "$out" | grep -E "ddprun|resumed|final" | head -5
 [ "$status" -eq 0 ] || fail "the restarted job exited $status"
 grep -q "restart 1 of 1" <<<"$out" || fail "ddprun did not restart"
 grep -q "resumed from .*ckpt-00000030.safetensors: step 30" <<<"$out" || fail "the restart did not resume from step 30"
-clean="$work/clean/ckpt-00000060.safetensors"
-restarted="$work/restarted/ckpt-00000060.safetensors"
-if [ -f "$clean" ] && [ -f "$restarted" ]; then
-  cmp -s "$clean" "$restarted" || fail "the restarted run ended with different parameters (checkpoints differ)"
-else
-  fail "missing final checkpoints"
+same_final_checkpoint "$work/clean/ckpt-00000060.safetensors" "$work/restarted/ckpt-00000060.safetensors"
+
+# 3. A death before the first checkpoint (--checkpoint-every 0, the default: the only one is written at the end).
+early=(--device cpu --hidden 32 --layers 1 --batch-size 32 --log-every 10 --seed 5 --max-steps 20)
+"$ddprun" -np 2 -- "$train" "${early[@]}" --checkpoint-dir "$work/early-clean" >/dev/null 2>&1 || fail "uninterrupted run failed"
+out=$(DDP_FAULT_KILL_STEP=5 DDP_FAULT_KILL_RANK=1 "$ddprun" -np 2 --max-restarts 1 -- "$train" "${early[@]}" \
+  --checkpoint-dir "$work/early-restarted" 2>&1)
+status=$?
+echo "$out" | grep -E "ddprun|fault|scratch|resum|error" | head -8
+[ "$status" -eq 0 ] || fail "the restarted job exited $status, expected 0"
+grep -q "restart 1 of 1" <<<"$out" || fail "ddprun did not restart"
+grep -q "starting from scratch" <<<"$out" || fail "the restart did not say it starts from scratch"
+if grep -q "no complete checkpoint" <<<"$out" && ! grep -q "starting from scratch" <<<"$out"; then
+  fail "the restart refused for want of a checkpoint"
 fi
+same_final_checkpoint "$work/early-clean/ckpt-00000020.safetensors" "$work/early-restarted/ckpt-00000020.safetensors"
+
+# 4. An explicit --resume still needs a checkpoint.
+mkdir -p "$work/empty"
+out=$("$ddprun" -np 2 -- "$train" "${early[@]}" --resume "$work/empty" 2>&1)
+status=$?
+[ "$status" -ne 0 ] || fail "--resume of a directory without a checkpoint exited 0"
+grep -q "no complete checkpoint in $work/empty" <<<"$out" || { fail "--resume of an empty directory: no clear refusal"; echo "$out" | tail -5; }
+
 echo "rank failure: $failures failure(s)"
 [ "$failures" -eq 0 ]
