@@ -468,15 +468,17 @@ struct PhaseTimes {
   using Clock = std::chrono::steady_clock;
   Clock::time_point start = Clock::now();
   double world_s = 0, data_s = 0, setup_s = 0, train_s = 0, eval_s = 0, checkpoint_s = 0;
+  ddp::WorldStartup world;  // the parts of world_s
   static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
   std::string summary(long long steps) const {
-    char text[400];
+    char text[480];
     const double total = since(start);
     std::snprintf(text, sizeof text,
-                  "time: %.2f s from start: start-up %.2f s (MPI and device %.2f, data %.2f, model and DDP %.2f), "
-                  "%lld steps %.2f s (%.0f us each), evaluation %.2f s, checkpoints %.2f s",
-                  total, world_s + data_s + setup_s, world_s, data_s, setup_s, steps, train_s,
-                  steps > 0 ? train_s * 1e6 / steps : 0.0, eval_s, checkpoint_s);
+                  "time: %.2f s from start: start-up %.2f s (MPI, device and NCCL %.2f = %.2f + %.2f + %.2f, "
+                  "data %.2f, model and DDP %.2f), %lld steps %.2f s (%.0f us each), evaluation %.2f s, "
+                  "checkpoints %.2f s",
+                  total, world_s + data_s + setup_s, world_s, world.mpi_s, world.device_s, world.nccl_s, data_s,
+                  setup_s, steps, train_s, steps > 0 ? train_s * 1e6 / steps : 0.0, eval_s, checkpoint_s);
     return text;
   }
 };
@@ -510,6 +512,7 @@ int train(int argc, char** argv) {
   ddp::World world(&argc, &argv, world_options);
   world.agree(flag_error, "bad command line");
   times.world_s = PhaseTimes::since(times.start);
+  times.world = world.startup();
   const bool lead = world.rank() == 0;
 
   if (world.device().is_cpu()) {

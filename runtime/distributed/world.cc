@@ -4,10 +4,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <future>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,34 @@ bool mpi_is_running() {
   return initialized && !finalized;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The node-local rank as the launcher tells it before MPI starts (Open MPI's mpirun, Slurm), or 0 for a process
+// started alone; -1 when a launcher we do not know started it.
+int local_rank_before_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return std::getenv("PMI_RANK") == nullptr && std::getenv("PMIX_RANK") == nullptr ? 0 : -1;
+}
+
+// Starts the CUDA driver and creates the context of the GPU this rank will most likely be bound to (the one
+// bind_device picks, local_rank % gpus), on a thread of its own: both take a good part of a second and need
+// nothing from MPI, whose start-up takes as long. A wrong guess costs a context on another GPU, nothing else.
+std::future<void> warm_up_device(DeviceRequest request) {
+  if (request == DeviceRequest::kCpu) return {};
+  const int local_rank = local_rank_before_mpi();
+  if (local_rank < 0) return {};
+  return std::async(std::launch::async, [local_rank] {
+    const CudaAvailability& cuda = cuda_availability();
+    if (cuda.device_count <= 0) return;
+    if (cudaSetDevice(local_rank % cuda.device_count) == cudaSuccess) (void)cudaFree(nullptr);
+    (void)cudaGetLastError();  // whatever failed here fails again, and is reported, in bind_device
+  });
+}
+
 }  // namespace
 
 DeviceRequest parse_device_request(const std::string& text) {
@@ -35,6 +65,8 @@ DeviceRequest parse_device_request(const std::string& text) {
 }
 
 World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at_start_(std::uncaught_exceptions()) {
+  std::future<void> device_warm_up = warm_up_device(options.device);
+  const auto mpi_start = std::chrono::steady_clock::now();
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -66,8 +98,16 @@ World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at
   int length = 0;
   DDP_MPI_CHECK(MPI_Get_processor_name(name, &length));
   node_name_.assign(name, length);
+  startup_.mpi_s = seconds_since(mpi_start);
 
+  const auto device_start = std::chrono::steady_clock::now();
+  if (device_warm_up.valid()) device_warm_up.wait();
   bind_device(options);
+  startup_.device_s = seconds_since(device_start);
+
+  const auto nccl_start = std::chrono::steady_clock::now();
+  if (device_.is_cuda() && options.nccl) create_nccl(options);
+  startup_.nccl_s = seconds_since(nccl_start);
 }
 
 void World::bind_device(const WorldOptions& options) {
@@ -114,16 +154,16 @@ void World::bind_device(const WorldOptions& options) {
     }
   }
   agree(error, "device binding failed");
+}
 
-  if (device_.is_cuda() && options.nccl) {
-    std::string nccl_error;
-    try {
-      nccl_ = NcclCommunicator::create(comm_, device_, options.nccl_init_timeout_s);
-    } catch (const std::exception& e) {
-      nccl_error = e.what();
-    }
-    agree(nccl_error, "NCCL communicator creation failed");
+void World::create_nccl(const WorldOptions& options) {
+  std::string nccl_error;
+  try {
+    nccl_ = NcclCommunicator::create(comm_, device_, options.nccl_init_timeout_s);
+  } catch (const std::exception& e) {
+    nccl_error = e.what();
   }
+  agree(nccl_error, "NCCL communicator creation failed");
 }
 
 World::~World() {

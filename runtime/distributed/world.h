@@ -34,6 +34,13 @@ struct WorldOptions {
   double nccl_init_timeout_s = 120.0;
 };
 
+// Where constructing a World spent its time, in seconds: programs that report their start-up show it.
+struct WorldStartup {
+  double mpi_s = 0;     // MPI_Init_thread and the world's communicators
+  double device_s = 0;  // waiting for the CUDA driver and this rank's device (begun before MPI_Init, see World)
+  double nccl_s = 0;    // the NCCL communicator (unique ID broadcast and ncclCommInitRank)
+};
+
 // An error every rank raised together (the ranks agreed on it): it is reported once, by rank 0.
 class CollectiveError : public Error {
  public:
@@ -61,6 +68,7 @@ class World {
   MPI_Comm comm() const { return comm_; }
   // The world's NCCL communicator; nullptr on the CPU or when options.nccl is false.
   NcclCommunicator* nccl() const { return nccl_.get(); }
+  const WorldStartup& startup() const { return startup_; }
 
   // Collective: every rank passes its own error (empty when fine). If any rank failed, every rank throws a
   // CollectiveError whose message names each failing rank and its error, prefixed by `what`.
@@ -78,6 +86,7 @@ class World {
 
  private:
   void bind_device(const WorldOptions& options);
+  void create_nccl(const WorldOptions& options);
 
   int uncaught_at_start_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   bool owns_mpi_ = false;
@@ -89,6 +98,7 @@ class World {
   std::string node_name_;
   Device device_ = Device::cpu();
   std::unique_ptr<NcclCommunicator> nccl_;
+  WorldStartup startup_;
 };
 
 // Runs `body`; an exception that escapes it is printed with the rank and ends the job on every rank
