@@ -14,13 +14,22 @@ def mpi_test(name, binary, ranks, args = [], tags = [], size = "small", **kwargs
 def _rank_suffix(ranks):
     if ranks == "singleton":
         return ""
+    if ranks == "gpus":
+        return "_nccl_gpus"
     return "_1rank" if ranks == 1 else "_%dranks" % ranks
+
+def _size(ranks, medium_from):
+    if ranks == "gpus":
+        return "medium"
+    return "medium" if ranks != "singleton" and ranks >= medium_from else "small"
 
 def mpi_gtest(name, srcs, deps, ranks = [1, 2, 4], medium_from = 4, tags = []):
     """A GoogleTest binary `<name>_bin` (bundled for the GPU machine) and one mpi_test per world size.
 
     `ranks` lists world sizes, "singleton" for a world of one without mpirun (target `<name>`); the others are
-    `<name>_1rank`, `<name>_2ranks`, ... Worlds of `medium_from` ranks or more get size "medium".
+    `<name>_1rank`, `<name>_2ranks`, ... Worlds of `medium_from` ranks or more get size "medium". "gpus" is one
+    rank per GPU of the node over NCCL (`<name>_nccl_gpus`, tagged `multigpu`; bazel/mpi_run.sh says why it
+    skips on a node with fewer than two GPUs).
     """
     native.cc_binary(
         name = name + "_bin",
@@ -34,6 +43,6 @@ def mpi_gtest(name, srcs, deps, ranks = [1, 2, 4], medium_from = 4, tags = []):
             name = name + _rank_suffix(r),
             binary = ":" + name + "_bin",
             ranks = r,
-            size = "medium" if r != "singleton" and r >= medium_from else "small",
-            tags = tags,
+            size = _size(r, medium_from),
+            tags = tags + (["multigpu", "exclusive"] if r == "gpus" else []),
         )

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 tests=$(bazel query 'attr(tags, "\bgpu\b|\bmultigpu\b", kind("cc_test", tests(//...)))' 2>/dev/null)
 # Binaries the GPU jobs (tools/gpu_jobs.txt) start under mpirun, and the benchmarks.
-extra=$(bazel query 'attr(tags, "\bgpu_bundle\b", //...) + //examples:allreduce_sum' 2>/dev/null)
+extra=$(bazel query 'attr(tags, "\bgpu_bundle\b", //...) + //examples:allreduce_sum + //launcher:ddprun' 2>/dev/null)
 bazel build $tests $extra
 
 rm -rf .gpu

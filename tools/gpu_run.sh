@@ -14,8 +14,12 @@ export NCCL_NVLS_ENABLE=0   # NVLink multicast stays off on shared hosts
 logs="${OUT:-.gpu/logs}"
 mkdir -p "$logs"
 nvidia-smi -L || true
+# One rank per GPU for the jobs named *_multigpu; on a node with fewer than two GPUs they are skipped, and said so.
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+export GPUS
 passed=0
 failed=0
+skipped=0
 failures=()
 
 record() {  # name status
@@ -42,11 +46,15 @@ while IFS=$'\t' read -r name command; do
   # GPU_JOBS selects jobs by a regular expression on their names, GPU_SKIP leaves some out.
   if [ -n "${GPU_JOBS:-}" ] && ! grep -qE "$GPU_JOBS" <<<"$name"; then continue; fi
   if [ -n "${GPU_SKIP:-}" ] && grep -qE "$GPU_SKIP" <<<"$name"; then continue; fi
+  if [[ "$name" == *_multigpu ]] && [ "${GPUS:-0}" -lt 2 ]; then
+    skipped=$((skipped + 1)); echo "SKIP $name (one rank per GPU over NCCL needs two or more GPUs; this node has ${GPUS:-0})"
+    continue
+  fi
   timeout 600 bash -c "$command" </dev/null >"$logs/$name.log" 2>&1
   s=$?
   tail -5 "$logs/$name.log" | sed "s/^/  $name: /"
   record "$name" "$s"
 done <tools/gpu_jobs.txt
 
-echo "gpu: $passed passed, $failed failed ${failures[*]:-}"
+echo "gpu: $passed passed, $failed failed, $skipped skipped ${failures[*]:-}"
 [ "$failed" -eq 0 ]
