@@ -12,6 +12,28 @@
 #include "runtime/core/device.h"
 
 namespace ddp {
+void MemoryStats::count_backend_allocation(std::size_t bytes) {
+  ++num_backend_allocs;
+  bytes_reserved += static_cast<std::int64_t>(bytes);
+  peak_bytes_reserved = std::max(peak_bytes_reserved, bytes_reserved);
+  count_use(static_cast<std::int64_t>(bytes));
+}
+
+void MemoryStats::count_backend_free(std::size_t bytes) {
+  ++num_backend_frees;
+  bytes_reserved -= static_cast<std::int64_t>(bytes);
+}
+
+void MemoryStats::count_use(std::int64_t bytes) {
+  bytes_in_use += bytes;
+  peak_bytes_in_use = std::max(peak_bytes_in_use, bytes_in_use);
+}
+
+void MemoryStats::reset_peaks() {
+  peak_bytes_in_use = bytes_in_use;
+  peak_bytes_reserved = bytes_reserved;
+}
+
 namespace {
 
 constexpr std::size_t kSmallStep = 512;
@@ -21,10 +43,6 @@ constexpr std::size_t kSmallLimit = std::size_t{1} << 20;
 // PyTorch's peak memory.
 constexpr std::size_t kLargeStep = std::size_t{2} << 20;
 
-void update_peaks(MemoryStats& s) {
-  s.peak_bytes_in_use = std::max(s.peak_bytes_in_use, s.bytes_in_use);
-  s.peak_bytes_reserved = std::max(s.peak_bytes_reserved, s.bytes_reserved);
-}
 
 // Stream-ordered reuse through CUDA events, shared by the device and the pinned backends. Events are created
 // and recorded with `event_device` current (the CPU for pinned memory: no device switch).
@@ -180,8 +198,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamHandle stream) {
         void* ptr = block.ptr;
         in_use_.emplace(ptr, std::move(block));
         ++stats_.num_cache_hits;
-        stats_.bytes_in_use += static_cast<std::int64_t>(in_use_.at(ptr).size);
-        update_peaks(stats_);
+        stats_.count_use(static_cast<std::int64_t>(in_use_.at(ptr).size));
         return ptr;
       }
     }
@@ -197,10 +214,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamHandle stream) {
                 std::to_string(stats_.bytes_in_use) + " bytes in use, " + std::to_string(stats_.bytes_reserved) +
                 " reserved); reduce the batch size or the model");
   }
-  ++stats_.num_backend_allocs;
-  stats_.bytes_reserved += static_cast<std::int64_t>(size);
-  stats_.bytes_in_use += static_cast<std::int64_t>(size);
-  update_peaks(stats_);
+  stats_.count_backend_allocation(size);
   Block block;
   block.ptr = ptr;
   block.size = size;
@@ -234,7 +248,7 @@ void CachingAllocator::free(void* ptr) {
     backend_->record_event(e, s);
     block.extra_events.push_back(e);
   }
-  stats_.bytes_in_use -= static_cast<std::int64_t>(block.size);
+  stats_.count_use(-static_cast<std::int64_t>(block.size));
   free_[block.size].push_back(std::move(block));
 }
 
@@ -252,8 +266,7 @@ void CachingAllocator::release_cached_locked(bool wait_for_pending) {
       }
       release_events(b);
       backend_->raw_free(b.ptr);
-      ++stats_.num_backend_frees;
-      stats_.bytes_reserved -= static_cast<std::int64_t>(b.size);
+      stats_.count_backend_free(b.size);
       list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
@@ -272,8 +285,7 @@ MemoryStats CachingAllocator::stats() const {
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  stats_.peak_bytes_reserved = stats_.bytes_reserved;
+  stats_.reset_peaks();
 }
 
 CachingAllocator& cuda_allocator(int device) {
@@ -316,10 +328,7 @@ void* CpuAllocator::allocate(std::size_t bytes) {
   if (ptr == nullptr) throw Error("cpu: out of memory allocating " + std::to_string(bytes) + " bytes");
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.num_allocations;
-  ++stats_.num_backend_allocs;
-  stats_.bytes_in_use += static_cast<std::int64_t>(bytes);
-  stats_.bytes_reserved += static_cast<std::int64_t>(bytes);
-  update_peaks(stats_);
+  stats_.count_backend_allocation(bytes);
   return ptr;
 }
 
@@ -327,9 +336,8 @@ void CpuAllocator::free(void* ptr, std::size_t bytes) {
   if (ptr == nullptr) return;
   ::operator delete(ptr, std::align_val_t{kAlignment});
   std::lock_guard<std::mutex> lock(mutex_);
-  ++stats_.num_backend_frees;
-  stats_.bytes_in_use -= static_cast<std::int64_t>(bytes);
-  stats_.bytes_reserved -= static_cast<std::int64_t>(bytes);
+  stats_.count_use(-static_cast<std::int64_t>(bytes));
+  stats_.count_backend_free(bytes);
 }
 
 MemoryStats CpuAllocator::stats() const {
@@ -339,8 +347,7 @@ MemoryStats CpuAllocator::stats() const {
 
 void CpuAllocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  stats_.peak_bytes_reserved = stats_.bytes_reserved;
+  stats_.reset_peaks();
 }
 
 CpuAllocator& cpu_allocator() {

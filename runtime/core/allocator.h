@@ -23,11 +23,9 @@
 #include <unordered_map>
 #include <vector>
 
-struct CUstream_st;
+#include "runtime/core/stream.h"
 
 namespace ddp {
-
-using StreamHandle = CUstream_st*;  // nullptr: the legacy default stream (device) or the calling thread (CPU)
 
 struct MemoryStats {
   std::int64_t bytes_in_use = 0;         // handed out and not freed (rounded to the block size)
@@ -38,6 +36,12 @@ struct MemoryStats {
   std::int64_t num_cache_hits = 0;       // allocate() calls served from the cache
   std::int64_t num_backend_allocs = 0;   // cudaMalloc / cudaHostAlloc calls
   std::int64_t num_backend_frees = 0;    // cudaFree / cudaFreeHost calls
+
+  // The bookkeeping every allocator shares.
+  void count_backend_allocation(std::size_t bytes);  // obtained from the backend and handed out
+  void count_backend_free(std::size_t bytes);        // handed back to the backend
+  void count_use(std::int64_t bytes);                // handed out (> 0) or returned (< 0) without the backend
+  void reset_peaks();
 };
 
 // Where a CachingAllocator gets raw memory and stream-ordered completion markers from.

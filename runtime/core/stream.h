@@ -17,6 +17,10 @@ struct CUevent_st;
 
 namespace ddp {
 
+// A stream as the kernel layer and the allocators take it: the CUDA handle, or nullptr for the CPU (the
+// calling thread) and the legacy default stream.
+using StreamHandle = CUstream_st*;
+
 class Stream {
  public:
   // A CPU "stream": synchronous.
@@ -31,7 +35,7 @@ class Stream {
   ~Stream();
 
   const Device& device() const { return device_; }
-  CUstream_st* handle() const { return stream_; }  // nullptr for the CPU
+  StreamHandle handle() const { return stream_; }  // nullptr for the CPU
   void synchronize() const;
 
  private:

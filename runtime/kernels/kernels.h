@@ -15,12 +15,9 @@
 #include <cstdint>
 
 #include "runtime/core/dtype.h"
-
-struct CUstream_st;
+#include "runtime/core/stream.h"  // StreamHandle
 
 namespace ddp::kernels {
-
-using StreamHandle = CUstream_st*;  // nullptr on the CPU
 
 // GELU is the exact (erf) form, as torch.nn.GELU() by default.
 enum class Activation : std::uint8_t { kNone, kRelu, kGelu };
