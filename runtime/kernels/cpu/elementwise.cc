@@ -124,12 +124,6 @@ void sum_squares(const float* x, std::int64_t n, double* out, StreamHandle /*str
   out[0] = sum;
 }
 
-void flag_nonfinite(const float* x, std::int64_t n, std::int32_t* flag, StreamHandle /*stream*/) {
-  bool bad = false;
-  for (std::int64_t i = 0; i < n; ++i) bad |= !std::isfinite(x[i]);
-  if (bad) flag[0] = 1;
-}
-
 void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, StreamHandle /*stream*/) {
   if (divisor == 1) return;  // x / 1 == x in every type: no pass over the buffer at world size 1
   switch (dtype) {

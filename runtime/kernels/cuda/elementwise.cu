@@ -1,4 +1,4 @@
-// Elementwise utilities of the kernel contract: fill, axpby, scale, cast, sum_squares, flag_nonfinite, gather_rows.
+// Elementwise utilities of the kernel contract: fill, axpby, scale, cast, sum_squares, gather_rows.
 //
 // Each is one grid-stride kernel, using 16-byte vector accesses when every pointer involved is 16-byte aligned
 // (tensor views into a flat parameter buffer need not be). sum_squares is the one reduction: a fixed number of
@@ -154,25 +154,6 @@ __global__ void sum_squares_partial_kernel(const float* __restrict__ x, std::int
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-// ---- flag_nonfinite ----
-__global__ void flag_nonfinite_kernel(const float* __restrict__ x, std::int64_t n, std::int32_t* flag,
-                                      bool vectorized) {
-  bool bad = false;
-  std::int64_t scalar_from = 0;
-  if (vectorized) {
-    const std::int64_t n4 = n / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
-      const float4 a = x4[v];
-      bad |= !isfinite(a.x) || !isfinite(a.y) || !isfinite(a.z) || !isfinite(a.w);
-    }
-    scalar_from = n4 * 4;
-  }
-  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) bad |= !isfinite(x[i]);
-  // Every writer stores the same value, so the race is benign; one store per warp keeps it cheap.
-  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *flag = 1;
-}
-
 }  // namespace
 
 void fill(DType dtype, void* data, std::int64_t n, double value, StreamHandle stream) {
@@ -249,13 +230,6 @@ void sum_squares(const float* x, std::int64_t n, double* out, StreamHandle strea
                                                                                        vectorized);
   DDP_CUDA_CHECK_LAUNCH();
   detail::sum_partials_kernel<double, double><<<1, 1024, 0, stream>>>(partials, static_cast<int>(blocks), out, 1.0);
-  DDP_CUDA_CHECK_LAUNCH();
-}
-
-void flag_nonfinite(const float* x, std::int64_t n, std::int32_t* flag, StreamHandle stream) {
-  if (n <= 0) return;
-  const bool vectorized = aligned16(x);
-  flag_nonfinite_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(x, n, flag, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
