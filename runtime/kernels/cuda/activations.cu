@@ -18,59 +18,28 @@ namespace {
 
 __global__ void activation_forward_kernel(Activation act, const float* x, float* y,
                                           std::int64_t n, bool vectorized) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  std::int64_t scalar_from = 0;
-  if (vectorized) {
-    const std::int64_t n4 = n / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    float4* y4 = reinterpret_cast<float4*>(y);
-    for (std::int64_t v = start; v < n4; v += stride) {
-      float4 a = x4[v];
-      a.x = apply_activation(act, a.x);
-      a.y = apply_activation(act, a.y);
-      a.z = apply_activation(act, a.z);
-      a.w = apply_activation(act, a.w);
-      y4[v] = a;
-    }
-    scalar_from = n4 * 4;
-  }
-  for (std::int64_t i = scalar_from + start; i < n; i += stride) y[i] = apply_activation(act, x[i]);
+  auto f = [act](float z) { return apply_activation(act, z); };
+  for_each_by_four(
+      n, vectorized,
+      [&](std::int64_t v) { reinterpret_cast<float4*>(y)[v] = map4(reinterpret_cast<const float4*>(x)[v], f); },
+      [&](std::int64_t i) { y[i] = f(x[i]); });
 }
 
 __global__ void activation_backward_kernel(Activation act, const float* x, const float* dy,
                                            float* dx, std::int64_t n, bool accumulate, bool vectorized) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  std::int64_t scalar_from = 0;
-  if (vectorized) {
-    const std::int64_t n4 = n / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    const float4* dy4 = reinterpret_cast<const float4*>(dy);
-    float4* dx4 = reinterpret_cast<float4*>(dx);
-    for (std::int64_t v = start; v < n4; v += stride) {
-      const float4 a = x4[v];
-      const float4 g = dy4[v];
-      float4 r;
-      r.x = g.x * activation_grad(act, a.x);
-      r.y = g.y * activation_grad(act, a.y);
-      r.z = g.z * activation_grad(act, a.z);
-      r.w = g.w * activation_grad(act, a.w);
-      if (accumulate) {
-        const float4 o = dx4[v];
-        r.x += o.x;
-        r.y += o.y;
-        r.z += o.z;
-        r.w += o.w;
-      }
-      dx4[v] = r;
-    }
-    scalar_from = n4 * 4;
-  }
-  for (std::int64_t i = scalar_from + start; i < n; i += stride) {
-    const float r = dy[i] * activation_grad(act, x[i]);
-    dx[i] = accumulate ? dx[i] + r : r;
-  }
+  auto grad = [act](float input, float g) { return g * activation_grad(act, input); };
+  for_each_by_four(
+      n, vectorized,
+      [&](std::int64_t v) {
+        float4* dx4 = reinterpret_cast<float4*>(dx);
+        float4 r = map4(reinterpret_cast<const float4*>(x)[v], reinterpret_cast<const float4*>(dy)[v], grad);
+        if (accumulate) r = map4(dx4[v], r, [](float o, float d) { return o + d; });
+        dx4[v] = r;
+      },
+      [&](std::int64_t i) {
+        const float r = grad(x[i], dy[i]);
+        dx[i] = accumulate ? dx[i] + r : r;
+      });
 }
 
 // ---- Linear helpers ----
@@ -383,8 +352,8 @@ void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activat
 void activation_forward(Activation act, const float* x, float* y, std::int64_t n, StreamHandle stream) {
   if (n <= 0) return;
   const bool vectorized = detail::aligned16(x) && detail::aligned16(y);
-  detail::activation_forward_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0,
-                                      stream>>>(act, x, y, n, vectorized);
+  detail::activation_forward_kernel<<<detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream>>>(
+      act, x, y, n, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -392,8 +361,8 @@ void activation_backward(Activation act, const float* x, const float* dy, float*
                          bool accumulate, StreamHandle stream) {
   if (n <= 0) return;
   const bool vectorized = detail::aligned16(x) && detail::aligned16(dy) && detail::aligned16(dx);
-  detail::activation_backward_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0,
-                                       stream>>>(act, x, dy, dx, n, accumulate, vectorized);
+  detail::activation_backward_kernel<<<detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream>>>(
+      act, x, dy, dx, n, accumulate, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
 

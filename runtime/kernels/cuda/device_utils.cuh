@@ -29,6 +29,35 @@ inline unsigned int blocks_for(std::int64_t work_items, int threads = kThreads) 
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
+// ---- elementwise loops over n floats, four at a time where every pointer is 16-byte aligned ----
+// A grid-stride loop: when `vectorized`, `quad(v)` for every whole group of four elements (4v .. 4v+3, float4
+// index v), then `one(i)` for each element left over; otherwise `one(i)` for every element. Launch with
+// blocks_by_four(n, vectorized) blocks of kThreads.
+template <typename Quad, typename One>
+__device__ __forceinline__ void for_each_by_four(std::int64_t n, bool vectorized, Quad&& quad, One&& one) {
+  const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    for (std::int64_t v = start; v < n4; v += stride) quad(v);
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + start; i < n; i += stride) one(i);
+}
+
+inline unsigned int blocks_by_four(std::int64_t n, bool vectorized) { return blocks_for(vectorized ? (n + 3) / 4 : n); }
+
+// `f` applied to each lane of a float4 (of two, lane by lane).
+template <typename F>
+__device__ __forceinline__ float4 map4(const float4& a, F&& f) {
+  return make_float4(f(a.x), f(a.y), f(a.z), f(a.w));
+}
+template <typename F>
+__device__ __forceinline__ float4 map4(const float4& a, const float4& b, F&& f) {
+  return make_float4(f(a.x, b.x), f(a.y, b.y), f(a.z, b.z), f(a.w, b.w));
+}
+
 // ---- scalar types ----
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }

@@ -14,8 +14,11 @@ namespace ddp::kernels::cuda {
 namespace {
 
 using detail::aligned16;
+using detail::blocks_by_four;
 using detail::blocks_for;
+using detail::for_each_by_four;
 using detail::kThreads;
+using detail::map4;
 
 
 __device__ __forceinline__ std::int64_t thread_index() {
@@ -63,65 +66,37 @@ std::uint16_t bf16_bits_rne(float f) {
 // ---- axpby / scale ----
 __global__ void axpby_kernel(const float* x, float* y, std::int64_t n, float alpha, float beta, bool vectorized) {
   const bool read_y = beta != 0.0f;  // beta == 0 overwrites y without reading it (y may hold NaN)
-  std::int64_t scalar_from = 0;
-  if (vectorized) {
-    const std::int64_t n4 = n / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    float4* y4 = reinterpret_cast<float4*>(y);
-    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
-      const float4 a = x4[v];
-      float4 r = make_float4(alpha * a.x, alpha * a.y, alpha * a.z, alpha * a.w);
-      if (read_y) {
-        const float4 b = y4[v];
-        r.x += beta * b.x;
-        r.y += beta * b.y;
-        r.z += beta * b.z;
-        r.w += beta * b.w;
-      }
-      y4[v] = r;
-    }
-    scalar_from = n4 * 4;
-  }
-  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) {
-    const float r = alpha * x[i];
-    y[i] = read_y ? r + beta * y[i] : r;
-  }
+  auto one = [&](float a, float b) { return read_y ? alpha * a + beta * b : alpha * a; };
+  for_each_by_four(
+      n, vectorized,
+      [&](std::int64_t v) {
+        float4* y4 = reinterpret_cast<float4*>(y);
+        const float4 a = reinterpret_cast<const float4*>(x)[v];
+        y4[v] = read_y ? map4(a, y4[v], one) : map4(a, [&](float e) { return alpha * e; });
+      },
+      [&](std::int64_t i) { y[i] = read_y ? one(x[i], y[i]) : alpha * x[i]; });
 }
 
 __global__ void scale_kernel(float* x, std::int64_t n, float alpha, bool vectorized) {
-  std::int64_t scalar_from = 0;
-  if (vectorized) {
-    const std::int64_t n4 = n / 4;
-    float4* x4 = reinterpret_cast<float4*>(x);
-    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
-      float4 a = x4[v];
-      a.x *= alpha;
-      a.y *= alpha;
-      a.z *= alpha;
-      a.w *= alpha;
-      x4[v] = a;
-    }
-    scalar_from = n4 * 4;
-  }
-  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) x[i] *= alpha;
+  auto one = [alpha](float e) { return e * alpha; };
+  for_each_by_four(
+      n, vectorized, [&](std::int64_t v) { reinterpret_cast<float4*>(x)[v] = map4(reinterpret_cast<float4*>(x)[v], one); },
+      [&](std::int64_t i) { x[i] = one(x[i]); });
 }
 
 // ---- cast ----
 __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst, std::int64_t n,
                                    bool vectorized) {
-  std::int64_t scalar_from = 0;
-  if (vectorized) {  // src 16-byte aligned, dst 8-byte aligned
-    const std::int64_t n4 = n / 4;
-    const float4* s4 = reinterpret_cast<const float4*>(src);
-    __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst);
-    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
-      const float4 a = s4[v];
-      d2[2 * v] = __floats2bfloat162_rn(a.x, a.y);
-      d2[2 * v + 1] = __floats2bfloat162_rn(a.z, a.w);
-    }
-    scalar_from = n4 * 4;
-  }
-  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) dst[i] = __float2bfloat16_rn(src[i]);
+  // Vectorized: src 16-byte aligned, dst 8-byte aligned.
+  for_each_by_four(
+      n, vectorized,
+      [&](std::int64_t v) {
+        const float4 a = reinterpret_cast<const float4*>(src)[v];
+        __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst);
+        d2[2 * v] = __floats2bfloat162_rn(a.x, a.y);
+        d2[2 * v + 1] = __floats2bfloat162_rn(a.z, a.w);
+      },
+      [&](std::int64_t i) { dst[i] = __float2bfloat16_rn(src[i]); });
 }
 
 __global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst, std::int64_t n) {
@@ -135,21 +110,17 @@ __global__ void sum_squares_partial_kernel(const float* __restrict__ x, std::int
                                            bool vectorized) {
   __shared__ double shared[32];
   double acc = 0.0;
-  std::int64_t scalar_from = 0;
-  if (vectorized) {
-    const std::int64_t n4 = n / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
-      const float4 a = x4[v];
-      acc += static_cast<double>(a.x) * a.x + static_cast<double>(a.y) * a.y + static_cast<double>(a.z) * a.z +
-             static_cast<double>(a.w) * a.w;
-    }
-    scalar_from = n4 * 4;
-  }
-  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) {
-    const double v = x[i];
-    acc += v * v;
-  }
+  for_each_by_four(
+      n, vectorized,
+      [&](std::int64_t v) {
+        const float4 a = reinterpret_cast<const float4*>(x)[v];
+        acc += static_cast<double>(a.x) * a.x + static_cast<double>(a.y) * a.y + static_cast<double>(a.z) * a.z +
+               static_cast<double>(a.w) * a.w;
+      },
+      [&](std::int64_t i) {
+        const double e = x[i];
+        acc += e * e;
+      });
   const double total = detail::block_sum(acc, shared);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
@@ -184,14 +155,14 @@ void fill(DType dtype, void* data, std::int64_t n, double value, StreamHandle st
 void axpby(const float* x, float* y, std::int64_t n, float alpha, float beta, StreamHandle stream) {
   if (n <= 0) return;
   const bool vectorized = aligned16(x) && aligned16(y);
-  axpby_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(x, y, n, alpha, beta, vectorized);
+  axpby_kernel<<<blocks_by_four(n, vectorized), kThreads, 0, stream>>>(x, y, n, alpha, beta, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
 void scale(float* x, std::int64_t n, float alpha, StreamHandle stream) {
   if (n <= 0) return;
   const bool vectorized = aligned16(x);
-  scale_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(x, n, alpha, vectorized);
+  scale_kernel<<<blocks_by_four(n, vectorized), kThreads, 0, stream>>>(x, n, alpha, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -206,7 +177,7 @@ void cast(DType from, const void* src, DType to, void* dst, std::int64_t n, Stre
   }
   if (from == DType::kFloat32 && to == DType::kBFloat16) {
     const bool vectorized = aligned16(src) && (reinterpret_cast<std::uintptr_t>(dst) & 7u) == 0;
-    f32_to_bf16_kernel<<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(
+    f32_to_bf16_kernel<<<blocks_by_four(n, vectorized), kThreads, 0, stream>>>(
         static_cast<const float*>(src), static_cast<__nv_bfloat16*>(dst), n, vectorized);
     DDP_CUDA_CHECK_LAUNCH();
     return;

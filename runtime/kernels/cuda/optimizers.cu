@@ -41,36 +41,30 @@ __device__ __forceinline__ float sgd_one(float p, float g, float* buf, const Sgd
 __global__ void sgd_kernel(float* param, const float* grad, float* buf, std::int64_t n, SgdScalars from_host,
                            const SgdScalars* from_device, void* copy, bool vectorized) {
   const SgdScalars s = from_device != nullptr ? *from_device : from_host;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  std::int64_t scalar_from = 0;
-  if (vectorized) {
-    const std::int64_t n4 = n / 4;
-    float4* p4 = reinterpret_cast<float4*>(param);
-    const float4* g4 = reinterpret_cast<const float4*>(grad);
-    float4* b4 = reinterpret_cast<float4*>(buf);
-    for (std::int64_t v = start; v < n4; v += stride) {
-      float4 p = p4[v];
-      const float4 g = g4[v];
-      float4 b = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (s.use_momentum && !s.first_step) b = b4[v];
-      p.x = sgd_one(p.x, g.x, &b.x, s);
-      p.y = sgd_one(p.y, g.y, &b.y, s);
-      p.z = sgd_one(p.z, g.z, &b.z, s);
-      p.w = sgd_one(p.w, g.w, &b.w, s);
-      p4[v] = p;
-      if (s.use_momentum) b4[v] = b;
-      store_bf16x4(copy, v, p);
-    }
-    scalar_from = n4 * 4;
-  }
-  for (std::int64_t i = scalar_from + start; i < n; i += stride) {
-    float b = (s.use_momentum && !s.first_step) ? buf[i] : 0.0f;
-    const float p = sgd_one(param[i], grad[i], &b, s);
-    param[i] = p;
-    if (s.use_momentum) buf[i] = b;
-    store_bf16(copy, i, p);
-  }
+  const bool read_buf = s.use_momentum && !s.first_step;
+  detail::for_each_by_four(
+      n, vectorized,
+      [&](std::int64_t v) {
+        float4* p4 = reinterpret_cast<float4*>(param);
+        float4* b4 = reinterpret_cast<float4*>(buf);
+        float4 p = p4[v];
+        const float4 g = reinterpret_cast<const float4*>(grad)[v];
+        float4 b = read_buf ? b4[v] : make_float4(0.f, 0.f, 0.f, 0.f);
+        p.x = sgd_one(p.x, g.x, &b.x, s);
+        p.y = sgd_one(p.y, g.y, &b.y, s);
+        p.z = sgd_one(p.z, g.z, &b.z, s);
+        p.w = sgd_one(p.w, g.w, &b.w, s);
+        p4[v] = p;
+        if (s.use_momentum) b4[v] = b;
+        store_bf16x4(copy, v, p);
+      },
+      [&](std::int64_t i) {
+        float b = read_buf ? buf[i] : 0.0f;
+        const float p = sgd_one(param[i], grad[i], &b, s);
+        param[i] = p;
+        if (s.use_momentum) buf[i] = b;
+        store_bf16(copy, i, p);
+      });
 }
 
 __device__ __forceinline__ float adamw_one(float p, float g, float* m, float* v, const AdamWScalars& s) {
@@ -86,40 +80,34 @@ __device__ __forceinline__ float adamw_one(float p, float g, float* m, float* v,
 __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
                              AdamWScalars from_host, const AdamWScalars* from_device, void* copy, bool vectorized) {
   const AdamWScalars s = from_device != nullptr ? *from_device : from_host;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  std::int64_t scalar_from = 0;
-  if (vectorized) {
-    const std::int64_t n4 = n / 4;
-    float4* p4 = reinterpret_cast<float4*>(param);
-    const float4* g4 = reinterpret_cast<const float4*>(grad);
-    float4* m4 = reinterpret_cast<float4*>(exp_avg);
-    float4* v4 = reinterpret_cast<float4*>(exp_avg_sq);
-    for (std::int64_t i = start; i < n4; i += stride) {
-      float4 p = p4[i];
-      const float4 g = g4[i];
-      float4 m = m4[i];
-      float4 v = v4[i];
-      p.x = adamw_one(p.x, g.x, &m.x, &v.x, s);
-      p.y = adamw_one(p.y, g.y, &m.y, &v.y, s);
-      p.z = adamw_one(p.z, g.z, &m.z, &v.z, s);
-      p.w = adamw_one(p.w, g.w, &m.w, &v.w, s);
-      p4[i] = p;
-      m4[i] = m;
-      v4[i] = v;
-      store_bf16x4(copy, i, p);
-    }
-    scalar_from = n4 * 4;
-  }
-  for (std::int64_t i = scalar_from + start; i < n; i += stride) {
-    float m = exp_avg[i];
-    float v = exp_avg_sq[i];
-    const float p = adamw_one(param[i], grad[i], &m, &v, s);
-    param[i] = p;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    store_bf16(copy, i, p);
-  }
+  detail::for_each_by_four(
+      n, vectorized,
+      [&](std::int64_t i) {
+        float4* p4 = reinterpret_cast<float4*>(param);
+        float4* m4 = reinterpret_cast<float4*>(exp_avg);
+        float4* v4 = reinterpret_cast<float4*>(exp_avg_sq);
+        float4 p = p4[i];
+        const float4 g = reinterpret_cast<const float4*>(grad)[i];
+        float4 m = m4[i];
+        float4 v = v4[i];
+        p.x = adamw_one(p.x, g.x, &m.x, &v.x, s);
+        p.y = adamw_one(p.y, g.y, &m.y, &v.y, s);
+        p.z = adamw_one(p.z, g.z, &m.z, &v.z, s);
+        p.w = adamw_one(p.w, g.w, &m.w, &v.w, s);
+        p4[i] = p;
+        m4[i] = m;
+        v4[i] = v;
+        store_bf16x4(copy, i, p);
+      },
+      [&](std::int64_t i) {
+        float m = exp_avg[i];
+        float v = exp_avg_sq[i];
+        const float p = adamw_one(param[i], grad[i], &m, &v, s);
+        param[i] = p;
+        exp_avg[i] = m;
+        exp_avg_sq[i] = v;
+        store_bf16(copy, i, p);
+      });
 }
 
 // The bf16 copy is written four elements (8 bytes) at a time in the vectorized loop.
@@ -136,7 +124,7 @@ void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int6
   DDP_CHECK(!s.use_momentum || momentum_buffer != nullptr, "sgd_step: momentum != 0 needs a momentum buffer");
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) &&
                           (!s.use_momentum || detail::aligned16(momentum_buffer)) && aligned8(param_bf16);
-  sgd_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0, stream>>>(
+  sgd_kernel<<<detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream>>>(
       param, grad, momentum_buffer, n, s, p.device_scalars, param_bf16, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
@@ -151,7 +139,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   }
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) && detail::aligned16(exp_avg) &&
                           detail::aligned16(exp_avg_sq) && aligned8(param_bf16);
-  adamw_kernel<<<detail::blocks_for(vectorized ? (n + 3) / 4 : n), detail::kThreads, 0, stream>>>(
+  adamw_kernel<<<detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream>>>(
       param, grad, exp_avg, exp_avg_sq, n, s, p.device_scalars, param_bf16, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
