@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/core/allocator.h"
 #include "runtime/ddp.h"
 #include "tests/distributed/test_world.h"
 
@@ -369,6 +370,42 @@ TEST_F(DdpTest, StatsAndBucketsAreReported) {
   EXPECT_EQ(stats.buckets, static_cast<int>(ddp.plan().buckets.size()));
   EXPECT_EQ(stats.bucket_timings.size(), ddp.plan().buckets.size());
   for (const auto& t : stats.bucket_timings) EXPECT_GE(t.duration_ms, 0.0);
+}
+
+// The runtime's promise of no device allocation in steady state, for the backend this job runs (NCCL, or MPI
+// staging through pinned memory, or the CUDA-aware seam) with and without the bf16 compression hook: after
+// warm-up steps, further steps call neither cudaMalloc nor cudaHostAlloc. Steps read the loss only at the end.
+TEST_F(DdpTest, SteadyStateStepsAllocateNoDeviceOrPinnedMemory) {
+  if (!device_.is_cuda()) GTEST_SKIP() << "the CPU allocator is not a cache (malloc is cheap): a GPU property";
+  for (GradientCompression compression : {GradientCompression::kNone, GradientCompression::kBFloat16}) {
+    DdpOptions options;
+    options.first_bucket_cap_mb = 0.001;  // several buckets
+    options.bucket_cap_mb = 0.004;
+    options.compression = compression;
+    MLP model(kSizes, Activation::kRelu, 5, device_, stream_);
+    DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_, options);
+    AdamW optimizer(*model.parameter_store(), AdamWOptions{}, stream_);
+    auto [x, y] = rows(make_batch(kLocalBatch * size_, 0), rank_ * kLocalBatch, kLocalBatch);
+    auto step = [&] {
+      model.zero_grad(stream_);
+      Tensor loss = ops::cross_entropy(model.forward(x, stream_), y, stream_);
+      ddp.backward(loss);
+      optimizer.step(stream_);
+      return loss;
+    };
+    for (int i = 0; i < 3; ++i) step();
+    stream_.synchronize();
+    const MemoryStats device_before = cuda_allocator(device_.index).stats();
+    const MemoryStats pinned_before = pinned_allocator().stats();
+    Tensor loss;
+    for (int i = 0; i < 5; ++i) loss = step();
+    EXPECT_TRUE(std::isfinite(loss.to_vector<float>(stream_)[0]));
+    const char* what = compression == GradientCompression::kNone ? "plain" : "bf16 compression";
+    EXPECT_EQ(cuda_allocator(device_.index).stats().num_backend_allocs, device_before.num_backend_allocs)
+        << what << ", backend " << backend_name(group_->backend()) << ": cudaMalloc in steady state";
+    EXPECT_EQ(pinned_allocator().stats().num_backend_allocs, pinned_before.num_backend_allocs)
+        << what << ", backend " << backend_name(group_->backend()) << ": cudaHostAlloc in steady state";
+  }
 }
 
 }  // namespace
