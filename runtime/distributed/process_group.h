@@ -85,6 +85,24 @@ class Work {
                                 std::chrono::steady_clock::time_point host_reference) = 0;
 };
 
+// A collective with nothing to do, complete when made: in a world of one, an in-place all-reduce or broadcast
+// leaves the buffer as it is (the sum, average or maximum of one value is that value), so neither backend
+// launches, queues or watches anything for it. It began, and ended, when it was issued (on the host's clock).
+class CompletedWork : public Work {
+ public:
+  bool is_completed() override { return true; }
+  void wait(const Stream&) override {}
+  void synchronize() override {}
+  std::exception_ptr exception() override { return nullptr; }
+  double duration_ms() override { return 0.0; }
+  double start_ms_since(const Event*, std::chrono::steady_clock::time_point host_reference) override {
+    return std::chrono::duration<double, std::milli>(issued_ - host_reference).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point issued_ = std::chrono::steady_clock::now();
+};
+
 // "nccl" | "mpi"; anything else is an InvalidArgument naming the choices.
 Backend parse_backend(const std::string& text);
 std::string backend_name(Backend backend);

@@ -277,6 +277,7 @@ struct HostView {
 
 std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp op, const Stream& stream) {
   const int count = checked_count(b.count, "all_reduce");
+  if (size_ == 1) return std::make_shared<CompletedWork>();
   const bool stage = b.device.is_cuda() && !mpi_takes_device_pointers_;
   // With a CUDA-aware MPI the sum lands in device memory, and the division follows it there.
   const bool device_average = b.device.is_cuda() && cuda_aware_;
@@ -297,6 +298,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp 
 std::shared_ptr<Work> ProcessGroupMpi::broadcast(const CommBuffer& b, int root, const Stream& stream) {
   const int count = checked_count(b.count, "broadcast");
   DDP_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " is not a rank");
+  if (size_ == 1) return std::make_shared<CompletedWork>();
   const bool stage = b.device.is_cuda() && !mpi_takes_device_pointers_;
   return enqueue(describe("MPI_Bcast", b), stream, [=](Staging& staging) {
     void* data = b.data;

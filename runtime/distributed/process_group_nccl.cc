@@ -162,6 +162,7 @@ std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const Collecti
 
 std::shared_ptr<Work> ProcessGroupNccl::all_reduce(const CommBuffer& b, ReduceOp op, const Stream& stream) {
   check_buffer(b, "all_reduce");
+  if (size() == 1) return std::make_shared<CompletedWork>();
   return run(stream, describe("ncclAllReduce", b), [&] {
     DDP_NCCL_CALL(&comm_, ncclAllReduce(b.data, b.data, b.count, nccl_type(b.dtype), nccl_op(op), comm_.handle(),
                                         comm_stream_.handle()));
@@ -171,6 +172,7 @@ std::shared_ptr<Work> ProcessGroupNccl::all_reduce(const CommBuffer& b, ReduceOp
 std::shared_ptr<Work> ProcessGroupNccl::broadcast(const CommBuffer& b, int root, const Stream& stream) {
   check_buffer(b, "broadcast");
   DDP_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) + " is not a rank");
+  if (size() == 1) return std::make_shared<CompletedWork>();
   return run(stream, describe("ncclBroadcast", b), [&] {
     DDP_NCCL_CALL(&comm_, ncclBroadcast(b.data, b.data, b.count, nccl_type(b.dtype), root, comm_.handle(),
                                         comm_stream_.handle()));
