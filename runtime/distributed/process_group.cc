@@ -43,10 +43,10 @@ std::unique_ptr<ProcessGroup> make_process_group(World& world, const Device& dev
   if (backend == Backend::kNccl) {
     DDP_CHECK(device.is_cuda(), "the NCCL backend communicates CUDA buffers; this rank runs on " + device.str() +
                                     ": use the MPI backend (--backend mpi)");
-    DDP_CHECK(world.nccl() != nullptr,
+    DDP_CHECK(world.has_nccl(),
               "the NCCL backend needs the world's NCCL communicator, but the world was created without one "
               "(WorldOptions.nccl = false, or DDP_BACKEND=mpi)");
-    return std::make_unique<ProcessGroupNccl>(*world.nccl());
+    return std::make_unique<ProcessGroupNccl>(world);
   }
   return std::make_unique<ProcessGroupMpi>(world.comm(), device);
 }

@@ -86,8 +86,8 @@ class Work {
 };
 
 // A collective with nothing to do, complete when made: in a world of one, an in-place all-reduce or broadcast
-// leaves the buffer as it is (the sum, average or maximum of one value is that value), so neither backend
-// launches, queues or watches anything for it. It began, and ended, when it was issued (on the host's clock).
+// leaves the buffer as it is (the sum, average or maximum of one value is that value) and a barrier waits for
+// nobody, so neither backend launches, queues or watches anything for them. It began, and ended, when it was issued (on the host's clock).
 class CompletedWork : public Work {
  public:
   bool is_completed() override { return true; }

@@ -108,22 +108,29 @@ class ProcessGroupNccl::NcclWork : public Work {
   std::exception_ptr error_;
 };
 
-ProcessGroupNccl::ProcessGroupNccl(NcclCommunicator& communicator, double timeout_s)
-    : comm_(communicator), timing_events_(communicator.device(), /*timing=*/true) {
-  CudaDeviceGuard guard(comm_.device());
-  ready_ = Event::create(comm_.device());
+ProcessGroupNccl::ProcessGroupNccl(const World& world, double timeout_s)
+    : world_(world), device_(world.device()), rank_(world.rank()), size_(world.size()),
+      timing_events_(world.device(), /*timing=*/true) {
+  DDP_ASSERT(world.has_nccl(), "ProcessGroupNccl made for a world without NCCL");
+  CudaDeviceGuard guard(device_);
+  ready_ = Event::create(device_);
   int least = 0;
   int greatest = 0;
   DDP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   // Communication gets the highest priority so a bucket's all-reduce is not starved by backward kernels.
-  comm_stream_ = Stream::create(comm_.device(), greatest);
+  comm_stream_ = Stream::create(device_, greatest);
   DDP_CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
+  // The watchdog only ever watches collectives that ran, so only a communicator that was made.
   watchdog_ = std::make_unique<Watchdog>(
-      comm_.rank(), timeout_s, [this] { comm_.abort(); },
+      rank_, timeout_s,
+      [this] {
+        if (NcclCommunicator* c = world_.nccl_if_made()) c->abort();
+      },
       [this]() -> std::string {
-        if (comm_.handle() == nullptr) return "";
+        NcclCommunicator* c = world_.nccl_if_made();
+        if (c == nullptr || c->handle() == nullptr) return "";
         ncclResult_t state = ncclSuccess;
-        if (ncclCommGetAsyncError(comm_.handle(), &state) != ncclSuccess) return "ncclCommGetAsyncError failed";
+        if (ncclCommGetAsyncError(c->handle(), &state) != ncclSuccess) return "ncclCommGetAsyncError failed";
         if (state == ncclSuccess || state == ncclInProgress) return "";
         return detail::nccl_error_string(state);
       });
@@ -134,16 +141,19 @@ ProcessGroupNccl::~ProcessGroupNccl() {
   if (barrier_buffer_ != nullptr) DDP_CUDA_WARN(cudaFree(barrier_buffer_));
 }
 
+NcclCommunicator& ProcessGroupNccl::comm() const { return *world_.nccl(); }
+
 void ProcessGroupNccl::check_buffer(const CommBuffer& buffer, const char* what) const {
-  DDP_CHECK(buffer.device == comm_.device(), std::string(what) + ": the NCCL backend on " + comm_.device().str() +
+  DDP_CHECK(buffer.device == device_, std::string(what) + ": the NCCL backend on " + device_.str() +
                                                  " got a buffer on " + buffer.device.str());
   DDP_CHECK(buffer.count >= 0, std::string(what) + ": negative element count");
 }
 
 template <typename Launch>
 std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const CollectiveDescription& what, Launch&& launch) {
-  DDP_CHECK(comm_.handle() != nullptr, what.text() + ": the NCCL communicator was aborted");
-  CudaDeviceGuard guard(comm_.device());
+  NcclCommunicator& communicator = comm();
+  DDP_CHECK(communicator.handle() != nullptr, what.text() + ": the NCCL communicator was aborted");
+  CudaDeviceGuard guard(device_);
   if (stream.handle() != nullptr) {
     // One event serves every collective: the wait is enqueued at once, after which the event may be re-recorded.
     ready_.record(stream);
@@ -155,7 +165,7 @@ std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const Collecti
   launch();
   done->record(comm_stream_);
   const bool captured = is_capturing(comm_stream_);
-  auto work = std::make_shared<NcclWork>(comm_, std::move(start), std::move(done), what, captured);
+  auto work = std::make_shared<NcclWork>(communicator, std::move(start), std::move(done), what, captured);
   if (!captured) watchdog_->watch(work, what);  // nothing to poll in a graph node (see NcclWork)
   return work;
 }
@@ -164,7 +174,7 @@ std::shared_ptr<Work> ProcessGroupNccl::all_reduce(const CommBuffer& b, ReduceOp
   check_buffer(b, "all_reduce");
   if (size() == 1) return std::make_shared<CompletedWork>();
   return run(stream, describe("ncclAllReduce", b), [&] {
-    DDP_NCCL_CALL(&comm_, ncclAllReduce(b.data, b.data, b.count, nccl_type(b.dtype), nccl_op(op), comm_.handle(),
+    DDP_NCCL_CALL(&comm(), ncclAllReduce(b.data, b.data, b.count, nccl_type(b.dtype), nccl_op(op), comm().handle(),
                                         comm_stream_.handle()));
   });
 }
@@ -174,7 +184,7 @@ std::shared_ptr<Work> ProcessGroupNccl::broadcast(const CommBuffer& b, int root,
   DDP_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) + " is not a rank");
   if (size() == 1) return std::make_shared<CompletedWork>();
   return run(stream, describe("ncclBroadcast", b), [&] {
-    DDP_NCCL_CALL(&comm_, ncclBroadcast(b.data, b.data, b.count, nccl_type(b.dtype), root, comm_.handle(),
+    DDP_NCCL_CALL(&comm(), ncclBroadcast(b.data, b.data, b.count, nccl_type(b.dtype), root, comm().handle(),
                                         comm_stream_.handle()));
   });
 }
@@ -186,7 +196,7 @@ std::shared_ptr<Work> ProcessGroupNccl::all_gather(const CommBuffer& in, const C
   DDP_CHECK(out.count == in.count * size() && out.dtype == in.dtype,
             "all_gather: output must hold size() * input.count elements of the input's type");
   return run(stream, describe("ncclAllGather", in), [&] {
-    DDP_NCCL_CALL(&comm_, ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm_.handle(),
+    DDP_NCCL_CALL(&comm(), ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm().handle(),
                                         comm_stream_.handle()));
   });
 }
@@ -198,16 +208,17 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
   DDP_CHECK(in.count == out.count * size() && out.dtype == in.dtype,
             "reduce_scatter: input must hold size() * output.count elements of the output's type");
   return run(stream, describe("ncclReduceScatter", out), [&] {
-    DDP_NCCL_CALL(&comm_, ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.dtype), nccl_op(op),
-                                            comm_.handle(), comm_stream_.handle()));
+    DDP_NCCL_CALL(&comm(), ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.dtype), nccl_op(op),
+                                            comm().handle(), comm_stream_.handle()));
   });
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::barrier() {
+  if (size_ == 1) return std::make_shared<CompletedWork>();
   // NCCL has no barrier: a one-element all-reduce that every rank must join is one.
-  auto work = run(comm_stream_, describe("barrier", CommBuffer{barrier_buffer_, 1, DType::kFloat32, comm_.device()}), [&] {
-    DDP_NCCL_CALL(&comm_, ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum,
-                                        comm_.handle(), comm_stream_.handle()));
+  auto work = run(comm_stream_, describe("barrier", CommBuffer{barrier_buffer_, 1, DType::kFloat32, device_}), [&] {
+    DDP_NCCL_CALL(&comm(), ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum,
+                                        comm().handle(), comm_stream_.handle()));
   });
   work->synchronize();
   return work;

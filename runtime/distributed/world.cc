@@ -105,9 +105,16 @@ World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at
   bind_device(options);
   startup_.device_s = seconds_since(device_start);
 
+  nccl_wanted_ = device_.is_cuda() && options.nccl;
+  nccl_init_timeout_s_ = options.nccl_init_timeout_s;
   const auto nccl_start = std::chrono::steady_clock::now();
-  if (device_.is_cuda() && options.nccl) create_nccl(options);
+  if (nccl_wanted_ && size_ > 1) create_nccl();
   startup_.nccl_s = seconds_since(nccl_start);
+}
+
+NcclCommunicator* World::nccl() const {
+  if (nccl_wanted_ && !nccl_) create_nccl();
+  return nccl_.get();
 }
 
 void World::bind_device(const WorldOptions& options) {
@@ -156,10 +163,10 @@ void World::bind_device(const WorldOptions& options) {
   agree(error, "device binding failed");
 }
 
-void World::create_nccl(const WorldOptions& options) {
+void World::create_nccl() const {
   std::string nccl_error;
   try {
-    nccl_ = NcclCommunicator::create(comm_, device_, options.nccl_init_timeout_s);
+    nccl_ = NcclCommunicator::create(comm_, device_, nccl_init_timeout_s_);
   } catch (const std::exception& e) {
     nccl_error = e.what();
   }

@@ -66,8 +66,14 @@ class World {
   const std::string& node_name() const { return node_name_; }
   const Device& device() const { return device_; }
   MPI_Comm comm() const { return comm_; }
-  // The world's NCCL communicator; nullptr on the CPU or when options.nccl is false.
-  NcclCommunicator* nccl() const { return nccl_.get(); }
+  // The world's NCCL communicator; nullptr on the CPU or when options.nccl is false. In a world of one it is
+  // made on the first call (its creation is a good part of a second, and the NCCL backend's in-place collectives
+  // need none there); in larger worlds at construction, since making it is collective.
+  NcclCommunicator* nccl() const;
+  // Whether this world has, or makes on first use, an NCCL communicator.
+  bool has_nccl() const { return nccl_wanted_; }
+  // The communicator if it was made, without making it (for a watchdog's abort).
+  NcclCommunicator* nccl_if_made() const { return nccl_.get(); }
   const WorldStartup& startup() const { return startup_; }
 
   // Collective: every rank passes its own error (empty when fine). If any rank failed, every rank throws a
@@ -86,7 +92,7 @@ class World {
 
  private:
   void bind_device(const WorldOptions& options);
-  void create_nccl(const WorldOptions& options);
+  void create_nccl() const;
 
   int uncaught_at_start_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   bool owns_mpi_ = false;
@@ -97,7 +103,9 @@ class World {
   int local_size_ = 1;
   std::string node_name_;
   Device device_ = Device::cpu();
-  std::unique_ptr<NcclCommunicator> nccl_;
+  bool nccl_wanted_ = false;
+  double nccl_init_timeout_s_ = 0;
+  mutable std::unique_ptr<NcclCommunicator> nccl_;
   WorldStartup startup_;
 };
 
