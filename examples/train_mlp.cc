@@ -676,20 +676,23 @@ int train(int argc, char** argv) {
     ddp_model.backward(loss);
     return loss;
   };
-  // A full batch replays one CUDA graph of forward, backward with its all-reduces and the update kernel, whose
-  // learning rate and bias corrections prepare_step writes to the device before each replay. The graph is
-  // captured at the first full batch after a few eager ones (they fill the allocator's cache and cuBLASLt's
-  // plans, so the capture allocates nothing); the shorter last batch of an epoch runs eagerly.
+  // A full batch replays one CUDA graph of the whole step: the batch's gather from the data set's cursor, forward,
+  // backward with its all-reduces and the update kernel, which takes its learning rate and bias corrections from
+  // the optimizer's plan (a table of every remaining step's scalars, written once). Nothing is launched between
+  // replays. The graph is captured at the first full batch after a few eager ones (they fill the allocator's cache
+  // and cuBLASLt's plans, so the capture allocates nothing); the shorter last batch of an epoch runs eagerly,
+  // from the same cursor and the same plan.
   constexpr long long kEagerStepsBeforeCapture = 3;
   ddp::CudaGraph graph;
   std::string graph_error = graph_off;
   Tensor graph_loss;  // written by every replay
-  if (graph_error.empty()) optimizer->use_device_scalars(stream);
+  if (graph_error.empty() && total_steps > step) optimizer->plan_steps(*schedule, total_steps - step, stream);
   long long eager_steps = 0;
   auto graphed_step = [&](const Tensor& x, const Tensor& y) -> Tensor {
     optimizer->prepare_step(stream);
     if (!graph.captured()) {
       graph = ddp::CudaGraph::capture(stream, [&] {
+        train_data.gather_next(x, y, stream);
         graph_loss = forward_backward(x, y);
         optimizer->apply_step(stream);
       });
@@ -701,6 +704,7 @@ int train(int argc, char** argv) {
         graph_error = graph.captured() ? "another rank could not capture it" : graph.error();
         graph = ddp::CudaGraph();
         if (lead) progress.line("CUDA graph off (" + graph_error + "): eager steps from here; --no-cuda-graph skips the attempt");
+        train_data.gather_next(x, y, stream);
         Tensor loss = forward_backward(x, y);
         optimizer->apply_step(stream);
         return loss;
@@ -746,14 +750,13 @@ int train(int argc, char** argv) {
     sampler.set_epoch(epoch);
     sampler.set_global_position(epoch == start.epoch ? start.position : 0);
     train_data.set_order(sampler.indices(), stream);
+    train_data.set_cursor(sampler.local_position(), stream);
     long long position = sampler.global_position();
-    for (std::int64_t begin = sampler.local_position(); sampler.next_batch(flags.batch_size, &rows);
-         begin = sampler.local_position()) {
+    while (sampler.next_batch(flags.batch_size, &rows)) {
       const auto n = static_cast<std::int64_t>(rows.size());
       const bool full = n == flags.batch_size;
       const Tensor x = full ? batch_x : batch_x.slice_rows(0, n);
       const Tensor y = full ? batch_y : batch_y.slice_rows(0, n);
-      train_data.gather(begin, x, y, stream);
       position = sampler.global_position();
       schedule->apply(*optimizer);
       const bool log = (step + 1) % flags.log_every == 0 || step + 1 == total_steps;
@@ -765,6 +768,7 @@ int train(int argc, char** argv) {
         // Reading the loss waits for the step: only when logging.
         if (log) mean_loss = world.sum(loss.to_vector<float>(stream)[0]) / world.size();
       } else {
+        train_data.gather_next(x, y, stream);
         const Tensor loss = forward_backward(x, y);
         if (log || flags.skip_nonfinite) {
           // Reading the loss synchronises: only when logging, or when every step must be checked.

@@ -8,6 +8,16 @@
 #include "runtime/core/check.h"
 
 namespace ddp {
+namespace {
+
+// The replay hooks of the capture running on this thread (captures are thread-local: see capture()).
+thread_local std::vector<std::function<void()>>* g_capture_hooks = nullptr;
+
+}  // namespace
+
+void on_each_replay(std::function<void()> host_work) {
+  if (g_capture_hooks != nullptr) g_capture_hooks->push_back(std::move(host_work));
+}
 
 bool is_capturing(const Stream& stream) {
   if (stream.handle() == nullptr) return false;
@@ -25,11 +35,13 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
     out.error_ = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(rc);
     return out;
   }
+  g_capture_hooks = &out.replay_hooks_;
   try {
     enqueue();
   } catch (const std::exception& e) {
     out.error_ = e.what();
   }
+  g_capture_hooks = nullptr;
   // Ends the capture in every case, so the stream is usable again whatever happened inside.
   cudaGraph_t graph = nullptr;
   rc = cudaStreamEndCapture(stream.handle(), &graph);
@@ -50,13 +62,16 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
 }
 
 CudaGraph::CudaGraph(CudaGraph&& other) noexcept
-    : exec_(std::exchange(other.exec_, nullptr)), error_(std::move(other.error_)) {}
+    : exec_(std::exchange(other.exec_, nullptr)),
+      error_(std::move(other.error_)),
+      replay_hooks_(std::move(other.replay_hooks_)) {}
 
 CudaGraph& CudaGraph::operator=(CudaGraph&& other) noexcept {
   if (this != &other) {
     if (exec_ != nullptr) DDP_CUDA_WARN(cudaGraphExecDestroy(exec_));
     exec_ = std::exchange(other.exec_, nullptr);
     error_ = std::move(other.error_);
+    replay_hooks_ = std::move(other.replay_hooks_);
   }
   return *this;
 }
@@ -67,6 +82,7 @@ CudaGraph::~CudaGraph() {
 
 void CudaGraph::replay(const Stream& stream) const {
   DDP_CHECK(exec_ != nullptr, "CudaGraph::replay: nothing was captured (" + error_ + ")");
+  for (const auto& hook : replay_hooks_) hook();
   DDP_CUDA_CHECK(cudaGraphLaunch(exec_, stream.handle()));
 }
 

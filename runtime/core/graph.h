@@ -8,11 +8,14 @@
 // throwing, so the caller can fall back to running the same work eagerly.
 //
 // The graph replays the same device addresses: buffers the captured work reads or writes must stay allocated
-// (and, when the caller changes them between replays, be changed in place on the same stream).
+// (and, when the caller changes them between replays, be changed in place on the same stream). Code that keeps
+// host-side state of the device work it enqueues (a cursor it advances, say) registers, while capturing, what
+// each replay must do to that state (on_each_replay): replay() runs it on the host before the launch.
 #pragma once
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/core/stream.h"
 
@@ -22,6 +25,11 @@ namespace ddp {
 
 // True while `stream` (a CUDA stream) is being captured; false for the CPU stream.
 bool is_capturing(const Stream& stream);
+
+// While CudaGraph::capture runs on this thread: `host_work` runs before every replay of the graph being captured
+// (an exception it throws stops that replay before its launch). Outside a capture it does nothing: the caller
+// does the same work itself for the work it just enqueued (see ResidentDataset::gather_next).
+void on_each_replay(std::function<void()> host_work);
 
 class CudaGraph {
  public:
@@ -44,6 +52,7 @@ class CudaGraph {
  private:
   CUgraphExec_st* exec_ = nullptr;
   std::string error_;
+  std::vector<std::function<void()>> replay_hooks_;
 };
 
 }  // namespace ddp

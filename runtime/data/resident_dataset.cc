@@ -7,6 +7,7 @@
 
 #include "runtime/kernels/dispatch.h"
 #include "runtime/core/check.h"
+#include "runtime/core/graph.h"
 
 namespace ddp {
 namespace data {
@@ -63,23 +64,63 @@ void ResidentDataset::set_order(const std::vector<int64_t>& order, const Stream&
     order_.flat_slice(0, {n}).copy_from(host, s);
   }
   order_size_ = n;
+  set_cursor(0, stream);
+}
+
+void ResidentDataset::set_cursor(int64_t position, const Stream& stream) {
+  DDP_CHECK(position >= 0 && position <= order_size_, "ResidentDataset::set_cursor: position " +
+                                                          std::to_string(position) + " of an epoch order of " +
+                                                          std::to_string(order_size_));
+  const Stream& s = device_.is_cuda() ? stream : cpu_stream();
+  if (!cursor_.defined()) cursor_ = Tensor::empty({1}, DType::kInt64, device_, s);
+  cursor_.fill_(static_cast<double>(position), s);  // exact: positions are far below 2^53
+  cursor_position_ = position;
+}
+
+int64_t ResidentDataset::check_batch(const Tensor& x, const Tensor& y) const {
+  const int64_t n = x.dim() == 2 ? x.size(0) : -1;
+  DDP_CHECK(n >= 0 && x.size(1) == feature_count_ && x.dtype() == DType::kFloat32 && x.device() == device_,
+            "ResidentDataset: the batch's x must be float32 [n, " + std::to_string(feature_count_) + "] on " +
+                device_.str() + ", got " + x.describe());
+  DDP_CHECK(y.numel() == n && y.dtype() == DType::kInt32 && y.device() == device_,
+            "ResidentDataset: the batch's y must be int32 [" + std::to_string(n) + "] on " + device_.str() +
+                ", got " + y.describe());
+  return n;
 }
 
 void ResidentDataset::gather(int64_t begin, const Tensor& x, const Tensor& y, const Stream& stream) const {
-  const int64_t n = x.dim() == 2 ? x.size(0) : -1;
-  DDP_CHECK(n >= 0 && x.size(1) == feature_count_ && x.dtype() == DType::kFloat32 && x.device() == device_,
-            "ResidentDataset::gather: x must be float32 [n, " + std::to_string(feature_count_) + "] on " +
-                device_.str() + ", got " + x.describe());
-  DDP_CHECK(y.numel() == n && y.dtype() == DType::kInt32 && y.device() == device_,
-            "ResidentDataset::gather: y must be int32 [" + std::to_string(n) + "] on " + device_.str() + ", got " +
-                y.describe());
+  const int64_t n = check_batch(x, y);
   DDP_CHECK(begin >= 0 && begin + n <= order_size_,
             "ResidentDataset::gather: rows [" + std::to_string(begin) + ", " + std::to_string(begin + n) +
                 ") of an epoch order of " + std::to_string(order_size_));
   const int64_t* positions = order_.data<int64_t>() + begin;
   const auto s = device_.is_cuda() ? stream.handle() : nullptr;
-  DDP_DISPATCH(device_, gather_rows, features_.data_ptr(), feature_count_ * 4, positions, n, x.data_ptr(), s);
-  DDP_DISPATCH(device_, gather_rows, labels_.data_ptr(), 4, positions, n, y.data_ptr(), s);
+  DDP_DISPATCH(device_, gather_rows, features_.data_ptr(), feature_count_ * 4, positions, nullptr, n, x.data_ptr(),
+               s);
+  DDP_DISPATCH(device_, gather_rows, labels_.data_ptr(), 4, positions, nullptr, n, y.data_ptr(), s);
+}
+
+void ResidentDataset::gather_next(const Tensor& x, const Tensor& y, const Stream& stream) {
+  const int64_t n = check_batch(x, y);
+  // The host's copy of the cursor moves when the gather runs: now, or at each replay of a graph capturing it.
+  auto advance = [this, n] {
+    DDP_CHECK(cursor_position_ + n <= order_size_, "ResidentDataset::gather_next: rows [" +
+                                                       std::to_string(cursor_position_) + ", " +
+                                                       std::to_string(cursor_position_ + n) +
+                                                       ") of an epoch order of " + std::to_string(order_size_));
+    cursor_position_ += n;
+  };
+  if (is_capturing(stream)) {
+    on_each_replay(advance);
+  } else {
+    advance();
+  }
+  const auto s = device_.is_cuda() ? stream.handle() : nullptr;
+  const int64_t* order = order_.data<int64_t>();
+  int64_t* cursor = cursor_.data<int64_t>();
+  DDP_DISPATCH(device_, gather_rows, features_.data_ptr(), feature_count_ * 4, order, cursor, n, x.data_ptr(), s);
+  DDP_DISPATCH(device_, gather_rows, labels_.data_ptr(), 4, order, cursor, n, y.data_ptr(), s);
+  DDP_DISPATCH(device_, advance_counter, cursor, n, s);
 }
 
 }  // namespace data

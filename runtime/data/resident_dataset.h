@@ -34,11 +34,23 @@ class ResidentDataset {
   // the device, n = x's rows; begin + n must not pass order_size(). Two launches on `stream`, nothing else.
   void gather(int64_t begin, const Tensor& x, const Tensor& y, const Stream& stream) const;
 
+  // The same from a cursor kept in device memory, which then moves on by n: the batch's place is read on the
+  // device, so a CUDA graph that captured gather_next gathers the next batch at every replay. set_order puts
+  // the cursor at 0; set_cursor puts it elsewhere (a resume mid-epoch). The host follows the cursor too, at each
+  // call or, for a captured gather, at each replay (on_each_replay), to refuse a batch that would pass the end of
+  // the order before it is gathered.
+  void set_cursor(int64_t position, const Stream& stream);
+  void gather_next(const Tensor& x, const Tensor& y, const Stream& stream);
+  int64_t cursor() const { return cursor_position_; }
+
   int64_t size() const { return size_; }
   int64_t feature_count() const { return feature_count_; }
   const Device& device() const { return device_; }
 
  private:
+  // The rows of a batch (x's), after checking x and y's types, shapes and device.
+  int64_t check_batch(const Tensor& x, const Tensor& y) const;
+
   Device device_;
   int64_t size_ = 0;
   int64_t feature_count_ = 0;
@@ -46,6 +58,8 @@ class ResidentDataset {
   Tensor labels_;    // [size] int32
   Tensor order_;     // [capacity] int64: the epoch's order, order_size_ of them valid
   int64_t order_size_ = 0;
+  Tensor cursor_;    // [1] int64 on the device: where gather_next reads
+  int64_t cursor_position_ = 0;  // the host's copy of it
 };
 
 }  // namespace data

@@ -2,6 +2,7 @@
 #include "runtime/optim/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "runtime/kernels/dispatch.h"
 #include "runtime/core/check.h"
@@ -22,6 +23,42 @@ void Optimizer::use_device_scalars(const Stream& stream) {
   if (device_scalars_.defined()) return;
   device_scalars_ = Tensor::zeros({static_cast<std::int64_t>(kDeviceScalarBytes / sizeof(std::int64_t))},
                                   DType::kInt64, store_.device(), stream);
+}
+
+void Optimizer::plan_steps(const LrSchedule& schedule, std::int64_t count, const Stream& stream) {
+  DDP_CHECK(count > 0, "Optimizer::plan_steps: count must be positive, got " + std::to_string(count));
+  use_device_scalars(stream);
+  const std::size_t row = scalars_bytes();
+  const auto words = static_cast<std::int64_t>((static_cast<std::size_t>(count) * row + 7) / 8);
+  Tensor table = Tensor::zeros({words}, DType::kInt64, Device::cpu(), cpu_stream());
+  auto* bytes = static_cast<unsigned char*>(table.data_ptr());
+  plan_lr_.resize(static_cast<std::size_t>(count));
+  for (std::int64_t k = 0; k < count; ++k) {
+    plan_lr_[static_cast<std::size_t>(k)] = schedule.lr_at(steps_ + k);
+    scalars_of_step(steps_ + k, plan_lr_[static_cast<std::size_t>(k)], bytes + static_cast<std::size_t>(k) * row);
+  }
+  plan_table_ = table.copy_to(store_.device(), store_.device().is_cuda() ? stream : cpu_stream());
+  plan_next_ = Tensor::zeros({1}, DType::kInt64, store_.device(), stream);
+  plan_first_step_ = steps_;
+}
+
+bool Optimizer::step_is_planned() const {
+  if (!planned()) return false;
+  const std::int64_t k = steps_ - plan_first_step_;
+  DDP_CHECK(k < static_cast<std::int64_t>(plan_lr_.size()),
+            "step " + std::to_string(steps_ + 1) + " is past the " + std::to_string(plan_lr_.size()) +
+                " steps planned from step " + std::to_string(plan_first_step_ + 1) +
+                " (Optimizer::plan_steps): plan more steps");
+  DDP_CHECK(lr_ == plan_lr_[static_cast<std::size_t>(k)],
+            "step " + std::to_string(steps_ + 1) + " has learning rate " + std::to_string(lr_) + " but " +
+                std::to_string(plan_lr_[static_cast<std::size_t>(k)]) +
+                " was planned (Optimizer::plan_steps): plan again after changing the schedule");
+  return true;
+}
+
+void Optimizer::take_planned_scalars(const Stream& stream) {
+  DDP_DISPATCH(store_.device(), take_next_row, plan_table_.data_ptr(), static_cast<std::int64_t>(scalars_bytes()),
+               plan_next_.data<std::int64_t>(), device_scalars_.data_ptr(), stream.handle());
 }
 
 Sgd::Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream)
@@ -56,23 +93,35 @@ void Optimizer::follow_store_layout(const Stream& stream) {
   layout_version_ = store_.layout_version();
 }
 
-void Sgd::prepare_step(const Stream& stream) {
-  follow_store_layout(stream);
-  kernels::SgdParams& p = prepared_;
-  p.lr = lr_;
+kernels::SgdParams Sgd::params_of_step(std::int64_t steps, double lr) const {
+  kernels::SgdParams p{};
+  p.lr = lr;
   p.momentum = options_.momentum;
   p.dampening = options_.dampening;
   p.weight_decay = options_.weight_decay;
   p.nesterov = options_.nesterov;
-  p.first_step = steps_ == 0;
-  p.device_scalars = device_scalars_as<kernels::SgdScalars>();
-  if (p.device_scalars != nullptr) {
-    DDP_DISPATCH(store_.device(), write_sgd_scalars, p, device_scalars_as<kernels::SgdScalars>(), stream.handle());
+  p.first_step = steps == 0;
+  return p;
+}
+
+void Sgd::scalars_of_step(std::int64_t steps, double lr, void* out) const {
+  const kernels::SgdScalars s = kernels::sgd_scalars(params_of_step(steps, lr));
+  std::memcpy(out, &s, sizeof s);
+}
+
+void Sgd::prepare_step(const Stream& stream) {
+  follow_store_layout(stream);
+  prepared_ = params_of_step(steps_, lr_);
+  prepared_.device_scalars = device_scalars_as<kernels::SgdScalars>();
+  if (prepared_.device_scalars != nullptr && !step_is_planned()) {
+    DDP_DISPATCH(store_.device(), write_sgd_scalars, prepared_, device_scalars_as<kernels::SgdScalars>(),
+                 stream.handle());
   }
   ++steps_;
 }
 
 void Sgd::apply_step(const Stream& stream) {
+  if (planned()) take_planned_scalars(stream);
   DDP_DISPATCH(store_.device(), sgd_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
                momentum_.defined() ? momentum_.data<float>() : nullptr, store_.total_numel(), prepared_,
                bf16_copy_data(), stream.handle());
@@ -99,24 +148,35 @@ void AdamW::make_state(const Stream& stream) {
   exp_avg_sq_ = Tensor::zeros({store_.total_numel()}, DType::kFloat32, store_.device(), stream);
 }
 
-void AdamW::prepare_step(const Stream& stream) {
-  follow_store_layout(stream);
-  kernels::AdamWParams& p = prepared_;
-  p.lr = lr_;
+kernels::AdamWParams AdamW::params_of_step(std::int64_t steps, double lr) const {
+  kernels::AdamWParams p{};
+  p.lr = lr;
   p.beta1 = options_.beta1;
   p.beta2 = options_.beta2;
   p.eps = options_.eps;
   p.weight_decay = options_.weight_decay;
-  p.step = steps_ + 1;
-  p.device_scalars = device_scalars_as<kernels::AdamWScalars>();
-  if (p.device_scalars != nullptr) {
-    DDP_DISPATCH(store_.device(), write_adamw_scalars, p, device_scalars_as<kernels::AdamWScalars>(),
+  p.step = steps + 1;
+  return p;
+}
+
+void AdamW::scalars_of_step(std::int64_t steps, double lr, void* out) const {
+  const kernels::AdamWScalars s = kernels::adamw_scalars(params_of_step(steps, lr));
+  std::memcpy(out, &s, sizeof s);
+}
+
+void AdamW::prepare_step(const Stream& stream) {
+  follow_store_layout(stream);
+  prepared_ = params_of_step(steps_, lr_);
+  prepared_.device_scalars = device_scalars_as<kernels::AdamWScalars>();
+  if (prepared_.device_scalars != nullptr && !step_is_planned()) {
+    DDP_DISPATCH(store_.device(), write_adamw_scalars, prepared_, device_scalars_as<kernels::AdamWScalars>(),
                  stream.handle());
   }
   ++steps_;
 }
 
 void AdamW::apply_step(const Stream& stream) {
+  if (planned()) take_planned_scalars(stream);
   DDP_DISPATCH(store_.device(), adamw_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
                exp_avg_.data<float>(), exp_avg_sq_.data<float>(), store_.total_numel(), prepared_, bf16_copy_data(),
                stream.handle());

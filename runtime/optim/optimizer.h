@@ -20,6 +20,8 @@
 
 namespace ddp {
 
+class LrSchedule;
+
 class Optimizer {
  public:
   explicit Optimizer(ParameterStore& store) : store_(store), layout_version_(store.layout_version()) {}
@@ -40,6 +42,14 @@ class Optimizer {
   virtual void apply_step(const Stream& stream) = 0;
   void use_device_scalars(const Stream& stream);
   bool device_scalars() const { return device_scalars_.defined(); }
+  // One step further for graphs: the scalars of the next `count` steps under `schedule` are computed here once
+  // (on the host, as prepare_step would) into a table in device memory, and apply_step takes the next row itself
+  // (one small kernel that a graph captures with the update), so a replay needs no launch before it; prepare_step
+  // then only counts the step and checks that the learning rate is the one planned (the caller still applies
+  // the schedule, as for any step). Implies use_device_scalars. A step past the plan, or another learning rate,
+  // is an error; planning again (after a resume, say) starts a new plan at the current step.
+  void plan_steps(const LrSchedule& schedule, std::int64_t count, const Stream& stream);
+  bool planned() const { return plan_table_.defined(); }
   void zero_grad(const Stream& stream) { store_.zero_grad(stream); }
 
   double lr() const { return lr_; }
@@ -64,6 +74,14 @@ class Optimizer {
   void follow_store_layout(const Stream& stream);
   // Allocates the state buffers, zero, in the store's current layout.
   virtual void make_state(const Stream& stream) = 0;
+  // The device scalars of the step after `steps` steps (0-based) at learning rate `lr`, as bytes: what prepare_step
+  // would write for it. For plan_steps.
+  virtual std::size_t scalars_bytes() const = 0;
+  virtual void scalars_of_step(std::int64_t steps, double lr, void* out) const = 0;
+  // In prepare_step: true when the step's scalars come from the plan (after checking it covers this step).
+  bool step_is_planned() const;
+  // In apply_step: the plan's next row into the device scalars, in stream order before the update reads them.
+  void take_planned_scalars(const Stream& stream);
   template <typename Scalars>
   Scalars* device_scalars_as() const {
     static_assert(sizeof(Scalars) <= kDeviceScalarBytes, "the step's scalars must fit the device slot");
@@ -76,6 +94,10 @@ class Optimizer {
   Tensor device_scalars_;  // kDeviceScalarBytes on the store's device, or undefined
   double lr_ = 0.0;  // double, as PyTorch's hyperparameters
   std::int64_t steps_ = 0;
+  Tensor plan_table_;                // rows of scalars_bytes() on the store's device, or undefined
+  Tensor plan_next_;                 // [1] int64 on the device: the row apply_step takes next
+  std::vector<double> plan_lr_;      // the learning rate of each row, for prepare_step's check
+  std::int64_t plan_first_step_ = 0;
   std::int64_t layout_version_;  // the store's layout the state buffers are in
 };
 
@@ -99,6 +121,9 @@ class Sgd : public Optimizer {
 
  private:
   void make_state(const Stream& stream) override;
+  kernels::SgdParams params_of_step(std::int64_t steps, double lr) const;
+  std::size_t scalars_bytes() const override { return sizeof(kernels::SgdScalars); }
+  void scalars_of_step(std::int64_t steps, double lr, void* out) const override;
   SgdOptions options_;
   Tensor momentum_;  // [total] or undefined without momentum
   kernels::SgdParams prepared_{};
@@ -123,6 +148,9 @@ class AdamW : public Optimizer {
 
  private:
   void make_state(const Stream& stream) override;
+  kernels::AdamWParams params_of_step(std::int64_t steps, double lr) const;
+  std::size_t scalars_bytes() const override { return sizeof(kernels::AdamWScalars); }
+  void scalars_of_step(std::int64_t steps, double lr, void* out) const override;
   AdamWOptions options_;
   Tensor exp_avg_, exp_avg_sq_;
   kernels::AdamWParams prepared_{};

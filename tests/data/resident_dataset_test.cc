@@ -38,6 +38,8 @@ TEST(ResidentDataset, BatchesAreTheLoadersBatches) {
     resident.set_order(sampler.indices(), cpu_stream());
     ASSERT_EQ(resident.order_size(), 52);  // 103 padded to 104 over 2 ranks
     int64_t begin = 0;
+    Tensor next_x = Tensor::empty({10, 3}, DType::kFloat32, Device::cpu(), cpu_stream());
+    Tensor next_y = Tensor::empty({10}, DType::kInt32, Device::cpu(), cpu_stream());
     while (const Batch* b = loader.next()) {
       Tensor bx = x.slice_rows(0, b->size), by = y.slice_rows(0, b->size);
       resident.gather(begin, bx, by, cpu_stream());
@@ -45,7 +47,13 @@ TEST(ResidentDataset, BatchesAreTheLoadersBatches) {
       const std::vector<std::int32_t> got_y = by.to_vector<std::int32_t>(cpu_stream());
       EXPECT_EQ(got_x, std::vector<float>(b->features, b->features + b->size * 3)) << "epoch " << epoch;
       EXPECT_EQ(got_y, std::vector<std::int32_t>(b->labels, b->labels + b->size)) << "epoch " << epoch;
+      // The same batch from the cursor (the way a captured step reads it).
+      Tensor nx = next_x.slice_rows(0, b->size), ny = next_y.slice_rows(0, b->size);
+      resident.gather_next(nx, ny, cpu_stream());
+      EXPECT_EQ(nx.to_vector<float>(cpu_stream()), got_x) << "epoch " << epoch << " from the cursor";
+      EXPECT_EQ(ny.to_vector<std::int32_t>(cpu_stream()), got_y) << "epoch " << epoch << " from the cursor";
       begin += b->size;
+      EXPECT_EQ(resident.cursor(), begin);
     }
     EXPECT_EQ(begin, 52);
   }
@@ -70,6 +78,23 @@ TEST(ResidentDataset, RefusesRowsOutsideTheDataSetAndMisshapenBatches) {
   resident.gather(1, x, y, cpu_stream());
   EXPECT_EQ(x.to_vector<float>(cpu_stream()), (std::vector<float>{4, 4.5f, -4, 5, 5.5f, -5}));
   EXPECT_EQ(y.to_vector<std::int32_t>(cpu_stream()), (std::vector<std::int32_t>{4, 5}));
+}
+
+TEST(ResidentDataset, TheCursorStartsWhereItIsSetAndStopsAtTheEndOfTheOrder) {
+  const Dataset d = toy(20, 3);
+  ResidentDataset resident(view(d), Device::cpu(), cpu_stream());
+  resident.set_order({3, 4, 5, 6}, cpu_stream());
+  Tensor x = Tensor::empty({2, 3}, DType::kFloat32, Device::cpu(), cpu_stream());
+  Tensor y = Tensor::empty({2}, DType::kInt32, Device::cpu(), cpu_stream());
+  resident.set_cursor(1, cpu_stream());  // a resume one sample into the epoch
+  resident.gather_next(x, y, cpu_stream());
+  EXPECT_EQ(y.to_vector<std::int32_t>(cpu_stream()), (std::vector<std::int32_t>{4, 5}));
+  EXPECT_THROW(resident.gather_next(x, y, cpu_stream()), InvalidArgument);  // rows [3, 5) of 4
+  EXPECT_EQ(resident.cursor(), 3);
+  EXPECT_THROW(resident.set_cursor(5, cpu_stream()), InvalidArgument);
+  resident.set_order({7, 8}, cpu_stream());  // a new epoch starts at 0
+  resident.gather_next(x, y, cpu_stream());
+  EXPECT_EQ(y.to_vector<std::int32_t>(cpu_stream()), (std::vector<std::int32_t>{7, 8}));
 }
 
 }  // namespace

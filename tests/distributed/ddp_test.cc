@@ -356,6 +356,63 @@ TEST_F(DdpTest, ACapturedStepReplaysTheBitsOfEagerSteps) {
   EXPECT_EQ(graph_opt.steps(), eager_opt.steps());
 }
 
+// The main job's graph as it runs now: the batch gathered from the resident data set's cursor and the AdamW
+// scalars taken from the optimizer's plan, both inside the graph, so nothing is launched between replays; the
+// replays give bitwise the parameters of eager steps that gather by position and write their scalars.
+TEST_F(DdpTest, AGraphThatGathersAtTheCursorAndTakesPlannedScalarsReplaysEagerSteps) {
+  if (!device_.is_cuda() || group_->backend() != Backend::kNccl) GTEST_SKIP() << "needs CUDA and the NCCL backend";
+  constexpr int kSteps = 7;
+  const GlobalBatch all = make_batch(kLocalBatch * kSteps, 0);
+  std::vector<std::int64_t> order(kLocalBatch * kSteps);
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>((i * 5) % order.size());
+  const data::DatasetView view{all.x.data(), all.y.data(), static_cast<std::int64_t>(all.y.size()), kSizes.front()};
+  data::ResidentDataset eager_data(view, device_, stream_), graph_data(view, device_, stream_);
+  eager_data.set_order(order, stream_);
+  graph_data.set_order(order, stream_);
+  MLP eager_model(kSizes, Activation::kRelu, 13, device_, stream_), graph_model(kSizes, Activation::kRelu, 13, device_, stream_);
+  DistributedDataParallel eager_ddp(eager_model.flatten_parameters(stream_), *group_, test_world(), stream_);
+  DistributedDataParallel graph_ddp(graph_model.flatten_parameters(stream_), *group_, test_world(), stream_);
+  AdamW eager_opt(*eager_model.parameter_store(), AdamWOptions{}, stream_);
+  AdamW graph_opt(*graph_model.parameter_store(), AdamWOptions{}, stream_);
+  eager_opt.use_device_scalars(stream_);
+  const CosineWithWarmup schedule(1e-2, 2, kSteps);
+  graph_opt.plan_steps(schedule, kSteps, stream_);
+  Tensor x = Tensor::empty({kLocalBatch, kSizes.front()}, DType::kFloat32, device_, stream_);
+  Tensor y = Tensor::empty({kLocalBatch}, DType::kInt32, device_, stream_);
+  Tensor ex = Tensor::empty({kLocalBatch, kSizes.front()}, DType::kFloat32, device_, stream_);
+  Tensor ey = Tensor::empty({kLocalBatch}, DType::kInt32, device_, stream_);
+  const std::vector<Tensor> graph_params = graph_model.parameters();
+  auto graph_step = [&] {
+    graph_data.gather_next(x, y, stream_);
+    autograd::zero_grad(graph_params);
+    graph_ddp.backward(ops::cross_entropy(graph_model.forward(x, stream_), y, stream_));
+    graph_opt.apply_step(stream_);
+  };
+  CudaGraph graph;
+  for (int step = 0; step < kSteps; ++step) {
+    eager_data.gather(step * kLocalBatch, ex, ey, stream_);
+    schedule.apply(eager_opt);
+    autograd::zero_grad(eager_model.parameters());
+    eager_ddp.backward(ops::cross_entropy(eager_model.forward(ex, stream_), ey, stream_));
+    eager_opt.step(stream_);
+
+    schedule.apply(graph_opt);
+    graph_opt.prepare_step(stream_);
+    if (step < 2) {
+      graph_step();
+      continue;
+    }
+    if (!graph.captured()) {
+      graph = CudaGraph::capture(stream_, graph_step);
+      ASSERT_TRUE(graph.captured()) << graph.error();
+    }
+    graph.replay(stream_);
+  }
+  EXPECT_EQ(graph_data.cursor(), kSteps * kLocalBatch);
+  EXPECT_EQ(ordered(graph_model), ordered(eager_model));
+  EXPECT_THROW(graph.replay(stream_), InvalidArgument);  // the cursor would pass the end of the order
+}
+
 TEST_F(DdpTest, StatsAndBucketsAreReported) {
   MLP model(kSizes, Activation::kRelu, 3, device_, stream_);
   DdpOptions options;

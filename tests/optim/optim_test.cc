@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/autograd/autograd.h"
@@ -185,6 +186,65 @@ TEST(Optimizer, DeviceScalarsGiveTheBitsOfPlainSgdSteps) {
 
 TEST(Optimizer, DeviceScalarsGiveTheBitsOfPlainAdamWSteps) {
   expect_device_scalars_match_plain_steps([](ParameterStore& store) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<AdamW>(store, AdamWOptions{1e-2, 0.9, 0.999, 1e-8, 0.05}, S());
+  });
+}
+
+// The planned scalars of a graph (plan_steps: a table made once, a row taken per apply_step) give bitwise the
+// parameters and state of plain steps under a schedule that changes the learning rate every step; a step past
+// the plan, or a learning rate other than the planned one, is refused by name.
+template <typename MakeOptimizer>
+void expect_planned_steps_match_plain_steps(MakeOptimizer make) {
+  Fixture plain_f, planned_f;
+  std::unique_ptr<Optimizer> plain = make(plain_f.store);
+  std::unique_ptr<Optimizer> planned = make(planned_f.store);
+  const CosineWithWarmup schedule(0.1, 2, 6);
+  // One plain step first, so the plan starts mid-run (as after a resume or eager warm-up steps).
+  for (Fixture* f : {&plain_f, &planned_f}) f->set_grads(0);
+  schedule.apply(*plain);
+  schedule.apply(*planned);
+  plain->step(S());
+  planned->step(S());
+  planned->plan_steps(schedule, 5, S());
+  ASSERT_TRUE(planned->planned());
+  for (int step = 1; step < 6; ++step) {
+    plain_f.set_grads(step);
+    planned_f.set_grads(step);
+    schedule.apply(*plain);
+    schedule.apply(*planned);
+    plain->step(S());
+    planned->step(S());
+  }
+  EXPECT_EQ(planned_f.values(), plain_f.values());
+  for (std::size_t k = 0; k < plain->state().size(); ++k) {
+    EXPECT_EQ(planned->state()[k].second.to_vector<float>(S()), plain->state()[k].second.to_vector<float>(S()))
+        << plain->state()[k].first;
+  }
+  try {
+    planned->prepare_step(S());
+    FAIL() << "a step past the plan was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("step 7 is past the 5 steps planned from step 2"), std::string::npos)
+        << e.what();
+  }
+  planned->plan_steps(schedule, 2, S());
+  planned->set_lr(0.5);
+  try {
+    planned->prepare_step(S());
+    FAIL() << "a learning rate other than the planned one was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("has learning rate 0.5"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Optimizer, PlannedStepsGiveTheBitsOfPlainSgdSteps) {
+  expect_planned_steps_match_plain_steps([](ParameterStore& store) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<Sgd>(store, SgdOptions{0.1, 0.9, 0.1, 0.01, false}, S());
+  });
+}
+
+TEST(Optimizer, PlannedStepsGiveTheBitsOfPlainAdamWSteps) {
+  expect_planned_steps_match_plain_steps([](ParameterStore& store) -> std::unique_ptr<Optimizer> {
     return std::make_unique<AdamW>(store, AdamWOptions{1e-2, 0.9, 0.999, 1e-8, 0.05}, S());
   });
 }

@@ -2,6 +2,7 @@
 // torch.optim.AdamW written out per element.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "runtime/core/bfloat16.h"
@@ -64,6 +65,11 @@ void write_sgd_scalars(const SgdParams& p, SgdScalars* device_scalars, StreamHan
 void write_adamw_scalars(const AdamWParams& p, AdamWScalars* device_scalars, StreamHandle /*stream*/) {
   DDP_CHECK(p.step >= 1, "write_adamw_scalars: step is 1-based, got " + std::to_string(p.step));
   *device_scalars = adamw_scalars(p);
+}
+
+void take_next_row(const void* table, std::int64_t row_bytes, std::int64_t* index, void* dst, StreamHandle /*stream*/) {
+  std::memcpy(dst, static_cast<const unsigned char*>(table) + *index * row_bytes, static_cast<std::size_t>(row_bytes));
+  ++*index;
 }
 
 }  // namespace ddp::kernels::cpu

@@ -210,24 +210,27 @@ namespace {
 // (within a source row) and the writes are coalesced.
 template <typename Unit>
 __global__ void gather_rows_kernel(const Unit* __restrict__ src, std::int64_t units_per_row,
-                                   const std::int64_t* __restrict__ indices, std::int64_t count,
-                                   Unit* __restrict__ dst) {
+                                   const std::int64_t* __restrict__ indices, const std::int64_t* __restrict__ position,
+                                   std::int64_t count, Unit* __restrict__ dst) {
+  const std::int64_t* rows = indices + (position != nullptr ? *position : 0);
   const std::int64_t total = count * units_per_row;
   for (std::int64_t k = thread_index(); k < total; k += grid_stride()) {
     const std::int64_t row = k / units_per_row;
     const std::int64_t col = k - row * units_per_row;
-    dst[k] = src[indices[row] * units_per_row + col];
+    dst[k] = src[rows[row] * units_per_row + col];
   }
 }
 
 template <typename Unit>
-void launch_gather(const void* src, std::int64_t row_bytes, const std::int64_t* indices, std::int64_t count,
-                   void* dst, cudaStream_t stream) {
+void launch_gather(const void* src, std::int64_t row_bytes, const std::int64_t* indices, const std::int64_t* position,
+                   std::int64_t count, void* dst, cudaStream_t stream) {
   const std::int64_t units = row_bytes / static_cast<std::int64_t>(sizeof(Unit));
   gather_rows_kernel<Unit><<<blocks_for(count * units), kThreads, 0, stream>>>(
-      static_cast<const Unit*>(src), units, indices, count, static_cast<Unit*>(dst));
+      static_cast<const Unit*>(src), units, indices, position, count, static_cast<Unit*>(dst));
   DDP_CUDA_CHECK_LAUNCH();
 }
+
+__global__ void advance_counter_kernel(std::int64_t* counter, std::int64_t delta) { *counter += delta; }
 
 }  // namespace
 
@@ -268,8 +271,8 @@ void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, Strea
   }
 }
 
-void gather_rows(const void* src, std::int64_t row_bytes, const std::int64_t* indices, std::int64_t count,
-                 void* dst, StreamHandle stream) {
+void gather_rows(const void* src, std::int64_t row_bytes, const std::int64_t* indices, const std::int64_t* position,
+                 std::int64_t count, void* dst, StreamHandle stream) {
   if (count <= 0 || row_bytes <= 0) return;
   // The widest access every row start allows: 16 bytes for 784 float features, 4 for an int32 label.
   const auto fits = [&](std::int64_t unit) {
@@ -277,12 +280,17 @@ void gather_rows(const void* src, std::int64_t row_bytes, const std::int64_t* in
            reinterpret_cast<std::uintptr_t>(dst) % unit == 0;
   };
   if (fits(16)) {
-    launch_gather<uint4>(src, row_bytes, indices, count, dst, stream);
+    launch_gather<uint4>(src, row_bytes, indices, position, count, dst, stream);
   } else if (fits(4)) {
-    launch_gather<std::uint32_t>(src, row_bytes, indices, count, dst, stream);
+    launch_gather<std::uint32_t>(src, row_bytes, indices, position, count, dst, stream);
   } else {
-    launch_gather<unsigned char>(src, row_bytes, indices, count, dst, stream);
+    launch_gather<unsigned char>(src, row_bytes, indices, position, count, dst, stream);
   }
+}
+
+void advance_counter(std::int64_t* counter, std::int64_t delta, StreamHandle stream) {
+  advance_counter_kernel<<<1, 1, 0, stream>>>(counter, delta);
+  DDP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ddp::kernels::cuda

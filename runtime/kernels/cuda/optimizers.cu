@@ -151,6 +151,15 @@ __global__ void write_scalars_kernel(Scalars value, Scalars* destination) {
   *destination = value;
 }
 
+// One block: every thread reads the index before thread 0 moves it on.
+__global__ void take_next_row_kernel(const unsigned char* __restrict__ table, std::int64_t row_bytes,
+                                     std::int64_t* index, unsigned char* __restrict__ dst) {
+  const std::int64_t row = *index;
+  for (std::int64_t b = threadIdx.x; b < row_bytes; b += blockDim.x) dst[b] = table[row * row_bytes + b];
+  __syncthreads();
+  if (threadIdx.x == 0) *index = row + 1;
+}
+
 }  // namespace
 
 void write_sgd_scalars(const SgdParams& p, SgdScalars* device_scalars, StreamHandle stream) {
@@ -161,6 +170,12 @@ void write_sgd_scalars(const SgdParams& p, SgdScalars* device_scalars, StreamHan
 void write_adamw_scalars(const AdamWParams& p, AdamWScalars* device_scalars, StreamHandle stream) {
   DDP_CHECK(p.step >= 1, "write_adamw_scalars: step is 1-based (the count after this update)");
   write_scalars_kernel<<<1, 1, 0, stream>>>(adamw_scalars(p), device_scalars);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
+void take_next_row(const void* table, std::int64_t row_bytes, std::int64_t* index, void* dst, StreamHandle stream) {
+  take_next_row_kernel<<<1, 64, 0, stream>>>(static_cast<const unsigned char*>(table), row_bytes, index,
+                                            static_cast<unsigned char*>(dst));
   DDP_CUDA_CHECK_LAUNCH();
 }
 
