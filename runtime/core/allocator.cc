@@ -227,7 +227,7 @@ void CachingAllocator::record_stream(void* ptr, StreamHandle stream) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = in_use_.find(ptr);
-  DDP_CHECK(it != in_use_.end(), backend_->name() + ": record_stream on a pointer this allocator does not own");
+  DDP_ASSERT(it != in_use_.end(), backend_->name() + ": record_stream on a pointer this allocator does not own");
   Block& b = it->second;
   if (stream == b.stream) return;
   if (std::find(b.extra_streams.begin(), b.extra_streams.end(), stream) == b.extra_streams.end())
@@ -238,7 +238,7 @@ void CachingAllocator::free(void* ptr) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = in_use_.find(ptr);
-  DDP_CHECK(it != in_use_.end(), backend_->name() + ": free of a pointer this allocator does not own");
+  DDP_ASSERT(it != in_use_.end(), backend_->name() + ": free of a pointer this allocator does not own");
   Block block = std::move(it->second);
   in_use_.erase(it);
   block.own_event = acquire_event();

@@ -26,7 +26,7 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   BucketPlan plan = plan_buckets(specs, BucketOptions{options.bucket_cap_mb, options.first_bucket_cap_mb});
   parameters_.relayout(plan.layout_order(), compute_);
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    DDP_CHECK(parameters_.slot(i).offset == plan.offsets[i], "parameter store layout differs from the bucket plan");
+    DDP_ASSERT(parameters_.slot(i).offset == plan.offsets[i], "parameter store layout differs from the bucket plan");
   }
   if (options.broadcast_parameters && group_.size() > 1) {
     group_.broadcast(whole(parameters_.flat_params()), 0, compute_)->wait(compute_);

@@ -37,7 +37,7 @@ double Reducer::now_us() const {
 }
 
 void Reducer::prepare_for_backward() {
-  DDP_CHECK(!in_backward_, "prepare_for_backward called twice without finalize");
+  DDP_ASSERT(!in_backward_, "prepare_for_backward called twice without finalize");
   for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
     pending_[b] = static_cast<int>(plan_.buckets[b].parameters.size());
   }
@@ -62,10 +62,10 @@ CommBuffer Reducer::bucket_view(std::size_t bucket) const {
 }
 
 void Reducer::mark_ready(std::size_t index) {
-  DDP_CHECK(in_backward_, "a gradient became ready outside backward (call prepare_for_backward first)");
-  DDP_CHECK(index < ready_.size(), "gradient hook for parameter " + std::to_string(index) + " of " +
+  DDP_ASSERT(in_backward_, "a gradient became ready outside backward (call prepare_for_backward first)");
+  DDP_ASSERT(index < ready_.size(), "gradient hook for parameter " + std::to_string(index) + " of " +
                                        std::to_string(ready_.size()));
-  DDP_CHECK(!ready_[index], "the gradient of parameter " + std::to_string(index) +
+  DDP_ASSERT(!ready_[index], "the gradient of parameter " + std::to_string(index) +
                                 " was marked ready twice in one backward");
   ready_[index] = true;
   --pending_[plan_.bucket_of[index]];
@@ -99,7 +99,7 @@ void Reducer::launch(std::size_t bucket) {
 }
 
 void Reducer::finalize() {
-  DDP_CHECK(in_backward_, "finalize without prepare_for_backward");
+  DDP_ASSERT(in_backward_, "finalize without prepare_for_backward");
   in_backward_ = false;
   for (std::size_t k = 0; k < ready_.size(); ++k) {
     DDP_CHECK(ready_[k], "parameter " + std::to_string(k) +

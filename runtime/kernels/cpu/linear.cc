@@ -97,11 +97,11 @@ const float* activation_grad(Activation act, std::int64_t n, const float* dy, co
     case Activation::kNone:
       return dy;
     case Activation::kRelu:
-      DDP_CHECK(y != nullptr, "linear_backward: ReLU needs the forward output y");
+      DDP_ASSERT(y != nullptr, "linear_backward: ReLU needs the forward output y");
       for (std::int64_t i = 0; i < n; ++i) dz[i] = y[i] > 0.0f ? dy[i] : 0.0f;
       return dz;
     case Activation::kGelu:
-      DDP_CHECK(pre != nullptr, "linear_backward: GELU needs pre_activation");
+      DDP_ASSERT(pre != nullptr, "linear_backward: GELU needs pre_activation");
       for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * detail::gelu_grad(pre[i]);
       return dz;
   }
@@ -166,7 +166,7 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
   check_types("linear_backward", types);
   const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
   if (types.input == DType::kFloat32) {
-    DDP_CHECK(act == Activation::kNone || scratch_dz != nullptr, "linear_backward: scratch_dz is required");
+    DDP_ASSERT(act == Activation::kNone || scratch_dz != nullptr, "linear_backward: scratch_dz is required");
     const float* dz = activation_grad(act, B * O, static_cast<const float*>(dy), static_cast<const float*>(y),
                                       static_cast<const float*>(pre_activation), static_cast<float*>(scratch_dz));
     linear_backward_f32(shape, dz, static_cast<const float*>(x), static_cast<const float*>(w),

@@ -327,8 +327,8 @@ void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activat
   check_float_type(dz_type, "activation_grad_bias");
   check_float_type(bias_type, "activation_grad_bias");
   if (act != Activation::kNone) {
-    DDP_CHECK(saved != nullptr, "linear_backward: the activation's saved tensor (y or pre_activation) is null");
-    DDP_CHECK(dz != nullptr, "linear_backward: scratch_dz is required when the activation is not kNone");
+    DDP_ASSERT(saved != nullptr, "linear_backward: the activation's saved tensor (y or pre_activation) is null");
+    DDP_ASSERT(dz != nullptr, "linear_backward: scratch_dz is required when the activation is not kNone");
   }
   using F = float;
   using B = __nv_bfloat16;

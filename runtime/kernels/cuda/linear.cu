@@ -242,7 +242,7 @@ class GemmPlan {
            const void* b, float beta, const void* c, void* d, const void* bias, cudaStream_t stream) {
     if (uses_bias(key_.epilogue)) set_bias(bias);
     const cublasLtMatmulHeuristicResult_t& algo = candidates_[chosen_];
-    DDP_CHECK(algo.workspaceSize <= workspace_bytes, "cuBLASLt algorithm needs more workspace than was allocated");
+    DDP_ASSERT(algo.workspaceSize <= workspace_bytes, "cuBLASLt algorithm needs more workspace than was allocated");
     DDP_CUBLAS_CHECK(cublasLtMatmul(handle, desc_, &alpha, a, layout_a_, b, layout_b_, &beta, c, layout_c_, d,
                                     layout_c_, &algo.algo, workspace, workspace_bytes, stream));
   }
@@ -510,7 +510,7 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
   const void* dz = dy;
   bool dbias_done = false;
   if (act != Activation::kNone || types.output != types.input) {
-    DDP_CHECK(scratch_dz != nullptr, "linear_backward: scratch_dz is required with an activation or mixed types");
+    DDP_ASSERT(scratch_dz != nullptr, "linear_backward: scratch_dz is required with an activation or mixed types");
     const void* saved = act == Activation::kRelu ? y : pre_activation;
     detail::activation_grad_bias(types.output, types.input, types.grad, act, dy, saved, scratch_dz, dbias,
                                  accumulate, batch, out, stream);
