@@ -1,0 +1,49 @@
+// Stop requests: a flag set by the first signal, the default action restored for the second.
+#include "runtime/core/stop_request.h"
+
+#include <atomic>
+#include <csignal>
+#include <mutex>
+
+namespace ddp {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_stop_requested{false};
+
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGUSR1};
+
+void on_stop_signal(int signal) {
+  if (g_stop_requested.exchange(true)) {
+    // The second signal: what it would have done without us (end the process), now.
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+    return;
+  }
+  g_stop_signal.store(signal);
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int signal : kStopSignals) {
+      struct sigaction previous {};
+      if (sigaction(signal, nullptr, &previous) == 0 && previous.sa_handler == SIG_IGN) continue;
+      struct sigaction action {};
+      action.sa_handler = on_stop_signal;
+      sigemptyset(&action.sa_mask);
+      action.sa_flags = SA_RESTART;  // a checkpoint write in progress goes on instead of failing with EINTR
+      sigaction(signal, &action, nullptr);
+    }
+  });
+}
+
+bool stop_requested() { return g_stop_requested.load(); }
+
+int stop_signal() { return g_stop_signal.load(); }
+
+void request_stop() { g_stop_requested.store(true); }
+
+}  // namespace ddp

@@ -1,0 +1,24 @@
+// A graceful stop, as clusters ask for one: Slurm and Kubernetes send SIGTERM some seconds before they kill a job,
+// a user presses Ctrl-C, ddprun forwards SIGUSR1. The first such signal only asks the program to stop at its next
+// step boundary (a flag the training loop polls, and all ranks agree on, so that every rank ends after the same
+// step and a checkpoint can be written); a second one ends the process at once, as the signal itself would.
+#pragma once
+
+namespace ddp {
+
+// The exit status of a program that stopped because it was asked to (sysexits' EX_TEMPFAIL: try again later).
+// ddprun passes it on and does not restart such a job.
+inline constexpr int kStoppedExitStatus = 75;
+
+// Installs the handlers for SIGTERM, SIGINT and SIGUSR1 (once per process; later calls do nothing). Signals the
+// process was started with ignored stay ignored (`nohup`).
+void install_stop_handlers();
+
+// True once a stop was asked for (by a signal or by request_stop). Async-signal-safe to read.
+bool stop_requested();
+// The signal that asked, or 0 (none yet, or request_stop).
+int stop_signal();
+// Asks for a stop as the first signal would (a program's own reasons; tests).
+void request_stop();
+
+}  // namespace ddp
