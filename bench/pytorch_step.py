@@ -4,6 +4,7 @@ momentum) as bench/step_bench, timed the same way, printing one JSON line per co
 
   python3 bench/pytorch_step.py --sizes 784,1024,1024,10 --batch 256 --device cuda --precision fp32 [--graph]
   python3 bench/pytorch_step.py --sizes 784,1024,1024,10 --batch 128 --device cpu --ranks 2   # DDP over gloo
+  python3 bench/pytorch_step.py --sizes 4096,4096,4096,4096,4096 --batch 8192 --precision bf16 --ranks 8  # NCCL
 
 GPU timings use CUDA events around `--iters` steps after `--warmup` steps, repeated `--repeats` times; the
 median is reported. CPU timings use the wall clock the same way. Peak memory is torch.cuda.max_memory_allocated.
@@ -117,29 +118,41 @@ def run_single(args):
 
 
 def ddp_worker(rank, args, port):
+    """One rank of PyTorch DDP: gloo over CPU processes, or NCCL with one GPU per rank (cuda:rank)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
-    torch.set_num_threads(args.threads or max(1, os.cpu_count() // args.ranks))
+    device = args.device
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+        dist.init_process_group("nccl", rank=rank, world_size=args.ranks, device_id=torch.device("cuda", rank))
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+        torch.set_num_threads(args.threads or max(1, os.cpu_count() // args.ranks))
     sizes = [int(s) for s in args.sizes.split(",")]
     torch.manual_seed(0)
-    model = DDP(build_mlp(sizes))
+    model = build_mlp(sizes).to(device)
+    model = DDP(model, device_ids=[rank]) if device == "cuda" else DDP(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(args.batch, sizes[0])
-    y = torch.randint(0, sizes[-1], (args.batch,))
-    step = make_step(model, opt, x, y, "fp32", "cpu")
-    times = time_steps(step, "cpu", args.warmup, args.iters, args.repeats, False)
-    t = torch.tensor([statistics.median(times)])
+    x = torch.randn(args.batch, sizes[0], device=device)
+    y = torch.randint(0, sizes[-1], (args.batch,), device=device)
+    step = make_step(model, opt, x, y, args.precision if device == "cuda" else "fp32", device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = time_steps(step, device, args.warmup, args.iters, args.repeats, False)
+    t = torch.tensor([statistics.median(times)], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
         step_us = t.item()
         print(json.dumps({
-            "impl": "pytorch-ddp-gloo", "torch": torch.__version__, "sizes": args.sizes, "batch": args.batch,
-            "device": "cpu", "precision": "fp32", "ranks": args.ranks, "step_us": step_us,
-            "samples_per_s": args.batch * args.ranks / step_us * 1e6, "peak_bytes": None,
+            "impl": "pytorch-ddp-" + ("nccl" if device == "cuda" else "gloo"), "torch": torch.__version__,
+            "sizes": args.sizes, "batch": args.batch, "device": device,
+            "precision": args.precision if device == "cuda" else "fp32", "ranks": args.ranks, "step_us": step_us,
+            "samples_per_s": args.batch * args.ranks / step_us * 1e6,
+            "peak_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
         }), flush=True)
     dist.destroy_process_group()
 
@@ -151,7 +164,8 @@ def main():
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     p.add_argument("--graph", action="store_true", help="capture the step as a CUDA graph")
-    p.add_argument("--ranks", type=int, default=1, help="CPU only: DDP over gloo with this many processes")
+    p.add_argument("--ranks", type=int, default=1,
+                   help="DDP with this many processes: gloo on the CPU, NCCL with one GPU per rank on cuda")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=20)
