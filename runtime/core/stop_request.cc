@@ -1,6 +1,8 @@
 // Stop requests: a flag set by the first signal, the default action restored for the second.
 #include "runtime/core/stop_request.h"
 
+#include <time.h>
+
 #include <atomic>
 #include <csignal>
 #include <mutex>
@@ -10,6 +12,13 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_stop_requested{false};
+std::atomic<long long> g_requested_at_ns{0};  // CLOCK_MONOTONIC
+
+long long monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  return now.tv_sec * 1000000000LL + now.tv_nsec;
+}
 
 constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGUSR1};
 
@@ -20,6 +29,7 @@ void on_stop_signal(int signal) {
     std::raise(signal);
     return;
   }
+  g_requested_at_ns.store(monotonic_ns());
   g_stop_signal.store(signal);
 }
 
@@ -44,6 +54,13 @@ bool stop_requested() { return g_stop_requested.load(); }
 
 int stop_signal() { return g_stop_signal.load(); }
 
-void request_stop() { g_stop_requested.store(true); }
+void request_stop() {
+  if (!g_stop_requested.exchange(true)) g_requested_at_ns.store(monotonic_ns());
+}
+
+double seconds_since_stop_request() {
+  const long long at = g_requested_at_ns.load();
+  return stop_requested() && at != 0 ? static_cast<double>(monotonic_ns() - at) * 1e-9 : 0.0;
+}
 
 }  // namespace ddp

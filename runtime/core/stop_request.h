@@ -20,5 +20,7 @@ bool stop_requested();
 int stop_signal();
 // Asks for a stop as the first signal would (a program's own reasons; tests).
 void request_stop();
+// Seconds since the stop was asked for (0 when it was not): what a program reports as its time to stop.
+double seconds_since_stop_request();
 
 }  // namespace ddp

@@ -30,6 +30,7 @@ TEST(StopRequest, TheFirstSignalAsksTheSecondEnds) {
       if (stop_requested()) return false;
       std::raise(signal);
       if (!stop_requested() || stop_signal() != signal) return false;
+      if (seconds_since_stop_request() < 0.0 || seconds_since_stop_request() > 5.0) return false;
       std::raise(signal);  // ends the child: the next line is not reached
       return false;
     });
