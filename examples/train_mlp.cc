@@ -111,8 +111,9 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--hidden", f.hidden, "units per hidden layer")->capture_default_str()->check(kPositiveInteger);
   app.add_option("--layers", f.layers, "hidden layers")->capture_default_str()->check(kNonNegativeInteger);
   app.add_option("--activation", f.activation, "relu or gelu")->capture_default_str()->check(CLI::IsMember({"relu", "gelu"}));
-  CLI::Option* per_rank =
-      app.add_option("--batch-size", f.batch_size, "samples per rank per step")->capture_default_str()->check(kPositiveInteger);
+  CLI::Option* per_rank = app.add_option("--batch-size", f.batch_size, "samples per rank per step")
+                              ->capture_default_str()
+                              ->check(kPositiveInteger);
   app.add_option("--global-batch-size", f.global_batch_size,
                  "samples per step over all ranks, kept at any number of ranks (the per-rank batch is derived)")
       ->check(kPositiveInteger)
