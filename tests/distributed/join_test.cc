@@ -125,6 +125,36 @@ class JoinTest : public ::testing::Test {
     EXPECT_LE(worst, rel * scale) << "largest difference " << worst << ", scale " << scale;
   }
 
+  std::unique_ptr<Sgd> sgd(MLP& model, double lr, double momentum) {
+    SgdOptions o;
+    o.lr = lr;
+    o.momentum = momentum;
+    o.weight_decay = 0;
+    return std::make_unique<Sgd>(*model.parameter_store(), o, stream_);
+  }
+
+  void step(MLP& model, DistributedDataParallel& ddp, Optimizer& optimizer, const Batch& batch) {
+    auto [x, y] = tensors(batch);
+    model.zero_grad(stream_);
+    ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
+    optimizer.step(stream_);
+  }
+
+  // This rank's batches_of(rank_) steps inside ddp.join; the steps it took before join returned or threw.
+  int train_in_join(MLP& model, DistributedDataParallel& ddp, Optimizer& optimizer, const JoinOptions& options,
+                    int* taken) {
+    *taken = 0;
+    ddp.join(
+        [&] {
+          for (int s = 0; s < batches_of(rank_); ++s) {
+            step(model, ddp, optimizer, batch_of(rank_, s));
+            ++*taken;
+          }
+        },
+        options);
+    return *taken;
+  }
+
   Reference reference_from(Module& m) {
     const std::vector<float> p = parameters(m);
     Reference r;
@@ -136,28 +166,13 @@ class JoinTest : public ::testing::Test {
   void train_unevenly(bool divide_by_initial_world_size, DdpOptions ddp_options = {}, double tolerance = 1e-5) {
     MLP model({kIn, kOut}, kernels::Activation::kRelu, /*seed=*/3 + 100 * rank_, device_, stream_);
     DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_, ddp_options);
-    SgdOptions o;
-    o.lr = kLr;
-    o.momentum = 0;
-    o.weight_decay = 0;
-    Sgd optimizer(*model.parameter_store(), o, stream_);
+    const auto optimizer = sgd(model, kLr, 0);
     Reference reference = reference_from(model);  // rank 0's, after the broadcast
 
     JoinOptions options;
     options.divide_by_initial_world_size = divide_by_initial_world_size;
     int taken = 0;
-    ddp.join(
-        [&] {
-          for (int s = 0; s < batches_of(rank_); ++s) {
-            auto [x, y] = tensors(batch_of(rank_, s));
-            model.zero_grad(stream_);
-            ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
-            optimizer.step(stream_);
-            ++taken;
-          }
-        },
-        options);
-    EXPECT_EQ(taken, batches_of(rank_));
+    EXPECT_EQ(train_in_join(model, ddp, *optimizer, options, &taken), batches_of(rank_));
 
     int most = 0;
     for (int r = 0; r < size_; ++r) most = std::max(most, batches_of(r));
@@ -188,28 +203,14 @@ TEST_F(JoinTest, CompressedGradientsAreAveragedOverTheRanksTraining) {
 TEST_F(JoinTest, ThrowOnEarlyTerminationStopsEveryRankAtTheSameStep) {
   MLP model({kIn, kOut}, kernels::Activation::kRelu, 3, device_, stream_);
   DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_);
-  SgdOptions o;
-  o.lr = kLr;
-  o.momentum = 0;
-  o.weight_decay = 0;
-  Sgd optimizer(*model.parameter_store(), o, stream_);
+  const auto optimizer = sgd(model, kLr, 0);
   Reference reference = reference_from(model);
   JoinOptions options;
   options.throw_on_early_termination = true;
   int taken = 0;
   std::string message;
   try {
-    ddp.join(
-        [&] {
-          for (int s = 0; s < batches_of(rank_); ++s) {
-            auto [x, y] = tensors(batch_of(rank_, s));
-            model.zero_grad(stream_);
-            ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
-            optimizer.step(stream_);
-            ++taken;
-          }
-        },
-        options);
+    train_in_join(model, ddp, *optimizer, options, &taken);
   } catch (const InputsExhausted& e) {
     message = e.what();
   }
@@ -229,10 +230,7 @@ TEST_F(JoinTest, ThrowOnEarlyTerminationStopsEveryRankAtTheSameStep) {
   expect_close(got, reference, 1e-5);
 
   // The model goes on training normally afterwards (the tape holds nothing of the step that raised).
-  auto [x, y] = tensors(batch_of(rank_, 100));
-  model.zero_grad(stream_);
-  ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
-  optimizer.step(stream_);
+  step(model, ddp, *optimizer, batch_of(rank_, 100));
   EXPECT_TRUE(same_on_every_rank(parameters(model)));
 }
 
@@ -244,33 +242,17 @@ TEST_F(JoinTest, AJoinedStepHookKeepsTheOptimizerStateInStep) {
   ddp_options.first_bucket_cap_mb = 0.00001;  // one bucket per parameter: several all-reduces per step
   DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_, ddp_options);
   ASSERT_EQ(ddp.plan().buckets.size(), 2u);
-  SgdOptions o;
-  o.lr = 0.1;
-  o.momentum = 0.9;
-  Sgd optimizer(*model.parameter_store(), o, stream_);
+  const auto optimizer = sgd(model, 0.1, 0.9);
   JoinOptions options;
   options.divide_by_initial_world_size = false;
-  options.joined_step = [&] { optimizer.step(stream_); };
-  ddp.join(
-      [&] {
-        for (int s = 0; s < batches_of(rank_); ++s) {
-          auto [x, y] = tensors(batch_of(rank_, s));
-          model.zero_grad(stream_);
-          ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
-          optimizer.step(stream_);
-        }
-      },
-      options);
+  options.joined_step = [&] { optimizer->step(stream_); };
+  int taken = 0;
+  train_in_join(model, ddp, *optimizer, options, &taken);
   int most = 0;
   for (int r = 0; r < size_; ++r) most = std::max(most, batches_of(r));
-  EXPECT_EQ(optimizer.steps(), most) << "every rank's optimizer takes every step";
+  EXPECT_EQ(optimizer->steps(), most) << "every rank's optimizer takes every step";
   // Full steps after the join (no broadcast to hide a difference): stale momentum would move a rank apart.
-  for (int s = 0; s < 2; ++s) {
-    auto [x, y] = tensors(batch_of(rank_, 20 + s));
-    model.zero_grad(stream_);
-    ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
-    optimizer.step(stream_);
-  }
+  for (int s = 0; s < 2; ++s) step(model, ddp, *optimizer, batch_of(rank_, 20 + s));
   EXPECT_TRUE(same_on_every_rank(parameters(model))) << "the ranks moved apart after the join";
 }
 
