@@ -43,6 +43,7 @@ struct Flags {
   int layers = 2;
   std::string activation = "relu";
   long long batch_size = 128;  // per rank
+  long long global_batch_size = 0;  // 0: --batch-size per rank; else split over the ranks (batch_size derived)
   int epochs = 30;
   long long max_steps = 0;  // 0: no limit
   double lr = 2e-3;
@@ -110,7 +111,13 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--hidden", f.hidden, "units per hidden layer")->capture_default_str()->check(kPositiveInteger);
   app.add_option("--layers", f.layers, "hidden layers")->capture_default_str()->check(kNonNegativeInteger);
   app.add_option("--activation", f.activation, "relu or gelu")->capture_default_str()->check(CLI::IsMember({"relu", "gelu"}));
-  app.add_option("--batch-size", f.batch_size, "samples per rank per step")->capture_default_str()->check(kPositiveInteger);
+  CLI::Option* per_rank = app.add_option("--batch-size", f.batch_size, "samples per rank per step")
+                              ->capture_default_str()
+                              ->check(kPositiveInteger);
+  app.add_option("--global-batch-size", f.global_batch_size,
+                 "samples per step over all ranks, kept at any number of ranks (the per-rank batch is derived)")
+      ->check(kPositiveInteger)
+      ->excludes(per_rank);
   app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str()->check(kPositiveInteger);
   app.add_option("--max-steps", f.max_steps, "stop after this many optimizer steps since the run began (0: none)")
       ->capture_default_str()->check(kNonNegativeInteger);
@@ -182,28 +189,37 @@ ResumeFrom resume_directory(const Flags& f) {
 }
 
 // The flags a checkpoint must have been written with to be resumed by this run, as they go into its metadata:
-// the model's shapes are checked by name when it loads, these would otherwise change the run silently.
-std::map<std::string, std::string> recipe(const Flags& f) {
+// the model's shapes are checked by name when it loads, these would otherwise change the run silently. Both
+// batch sizes are written; a resume checks the one this run fixes (--global-batch-size, or the per-rank
+// --batch-size), so the number of ranks may change.
+std::map<std::string, std::string> recipe(const Flags& f, int ranks) {
   return {{"train_mlp.optimizer", f.optimizer},
           {"train_mlp.activation", f.activation},
-          {"train_mlp.batch_size", std::to_string(f.batch_size)}};
+          {"train_mlp.batch_size", std::to_string(f.batch_size)},
+          {"train_mlp.global_batch_size", std::to_string(f.batch_size * ranks)}};
 }
 
-// Why `checkpoint` cannot continue this run, or "".
-std::string recipe_mismatch(const ddp::io::LoadedCheckpoint& checkpoint, const Flags& f) {
+// Why `checkpoint` cannot continue this run on `ranks` ranks, or "".
+std::string recipe_mismatch(const ddp::io::LoadedCheckpoint& checkpoint, const Flags& f, int ranks) {
   const auto& m = checkpoint.metadata;
   if (m.seed != f.seed) {
     return checkpoint.path + " was written with --seed " + std::to_string(m.seed) + ", this run has --seed " +
            std::to_string(f.seed);
   }
-  for (const auto& [key, value] : recipe(f)) {
+  const std::string unchecked = f.global_batch_size > 0 ? "train_mlp.batch_size" : "train_mlp.global_batch_size";
+  for (const auto& [key, value] : recipe(f, ranks)) {
     const auto it = m.extra.find(key);
-    if (it == m.extra.end() || it->second == value) continue;  // older checkpoints do not say
+    if (key == unchecked || it == m.extra.end() || it->second == value) continue;  // older checkpoints do not say
     const std::string flag = "--" + key.substr(key.find('.') + 1);
     std::string dashed = flag;
     std::replace(dashed.begin(), dashed.end(), '_', '-');
-    return checkpoint.path + " was written with " + dashed + " " + it->second + ", this run has " + dashed + " " +
-           value + "; resume with the same " + dashed + ", or start a new run in another --checkpoint-dir";
+    std::string message = checkpoint.path + " was written with " + dashed + " " + it->second + ", this run has " +
+                          dashed + " " + value + "; resume with the same " + dashed;
+    const auto global = m.extra.find("train_mlp.global_batch_size");
+    if (key == "train_mlp.batch_size" && global != m.extra.end()) {
+      message += " (or --global-batch-size " + global->second + " to keep its global batch on any number of ranks)";
+    }
+    return message + ", or start a new run in another --checkpoint-dir";
   }
   return "";
 }
@@ -399,6 +415,7 @@ struct ResumePoint {
   long long epoch = 0;
   long long position = 0;  // global sample position within the epoch
   bool resumed = false;
+  int world_size = 0;  // the checkpoint's
 };
 
 // Loads the newest complete checkpoint of `from` into the model and the optimizer, on every rank alike, or
@@ -413,18 +430,14 @@ ResumePoint resume(const ResumeFrom& from, const Flags& f, const ddp::World& wor
     try {
       checkpoint = ddp::io::latest_complete_checkpoint(from.dir);
       if (!checkpoint && from.required) error = "no complete checkpoint in " + from.dir;
-      if (checkpoint) error = recipe_mismatch(*checkpoint, f);
+      if (checkpoint) error = recipe_mismatch(*checkpoint, f, world.size());
       if (checkpoint && error.empty()) {
         ddp::training::restore_training_checkpoint(*checkpoint, model.mlp(), optimizer, stream);
         model.refresh(stream);
         const auto& m = checkpoint->metadata;
-        point = ResumePoint{m.step, m.epoch, m.sampler_position, true};
-        // Re-sharding: the global position must split evenly over this run's ranks.
-        if (point.position % world.size() != 0) {
-          error = checkpoint->path + " stopped at global sample " + std::to_string(point.position) + " of epoch " +
-                  std::to_string(point.epoch) + ", which " + std::to_string(world.size()) +
-                  " ranks cannot split evenly; resume with " + std::to_string(m.world_size) + " ranks";
-        }
+        // Any number of ranks continues at the saved global position (the sampler lays the rest of the
+        // epoch out over this run's ranks).
+        point = ResumePoint{m.step, m.epoch, m.sampler_position, true, m.world_size};
       }
     } catch (const std::exception& e) {
       error = e.what();
@@ -442,13 +455,33 @@ ResumePoint resume(const ResumeFrom& from, const Flags& f, const ddp::World& wor
   }
   world.agree(error, "cannot resume");
   if (world.rank() == 0 && found) {
-    std::printf("resumed from %s: step %lld, epoch %lld, sample %lld\n", checkpoint->path.c_str(), point.step,
+    std::printf("resumed from %s: step %lld, epoch %lld, sample %lld", checkpoint->path.c_str(), point.step,
                 point.epoch, point.position);
+    if (point.world_size != world.size()) {
+      std::printf(" (written on %d ranks, continuing on %d; global batch %s -> %lld)", point.world_size, world.size(),
+                  checkpoint->metadata.extra.count("train_mlp.global_batch_size")
+                      ? checkpoint->metadata.extra.at("train_mlp.global_batch_size").c_str()
+                      : "?",
+                  f.batch_size * world.size());
+    }
+    std::printf("\n");
   } else if (world.rank() == 0) {
     std::printf("no complete checkpoint in %s yet (DDP_RESUME=1, a ddprun restart): starting from scratch\n",
                 from.dir.c_str());
   }
   return point;
+}
+
+// The optimizer step count at the end of the run (without --max-steps): the checkpoint's, then the batches left
+// in its epoch at this run's ranks and batch, then whole epochs. Equal to steps_per_epoch * epochs unless the
+// run resumed at another global batch (or skipped steps).
+long long steps_at_end(const ddp::data::SamplerOptions& so, const ResumePoint& start, const Flags& f,
+                       long long steps_per_epoch) {
+  if (start.epoch >= f.epochs) return start.step;
+  ddp::data::DistributedSampler rest(so);
+  rest.set_epoch(start.epoch);
+  rest.set_global_position(start.position);
+  return start.step + rest.batches_per_epoch(f.batch_size) + (f.epochs - start.epoch - 1) * steps_per_epoch;
 }
 
 // Why the step cannot be a CUDA graph in this run, or "" when it can.
@@ -510,6 +543,13 @@ int train(int argc, char** argv) {
   const char* backend_env = std::getenv("DDP_BACKEND");
   world_options.nccl = backend_env == nullptr || std::string(backend_env) != "mpi";
   ddp::World world(&argc, &argv, world_options);
+  if (flag_error.empty() && flags.global_batch_size > 0) {
+    try {
+      flags.batch_size = ddp::data::per_replica_batch_size(flags.global_batch_size, world.size());
+    } catch (const InvalidArgument& e) {
+      flag_error = e.what();
+    }
+  }
   world.agree(flag_error, "bad command line");
   times.world_s = PhaseTimes::since(times.start);
   times.world = world.startup();
@@ -554,8 +594,6 @@ int train(int argc, char** argv) {
   }
   world.agree(batch_error, "bad batch size");
   const long long steps_per_epoch = sampler.batches_per_epoch(flags.batch_size);
-  long long total_steps = steps_per_epoch * flags.epochs;
-  if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
 
   ddp::data::ResidentDataset train_data(ddp::data::view(train_set), world.device(), stream);
   const TestShard test_shard(test_set, world, stream);
@@ -621,6 +659,8 @@ int train(int argc, char** argv) {
   world.agree(claim_error, "cannot use the checkpoint directory");
   const ResumePoint start = resume(resume_from, flags, world, model, *optimizer, stream);
   long long step = start.step;
+  long long total_steps = steps_at_end(so, start, flags, steps_per_epoch);
+  if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
   std::unique_ptr<ddp::io::MetricsWriter> metrics;
   std::string output_error;
   try {
@@ -657,7 +697,7 @@ int train(int argc, char** argv) {
         m.world_size = world.size();
         m.seed = flags.seed;
         m.rng_state = "sampler:seed+epoch";  // the only randomness after initialisation is the data order
-        m.extra = recipe(flags);
+        m.extra = recipe(flags, world.size());
         ddp::training::save_training_checkpoint(flags.checkpoint_dir, mlp, *optimizer, m, stream,
                                                 flags.keep_checkpoints);
       } catch (const std::exception& e) {
@@ -820,7 +860,7 @@ int train(int argc, char** argv) {
         break;
       }
     }
-    const bool epoch_finished = position >= sampler.num_samples() * world.size();
+    const bool epoch_finished = sampler.epoch_finished();
     // The host runs up to an epoch ahead of the device: wait here, so the time line charges the queued steps to
     // training and not to the evaluation that would otherwise wait for them (one wait per epoch).
     stream.synchronize();

@@ -2,7 +2,6 @@
 // failure attribution.
 #include "launcher/command.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -10,11 +9,9 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
-#include <set>
 #include <sstream>
 
 #include "runtime/core/check.h"
-#include "runtime/core/device.h"
 
 extern char** environ;
 
@@ -28,24 +25,6 @@ bool parse_positive(const std::string& text, int* out) {
   if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), ::isdigit)) return false;
   *out = std::stoi(text);
   return *out > 0;
-}
-
-// Physical cores, as Open MPI counts slots and binds: hyperthreads of one core count once.
-int physical_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  const int cpus = CPU_COUNT(&set);
-  std::set<std::pair<std::string, std::string>> cores;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &set)) continue;
-    const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
-    std::ifstream core(base + "core_id"), package(base + "physical_package_id");
-    std::string core_id, package_id;
-    if (!(core >> core_id) || !(package >> package_id)) return std::max(1, cpus);  // no topology: count CPUs
-    cores.insert({package_id, core_id});
-  }
-  return std::max(1, static_cast<int>(cores.size()));
 }
 
 // MemAvailable (what can be allocated without swapping out the page cache's working set), in bytes; 0 when
@@ -71,8 +50,11 @@ std::string gib(double bytes) {
 
 MachineFacts current_machine() {
   MachineFacts facts;
-  facts.gpus = cuda_device_count();
-  facts.cores = physical_cores();
+  const HostFacts here = host_facts_here();
+  facts.gpus = here.gpus();
+  facts.cores = here.cores;
+  facts.numa_cores = here.numa_cores;
+  facts.gpu_numa = here.gpu_numa;
   facts.root = ::geteuid() == 0;
   facts.memory_available_bytes = available_memory_bytes();
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -102,28 +84,37 @@ std::vector<HostSlots> parse_hosts(const std::string& spec) {
   return hosts;
 }
 
-int hostfile_slots(const std::string& path) {
+std::vector<HostSlots> parse_hostfile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InvalidArgument("--hostfile " + path + ": cannot be read (does it exist?)");
-  int total = 0;
-  int hosts = 0;
+  std::vector<HostSlots> hosts;
   for (std::string line; std::getline(in, line);) {
     line = line.substr(0, line.find('#'));
     std::stringstream words(line);
-    std::string host;
-    if (!(words >> host)) continue;
-    ++hosts;
-    int slots = 1;
+    HostSlots h;
+    if (!(words >> h.host)) continue;
     for (std::string word; words >> word;) {
-      if (starts_with(word, "slots=") && !parse_positive(word.substr(6), &slots)) {
-        throw InvalidArgument("--hostfile " + path + ": '" + word + "' for host " + host +
+      if (starts_with(word, "slots=") && !parse_positive(word.substr(6), &h.slots)) {
+        throw InvalidArgument("--hostfile " + path + ": '" + word + "' for host " + h.host +
                               " is not a positive slot count");
       }
     }
-    total += slots;
+    hosts.push_back(h);
   }
-  if (hosts == 0) throw InvalidArgument("--hostfile " + path + " lists no host");
+  if (hosts.empty()) throw InvalidArgument("--hostfile " + path + " lists no host");
+  return hosts;
+}
+
+int hostfile_slots(const std::string& path) {
+  int total = 0;
+  for (const HostSlots& h : parse_hostfile(path)) total += h.slots;
   return total;
+}
+
+std::vector<HostSlots> job_hosts(const LaunchOptions& options) {
+  if (!options.hosts.empty()) return parse_hosts(options.hosts);
+  if (!options.hostfile.empty()) return parse_hostfile(options.hostfile);
+  return {};
 }
 
 ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
@@ -145,7 +136,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
   CLI::App app(
       "ddprun: starts a data-parallel training job, one rank per GPU (or CPU ranks), through mpirun.\n"
       "Usage: ddprun [-np N] [--hosts h1:4,h2:4 | --hostfile F] [--backend nccl|mpi] [--max-restarts K]\n"
-      "              [--rank-memory-mib M] [--dry-run] -- PROGRAM ARGS...\n"
+      "              [--min-np N] [--rank-memory-mib M] [--dry-run] -- PROGRAM ARGS...\n"
       "Each output line is prefixed with \"[rank R] \". DDP_* and NCCL_* variables are forwarded to every rank.\n"
       "The exit status is the job's; on failure ddprun names the rank that failed first. When ddprun is ended by\n"
       "a signal S it ends the job first and exits 128+S (SIGINT 130, SIGTERM 143; a closed output pipe 141).",
@@ -162,6 +153,10 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
                  "relaunch a failed job up to K times with DDP_RESTART=<attempt> and DDP_RESUME=1 (the program "
                  "resumes from its latest complete checkpoint, or starts from scratch if it has none yet)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--min-np", options.min_np,
+                 "with --max-restarts over several hosts: a restart goes on without hosts that cannot be reached "
+                 "when at least this many ranks fit on the others (the program resumes at the new world size)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--rank-memory-mib", options.rank_memory_mib,
                  "a rank's estimated peak memory, for the warning when the ranks would not fit in this node's "
                  "memory (0: no check)")
@@ -258,29 +253,27 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
   std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(np)};
   if (facts.root) cmd.push_back("--allow-run-as-root");
 
-  // Capacity: this node's physical cores, or the slots of the host list.
-  const bool several_nodes = !options.hosts.empty() || !options.hostfile.empty();
-  int capacity = std::max(1, facts.cores);
   if (!options.hosts.empty()) {
     cmd.insert(cmd.end(), {"--host", options.hosts});
-    LaunchOptions slots_only;
-    slots_only.hosts = options.hosts;
-    capacity = resolve_np(slots_only, facts);
   } else if (!options.hostfile.empty()) {
     cmd.insert(cmd.end(), {"--hostfile", options.hostfile});
-    capacity = hostfile_slots(options.hostfile);
   }
-  if (np > capacity) {
-    // More ranks than cores (or slots): pinning two ranks to one core would serialise them, so let them float.
-    cmd.insert(cmd.end(), {"--oversubscribe", "--bind-to", "none", "--map-by", "slot"});
-  } else if (several_nodes) {
-    cmd.insert(cmd.end(), {"--map-by", "slot", "--bind-to", "core"});
-  } else {
-    // One node: give each rank an equal block of cores (its compute, BLAS and communication threads), so ranks
-    // do not migrate or share cores. World binds rank r to GPU local_rank % gpus.
-    const int per_rank = std::max(1, capacity / np);
-    cmd.insert(cmd.end(), {"--map-by", "slot:PE=" + std::to_string(per_rank), "--bind-to", "core"});
+  // Each rank an equal block of its host's cores (its compute, BLAS and communication threads), on its GPU's
+  // NUMA node where the hosts allow, so ranks neither migrate nor share cores (hosts.h). World binds rank r to
+  // GPU local_rank % gpus. Hosts not probed are taken to be like this one.
+  HostFacts here;
+  here.cores = std::max(1, facts.cores);
+  here.numa_cores = facts.numa_cores;
+  here.gpu_numa = facts.gpu_numa;
+  if (here.gpus() != facts.gpus) here.gpu_numa.assign(static_cast<size_t>(std::max(0, facts.gpus)), -1);
+  std::vector<PlacedHost> placed;
+  const std::vector<HostSlots> hosts = job_hosts(options);
+  if (hosts.empty()) placed.push_back(PlacedHost{HostSlots{"", np}, here});
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    placed.push_back(PlacedHost{hosts[i], i < facts.hosts.size() ? facts.hosts[i] : here});
   }
+  const std::vector<std::string> binding = binding_arguments(np, placed);
+  cmd.insert(cmd.end(), binding.begin(), binding.end());
   cmd.push_back("--tag-output");
 
   std::map<std::string, std::string> set = extra_env;  // -x K=V
@@ -296,6 +289,50 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
   if (!rank_wrapper.empty()) cmd.insert(cmd.end(), {rank_wrapper, kRankWrapperFlag, "--"});
   cmd.insert(cmd.end(), options.program.begin(), options.program.end());
   return cmd;
+}
+
+std::vector<std::string> build_probe_command(const std::string& host, const MachineFacts& facts,
+                                             const std::string& probe) {
+  std::vector<std::string> cmd = {"mpirun", "-np", "1"};
+  if (facts.root) cmd.push_back("--allow-run-as-root");
+  // Unbound, so that the probe sees every core the host gives the job.
+  cmd.insert(cmd.end(), {"--host", host, "--bind-to", "none", probe, kProbeFlag});
+  return cmd;
+}
+
+AttemptPlan plan_attempt(const LaunchOptions& options, const MachineFacts& facts,
+                         const std::vector<HostAnswer>& answers) {
+  const std::vector<HostSlots> hosts = job_hosts(options);
+  DDP_CHECK(answers.size() == hosts.size(), "plan_attempt: " + std::to_string(answers.size()) + " answers for " +
+                                                std::to_string(hosts.size()) + " hosts");
+  AttemptPlan plan;
+  plan.options = options;
+  std::string kept;
+  int kept_slots = 0;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (answers[i].reachable) {
+      plan.facts.push_back(answers[i].facts);
+      kept += (kept.empty() ? "" : ",") + hosts[i].host + ":" + std::to_string(hosts[i].slots);
+      kept_slots += hosts[i].slots;
+    } else {
+      plan.lost.push_back(hosts[i].host + " (" + answers[i].error + ")");
+    }
+  }
+  if (plan.lost.empty()) return plan;
+  std::string lost;
+  for (const std::string& l : plan.lost) lost += (lost.empty() ? "" : ", ") + l;
+  const int np = std::min(resolve_np(options, facts), kept_slots);
+  if (options.min_np == 0) {
+    plan.refusal = "cannot reach " + lost + "; pass --min-np N to go on with the hosts that answer when N ranks fit";
+  } else if (np < options.min_np) {
+    plan.refusal = "cannot reach " + lost + ", and the hosts that answer have slots for " + std::to_string(np) +
+                   " rank" + (np == 1 ? "" : "s") + ", fewer than --min-np " + std::to_string(options.min_np);
+  } else {
+    plan.options.hosts = kept;
+    plan.options.hostfile.clear();
+    plan.options.np = np;
+  }
+  return plan;
 }
 
 std::string shell_quote(const std::string& word) {
@@ -394,6 +431,20 @@ void FailureTracker::observe(const std::string& raw_line, long long arrival_ns) 
     return;
   }
   const TaggedLine t = parse_tagged_line(raw_line);
+  const size_t daemon = t.tagged ? std::string::npos : t.text.find("Remote daemon: [[");
+  const size_t node = daemon == std::string::npos ? daemon : t.text.find(" on node ", daemon);
+  if (node != std::string::npos && lost_host_.empty()) {
+    std::stringstream rest(t.text.substr(node + 9));
+    rest >> lost_host_;
+  }
+  // ssh's own word for the same loss, which mpirun's report does not always follow (it depends on when the
+  // daemon's connection breaks): "Connection to node3 closed by remote host."
+  const size_t ssh_lost = t.tagged ? std::string::npos : t.text.find("Connection to ");
+  if (ssh_lost != std::string::npos && t.text.find(" closed by remote host", ssh_lost) != std::string::npos &&
+      lost_host_.empty()) {
+    std::stringstream rest(t.text.substr(ssh_lost + 14));
+    rest >> lost_host_;
+  }
   if (!t.tagged && !from_mpirun_) {
     const std::string& text = t.text;
     // "  Process name: [[3346,1],1]": the first process to exit non-zero.

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/hosts.h"
+
 namespace ddp {
 namespace launcher {
 
@@ -27,6 +29,9 @@ struct LaunchOptions {
   std::string hostfile;  // Open MPI host file
   std::string backend;   // "", "nccl" or "mpi" (passed as DDP_BACKEND)
   int max_restarts = 0;
+  // Elastic restarts: a restart goes on without the hosts it cannot reach when at least this many ranks fit on
+  // the others (0: every rank, so a lost host ends the job).
+  int min_np = 0;
   // A rank's peak memory, for the warning when the ranks would not fit in this node's memory. The default is
   // train_mlp's default model on CPU (about 400 MiB a rank, VmHWM); other programs should pass their own.
   int rank_memory_mib = kDefaultRankMemoryMib;
@@ -38,21 +43,25 @@ struct LaunchOptions {
 struct MachineFacts {
   int gpus = 0;   // CUDA devices on this node
   int cores = 1;  // physical cores this process may run on
+  std::vector<int> numa_cores;  // of those, per NUMA node (HostFacts)
+  std::vector<int> gpu_numa;    // NUMA node of each GPU (HostFacts)
+  // The job's hosts (--hosts/--hostfile) as their probes described them, in the host list's order; empty when
+  // they were not asked (--dry-run): each is then taken to be like this node.
+  std::vector<HostFacts> hosts;
   bool root = false;
   long long memory_available_bytes = 0;  // MemAvailable of /proc/meminfo; 0: unknown
   std::map<std::string, std::string> env;
 };
 MachineFacts current_machine();
 
-struct HostSlots {
-  std::string host;
-  int slots = 1;
-};
 // "h1:4,h2:4" (":N" optional, default 1 slot); throws InvalidArgument on a malformed entry.
 std::vector<HostSlots> parse_hosts(const std::string& spec);
-// Total slots in an Open MPI host file ("host [slots=N] ..." lines, '#' comments; 1 slot when not given).
-// Throws InvalidArgument naming the file when it cannot be read or holds no host.
+// The hosts of an Open MPI host file ("host [slots=N] ..." lines, '#' comments; 1 slot when not given), and
+// their total slots. Throw InvalidArgument naming the file when it cannot be read or holds no host.
+std::vector<HostSlots> parse_hostfile(const std::string& path);
 int hostfile_slots(const std::string& path);
+// The hosts of --hosts or --hostfile; empty for a job on this node.
+std::vector<HostSlots> job_hosts(const LaunchOptions& options);
 
 // The outcome of parsing ddprun's own command line.
 struct ParsedCommandLine {
@@ -80,6 +89,27 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
                                               const std::map<std::string, std::string>& extra_env = {},
                                               const std::string& rank_wrapper = "");
 constexpr const char* kRankWrapperFlag = "--ddprun-rank-wrapper";
+
+// The mpirun command that starts `probe` (ddprun's own path) with kProbeFlag once on `host` (hosts.h).
+std::vector<std::string> build_probe_command(const std::string& host, const MachineFacts& facts,
+                                             const std::string& probe);
+
+// Before each attempt of a job over several hosts: what the probes found, and which hosts and how many ranks
+// the attempt runs with. Hosts that did not answer are dropped when --min-np allows (np becomes the smaller of
+// -np and the slots left, at least --min-np); a host that answers again is taken back, up to the original np.
+struct HostAnswer {
+  bool reachable = false;
+  HostFacts facts;
+  std::string error;  // why not, from mpirun's output
+};
+struct AttemptPlan {
+  LaunchOptions options;            // for this attempt: --hosts of the hosts kept, np set, when some were dropped
+  std::vector<HostFacts> facts;     // of the hosts kept, in order
+  std::vector<std::string> lost;    // "host (why)" of each host dropped
+  std::string refusal;              // non-empty: too few ranks left; the job cannot (re)start
+};
+AttemptPlan plan_attempt(const LaunchOptions& options, const MachineFacts& facts,
+                         const std::vector<HostAnswer>& answers);
 
 // POSIX shell quoting, so --dry-run output can be pasted into a shell.
 std::string shell_quote(const std::string& word);
@@ -133,6 +163,9 @@ class FailureTracker {
   std::optional<int> first_failed_rank() const;
   // "exit status 3" or "signal 9" for the first failed rank when its wrapper reported it, else empty.
   std::string first_failure_how() const;
+  // The host whose Open MPI daemon mpirun lost ("Remote daemon: [[J,0],D] on node HOST"): the node went down,
+  // or its connection did; empty when none was.
+  const std::string& lost_host() const { return lost_host_; }
   void reset() { *this = FailureTracker(); }
 
  private:
@@ -147,6 +180,7 @@ class FailureTracker {
   // After an "error: WHAT:" line: the rank that printed it, whose next "  rank R: ..." line names the cause.
   std::optional<int> agreed_error_printer_;
   std::optional<int> from_mpirun_;
+  std::string lost_host_;
   std::map<int, int> status_of_;  // rank -> status of its first failure marker that was not a stop
 };
 

@@ -17,6 +17,7 @@
 namespace {
 
 std::string rank_text(const ddp::launcher::JobResult& r) {
+  if (!r.lost_host.empty()) return "host " + r.lost_host + " lost: mpirun lost its daemon there";
   if (!r.first_failed_rank) return "first failed rank unknown";
   return "rank " + std::to_string(*r.first_failed_rank) + " first" +
          (r.first_failure_how.empty() ? "" : ", " + r.first_failure_how);
@@ -37,20 +38,58 @@ std::string self_path() {
   return std::string(path, static_cast<size_t>(n));
 }
 
+// The hosts this attempt runs on, from asking each host of the job (hosts.h): `options` itself when all
+// answer, fewer hosts when some do not and --min-np allows, or a refusal.
+ddp::launcher::AttemptPlan plan_hosts(const ddp::launcher::LaunchOptions& options,
+                                      ddp::launcher::MachineFacts* facts, const std::string& self) {
+  using namespace ddp::launcher;
+  AttemptPlan plan = plan_attempt(options, *facts, probe_hosts(job_hosts(options), *facts, self));
+  if (!plan.refusal.empty()) return plan;
+  facts->hosts = plan.facts;
+  if (!plan.lost.empty()) {
+    std::string lost;
+    for (const std::string& l : plan.lost) lost += (lost.empty() ? "" : ", ") + l;
+    std::fprintf(stderr, "ddprun: cannot reach %s; going on with %d rank%s on %s (--min-np %d)\n", lost.c_str(),
+                 plan.options.np, plan.options.np == 1 ? "" : "s", plan.options.hosts.c_str(), options.min_np);
+  }
+  return plan;
+}
+
 int launch(const ddp::launcher::LaunchOptions& options) {
   using namespace ddp::launcher;
-  const MachineFacts facts = current_machine();
+  MachineFacts facts = current_machine();
   for (const std::string& warning : resource_warnings(options, facts)) {
     std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
   }
+  const bool several_hosts = !job_hosts(options).empty();
+  const std::string self = self_path();
   if (options.dry_run) {
-    std::cout << shell_join(build_mpirun_command(options, facts, {}, self_path())) << "\n";
+    if (several_hosts) {
+      std::fprintf(stderr, "ddprun: --dry-run does not ask the hosts; the binding below takes each to be like this "
+                           "node (%d cores, %d GPUs)\n", facts.cores, facts.gpus);
+    }
+    std::cout << shell_join(build_mpirun_command(options, facts, {}, self)) << "\n";
     return 0;
   }
+  int last_status = 0;
   for (int attempt = 0;; ++attempt) {
+    LaunchOptions run = options;
+    if (several_hosts) {
+      const AttemptPlan plan = plan_hosts(options, &facts, self);
+      if (!plan.refusal.empty() && attempt == 0) {
+        std::fprintf(stderr, "ddprun: error: cannot start the job: %s\n", plan.refusal.c_str());
+        return 1;
+      }
+      if (!plan.refusal.empty()) {
+        std::fprintf(stderr, "ddprun: not restarting: %s; exit status %d\n", plan.refusal.c_str(), last_status);
+        return last_status;
+      }
+      run = plan.options;
+    }
     std::map<std::string, std::string> extra;
     if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
-    const JobResult result = run_job(build_mpirun_command(options, facts, extra, self_path()));
+    const JobResult result = run_job(build_mpirun_command(run, facts, extra, self));
+    last_status = result.exit_status;
     if (result.stopped_by != 0) {
       // As a shell reports a program that a signal ended: 128 + the signal, whatever the job's own status.
       std::fprintf(stderr, "ddprun: %s; the job was ended (mpirun's status %d); exit status %d\n",
@@ -77,6 +116,10 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);
   if (args.size() >= 3 && args[1] == ddp::launcher::kRankWrapperFlag && args[2] == "--") {
     return ddp::launcher::run_rank_wrapper(std::vector<std::string>(args.begin() + 3, args.end()));
+  }
+  if (args.size() == 2 && args[1] == ddp::launcher::kProbeFlag) {
+    std::printf("%s\n", ddp::launcher::probe_line(ddp::launcher::host_facts_here()).c_str());
+    return 0;
   }
   const ddp::launcher::ParsedCommandLine parsed = ddp::launcher::parse_command_line(args, std::cout, std::cerr);
   if (!parsed.options) return parsed.exit_code;

@@ -303,8 +303,119 @@ JobResult run_job(const std::vector<std::string>& argv) {
   result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   result.first_failed_rank = tracker.first_failed_rank();
   result.first_failure_how = tracker.first_failure_how();
+  result.lost_host = tracker.lost_host();
   result.stopped_by = stopper.why();
   return result;
+}
+
+namespace {
+
+// What a probe's output says about its host: its facts, or the first line that says what went wrong.
+HostAnswer read_probe_output(const std::string& output, int status, bool timed_out, int timeout_ms) {
+  HostAnswer answer;
+  std::string first;
+  size_t start = 0;
+  for (size_t nl; start < output.size(); start = nl + 1) {
+    nl = output.find('\n', start);
+    if (nl == std::string::npos) nl = output.size();
+    std::string line = output.substr(start, nl - start);
+    // ssh ends its messages with "\r\n".
+    line.erase(std::remove(line.begin(), line.end(), '\r'), line.end());
+    if (const std::optional<HostFacts> facts = parse_probe_line(line)) {
+      answer.facts = *facts;
+      answer.reachable = true;
+    } else if (first.empty() && line.find_first_not_of(" -") != std::string::npos) {
+      first = parse_tagged_line(line).text;
+    }
+  }
+  if (answer.reachable && status == 0) return answer;
+  answer.reachable = false;
+  if (timed_out) {
+    answer.error = "no answer within " + std::to_string(timeout_ms / 1000) + " s" + (first.empty() ? "" : ": " + first);
+  } else {
+    answer.error = first.empty() ? "mpirun's status " + std::to_string(status) : first;
+  }
+  return answer;
+}
+
+}  // namespace
+
+std::vector<HostAnswer> probe_hosts(const std::vector<HostSlots>& hosts, const MachineFacts& facts,
+                                    const std::string& self, int timeout_ms) {
+  struct Probe {
+    pid_t pid = -1;
+    int fd = -1;
+    std::string output;
+    int status = 0;
+    bool done = false;
+  };
+  std::vector<Probe> probes(hosts.size());
+  const pid_t parent = ::getpid();
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error(std::string("ddprun: pipe failed: ") + std::strerror(errno));
+    const std::vector<std::string> argv = build_probe_command(hosts[i].host, facts, self);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw Error(std::string("ddprun: fork failed: ") + std::strerror(errno));
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(128 + SIGTERM);
+      const int null = ::open("/dev/null", O_RDONLY);
+      if (null >= 0) ::dup2(null, STDIN_FILENO);
+      ::dup2(pipe_fds[1], STDOUT_FILENO);
+      ::dup2(pipe_fds[1], STDERR_FILENO);
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      write_all(STDERR_FILENO, std::string("cannot run ") + args[0] + ": " + std::strerror(errno) + "\n");
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);
+    ::close(pipe_fds[1]);
+    probes[i].pid = pid;
+    probes[i].fd = pipe_fds[0];
+  }
+  const long long deadline = monotonic_ms() + timeout_ms;
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<Probe*> which;
+    for (Probe& p : probes) {
+      if (p.fd < 0) continue;
+      fds.push_back({p.fd, POLLIN, 0});
+      which.push_back(&p);
+    }
+    const long long left = deadline - monotonic_ms();
+    if (fds.empty() || left <= 0) break;
+    if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buffer[4096];
+      const ssize_t got = ::read(which[k]->fd, buffer, sizeof buffer);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        ::close(which[k]->fd);
+        which[k]->fd = -1;
+      } else if (which[k]->output.size() < (1 << 16)) {
+        which[k]->output.append(buffer, static_cast<size_t>(got));
+      }
+    }
+  }
+  std::vector<HostAnswer> answers;
+  for (Probe& p : probes) {
+    const bool timed_out = p.fd >= 0;
+    if (timed_out) {
+      ::killpg(p.pid, SIGKILL);
+      ::close(p.fd);
+    }
+    int status = 0;
+    while (::waitpid(p.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    answers.push_back(read_probe_output(p.output, code, timed_out, timeout_ms));
+  }
+  return answers;
 }
 
 namespace {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/command.h"
+
 namespace ddp {
 namespace launcher {
 
@@ -13,6 +15,7 @@ struct JobResult {
   int exit_status = 0;  // the child's exit code, or 128 + signal number
   std::optional<int> first_failed_rank;
   std::string first_failure_how;  // "exit status 3", "signal 9", or empty when unknown
+  std::string lost_host;          // a host mpirun lost its daemon on (FailureTracker::lost_host), or empty
   // Why ddprun ended the job itself: the signal it received (SIGINT, SIGTERM, SIGHUP, SIGQUIT, ...), or SIGPIPE
   // when its own stdout or stderr was closed under it; 0 when the job ended by itself. No restart then.
   int stopped_by = 0;
@@ -29,6 +32,14 @@ struct JobResult {
 // PR_SET_PDEATHSIG. run_job returns once the child has been reaped.
 constexpr int kStopGraceMs = 5000;
 JobResult run_job(const std::vector<std::string>& argv);
+
+// Asks every host of `hosts` at once what it has, by starting `self` (ddprun's own path) there with kProbeFlag
+// through mpirun (build_probe_command): one answer per host, in order. A host whose probe does not print its
+// line within `timeout_ms` (ssh refused or hanging, a node down) is unreachable, with the first line mpirun
+// said about it as the reason. Probes still running at the deadline are killed.
+constexpr int kProbeTimeoutMs = 30000;
+std::vector<HostAnswer> probe_hosts(const std::vector<HostSlots>& hosts, const MachineFacts& facts,
+                                    const std::string& self, int timeout_ms = kProbeTimeoutMs);
 
 // The rank wrapper (ddprun --ddprun-rank-wrapper -- PROGRAM ARGS, started by mpirun on every rank): runs the
 // program as its child (which dies with the wrapper: PR_SET_PDEATHSIG), passes SIGINT/SIGTERM on, and when the

@@ -1,5 +1,7 @@
 #include "runtime/core/device.h"
 
+#include <cctype>
+
 #include <cuda_runtime_api.h>
 
 #include "runtime/core/check.h"
@@ -26,6 +28,19 @@ const CudaAvailability& cuda_availability() {
 }
 
 int cuda_device_count() { return cuda_availability().device_count; }
+
+std::string cuda_pci_address(int index) {
+  if (index < 0 || index >= cuda_device_count()) return "";
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof id, index) != cudaSuccess) return "";
+  // CUDA writes an 8-digit domain in upper case ("00000000:1B:00.0"); sysfs a 4-digit one in lower case.
+  std::string address(id);
+  const std::size_t colon = address.find(':');
+  if (colon == std::string::npos || colon < 4) return "";
+  address = address.substr(colon - 4);
+  for (char& c : address) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return address;
+}
 
 CudaDeviceGuard::CudaDeviceGuard(const Device& device) {
   if (!device.is_cuda()) return;

@@ -32,6 +32,9 @@ struct CudaAvailability {
 
 const CudaAvailability& cuda_availability();
 int cuda_device_count();
+// The PCI address of CUDA device `index` as sysfs spells it ("0000:1b:00.0"), so that its NUMA node can be read
+// from /sys/bus/pci/devices/ADDRESS/numa_node; empty when CUDA cannot say.
+std::string cuda_pci_address(int index);
 
 // Makes `device` current for the calling thread for the guard's lifetime (no-op for the CPU).
 class CudaDeviceGuard {

@@ -42,6 +42,19 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, 
   return p;
 }
 
+int64_t per_replica_batch_size(int64_t global_batch_size, int num_replicas) {
+  DDP_CHECK(num_replicas >= 1, "num_replicas must be at least 1, got " + std::to_string(num_replicas));
+  const int64_t r = num_replicas;
+  if (global_batch_size <= 0 || global_batch_size % r != 0) {
+    const int64_t below = global_batch_size / r * r;
+    std::string nearest = below > 0 ? std::to_string(below) + " or " : "";
+    throw InvalidArgument("--global-batch-size " + std::to_string(global_batch_size) + " does not split evenly over " +
+                          std::to_string(r) + " ranks; pass a multiple of " + std::to_string(r) + " (" + nearest +
+                          std::to_string(below + r) + "), or a per-rank --batch-size");
+  }
+  return global_batch_size / r;
+}
+
 DistributedSampler::DistributedSampler(const SamplerOptions& options) : options_(options) {
   if (options.dataset_size <= 0) {
     throw InvalidArgument("DistributedSampler: the data set is empty (" + std::to_string(options.dataset_size) +
@@ -63,24 +76,38 @@ DistributedSampler::DistributedSampler(const SamplerOptions& options) : options_
   set_epoch(0);
 }
 
-void DistributedSampler::set_epoch(int64_t epoch) {
+void DistributedSampler::set_epoch(int64_t epoch) { lay_out(epoch, 0); }
+
+void DistributedSampler::set_global_position(int64_t position) {
+  if (position < 0) {
+    throw InvalidArgument("DistributedSampler: cannot resume at global sample position " + std::to_string(position) +
+                          ": positions count the samples an epoch has consumed and are never negative");
+  }
+  lay_out(epoch_, position);
+}
+
+void DistributedSampler::lay_out(int64_t epoch, int64_t start) {
   epoch_ = epoch;
+  start_ = start;
   position_ = 0;
   const int64_t n = options_.dataset_size;
   const int64_t r = options_.num_replicas;
-  std::vector<int64_t> perm = epoch_permutation(n, options_.seed, epoch, options_.shuffle);
-  if (!options_.even) {
-    total_size_ = n;
-  } else if (options_.drop_last) {
-    total_size_ = (n / r) * r;
-    perm.resize(static_cast<size_t>(total_size_));
-  } else {
-    total_size_ = (n + r - 1) / r * r;
-    // Like PyTorch: repeat the head of the permutation (several times over when the padding exceeds n).
-    for (int64_t i = n; i < total_size_; ++i) perm.push_back(perm[static_cast<size_t>(i % n)]);
-  }
+  const int64_t left = std::max<int64_t>(0, n - start);
+  int64_t length = left;  // of the rest of the epoch, over all ranks
+  if (options_.even) length = options_.drop_last ? left / r * r : (left + r - 1) / r * r;
+  total_size_ = start + length;
+  const std::vector<int64_t> perm = epoch_permutation(n, options_.seed, epoch, options_.shuffle);
   indices_.clear();
-  for (int64_t i = options_.rank; i < total_size_; i += r) indices_.push_back(perm[static_cast<size_t>(i)]);
+  // Positions past n are the padding: like PyTorch, the head of the permutation again (several times over
+  // when the padding exceeds n).
+  for (int64_t i = options_.rank; i < length; i += r) indices_.push_back(perm[static_cast<size_t>((start + i) % n)]);
+}
+
+int64_t DistributedSampler::whole_epoch_samples() const {
+  const int64_t n = options_.dataset_size;
+  const int64_t r = options_.num_replicas;
+  if (!options_.even) return (n - options_.rank + r - 1) / r;
+  return options_.drop_last ? n / r : (n + r - 1) / r;
 }
 
 void DistributedSampler::set_local_position(int64_t position) {
@@ -89,17 +116,6 @@ void DistributedSampler::set_local_position(int64_t position) {
                           std::to_string(num_samples()) + "] for this rank's epoch");
   }
   position_ = position;
-}
-
-void DistributedSampler::set_global_position(int64_t position) {
-  const int64_t r = options_.num_replicas;
-  if (position < 0 || position % r != 0) {
-    throw InvalidArgument("DistributedSampler: cannot resume at global sample position " + std::to_string(position) +
-                          " with " + std::to_string(r) + " ranks: it is not a non-negative multiple of the rank " +
-                          "count, so ranks would skip or repeat samples; resume with a number of ranks that " +
-                          "divides it, or from a checkpoint taken at an epoch boundary");
-  }
-  set_local_position(std::min(position / r, num_samples()));
 }
 
 bool DistributedSampler::next_batch(int64_t batch_size, std::vector<int64_t>* out, bool drop_partial) {
@@ -120,9 +136,9 @@ int64_t DistributedSampler::batches_per_epoch(int64_t batch_size, bool drop_part
 
 void DistributedSampler::check_batch_size(int64_t batch_size) const {
   if (batch_size <= 0) throw InvalidArgument("batch size must be positive, got " + std::to_string(batch_size));
-  if (batch_size > num_samples()) {
+  if (batch_size > whole_epoch_samples()) {
     throw InvalidArgument("batch size " + std::to_string(batch_size) + " is larger than rank " +
-                          std::to_string(options_.rank) + "'s shard of " + std::to_string(num_samples()) +
+                          std::to_string(options_.rank) + "'s shard of " + std::to_string(whole_epoch_samples()) +
                           " samples (" + std::to_string(options_.dataset_size) + " samples over " +
                           std::to_string(options_.num_replicas) + " ranks); lower --batch-size or use fewer ranks");
   }

@@ -14,7 +14,7 @@ CommBuffer whole(const Tensor& t) { return CommBuffer{t.data_ptr(), t.numel(), t
 
 DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, ProcessGroup& group,
                                                  const World& world, const Stream& compute, DdpOptions options)
-    : parameters_(parameters), group_(group), compute_(compute), options_(options) {
+    : parameters_(parameters), group_(group), compute_(compute), world_(world), options_(options) {
   std::vector<ParameterSpec> specs;
   specs.reserve(parameters.size());
   for (const ParameterSlot& slot : parameters.slots()) {
@@ -47,6 +47,15 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
 DistributedDataParallel::~DistributedDataParallel() { parameters_.clear_grad_ready_hooks(); }
 
 void DistributedDataParallel::backward(const Tensor& loss) {
+  if (join_ != nullptr) {
+    bool sync = reducer_->sync();
+    try {
+      count_joined_step(/*training=*/true, &sync);
+    } catch (...) {
+      autograd::clear_tape();  // the caller may go on after InputsExhausted: this forward is not backpropagated
+      throw;
+    }
+  }
   const double begin_us = options_.trace != nullptr ? options_.trace->now_us() : 0.0;
   reducer_->prepare_for_backward();
   try {

@@ -10,13 +10,15 @@
 //   optimizer.step(stream);
 //
 // `no_sync()` accumulates gradients locally for gradient accumulation; the backward after the guard ends
-// all-reduces the sum.
+// all-reduces the sum. `join(loop)` runs a loop whose ranks have different numbers of batches (join.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/distributed/bucket_plan.h"
+#include "runtime/distributed/join.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/reducer.h"
 #include "runtime/distributed/world.h"
@@ -72,6 +74,13 @@ class DistributedDataParallel {
   };
   NoSync no_sync() { return NoSync(*reducer_); }
 
+  // Runs `loop`, this rank's training loop over its own batches, and returns once every rank's loop has
+  // returned: a rank out of data takes part in the others' remaining steps with zero gradients, and every rank
+  // ends with the same parameters (join.h). Under options.throw_on_early_termination, every rank raises
+  // InputsExhausted at the first step some rank is out of data. A CUDA graph cannot capture a backward in
+  // `loop` (each one reads the count of ranks on the host).
+  void join(const std::function<void()>& loop, const JoinOptions& options = {});
+
   const BucketPlan& plan() const { return reducer_->plan(); }
   // Timing of the last backward (see Reducer::last_stats: on a GPU the first call waits for that step).
   const ReducerStats& last_stats() { return reducer_->last_stats(); }
@@ -84,11 +93,22 @@ class DistributedDataParallel {
   // Ends a backward that failed, so that the caller's error handling finds the reducer consistent.
   void end_failed_backward();
   void trace_step(double begin_us);
+  // Under join: the collective count, at each step, of the ranks still in their loop (`training`: this one
+  // is) and of those of them that synchronise gradients this step; sets the reducer's divisor, and throws
+  // InputsExhausted (throw_on_early_termination) or a CollectiveError (ranks disagree on no_sync) on every
+  // rank alike. Returns false once no rank is training.
+  bool count_joined_step(bool training, bool* sync);
+  // A step of a rank out of data: zero gradients all-reduced bucket by bucket as the others' backward does.
+  void backward_with_zero_gradients();
+  // After a join: every rank takes the parameters of the lowest rank that trained longest.
+  void broadcast_from_last_joiner(bool last_joiner);
 
   ParameterStore& parameters_;
   ProcessGroup& group_;
   const Stream& compute_;
+  const World& world_;
   DdpOptions options_;
+  const JoinOptions* join_ = nullptr;  // while join() runs
   std::unique_ptr<CommHook> hook_;
   std::unique_ptr<Reducer> reducer_;
 };

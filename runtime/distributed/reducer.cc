@@ -2,6 +2,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/graph.h"
+#include "runtime/kernels/dispatch.h"
 
 namespace ddp {
 
@@ -14,11 +15,19 @@ Reducer::Reducer(ProcessGroup& group, BucketPlan plan, CommBuffer gradients, con
                                                  std::to_string(plan_.total));
   pending_.assign(plan_.buckets.size(), 0);
   ready_.assign(plan_.offsets.size(), false);
+  contributors_ = group_.size();
   if (compute_.device().is_cuda()) {
     backward_begin_ = Event::create(compute_.device(), /*timing=*/true);
     backward_end_ = Event::create(compute_.device(), /*timing=*/true);
     comm_done_ = Event::create(compute_.device(), /*timing=*/true);
   }
+}
+
+void Reducer::set_contributors(int ranks) {
+  DDP_CHECK(ranks >= 1 && ranks <= group_.size(), "set_contributors: " + std::to_string(ranks) +
+                                                      " ranks, outside [1, " + std::to_string(group_.size()) + "]");
+  DDP_CHECK(!in_backward_, "set_contributors during a backward");
+  contributors_ = ranks;
 }
 
 Reducer::~Reducer() {
@@ -94,7 +103,9 @@ void Reducer::launch(std::size_t bucket) {
   if (options_.hook != nullptr) {
     works_[bucket] = options_.hook->start(group_, bucket, view, compute_);
   } else {
-    works_[bucket] = group_.all_reduce(view, options_.average ? ReduceOp::kAverage : ReduceOp::kSum, compute_);
+    // Averaged over fewer ranks than the group: the sum here, divided in finalize.
+    const bool average_here = options_.average && contributors_ == group_.size();
+    works_[bucket] = group_.all_reduce(view, average_here ? ReduceOp::kAverage : ReduceOp::kSum, compute_);
   }
 }
 
@@ -113,9 +124,19 @@ void Reducer::finalize() {
 
   if (compute_.device().is_cuda()) backward_end_.record(compute_);
   const auto wait_start = std::chrono::steady_clock::now();
+  // Fewer contributors than ranks: a hook averaged over the group, the default all-reduce summed.
+  float rescale = 1.0f;
+  if (options_.average && contributors_ != group_.size()) {
+    rescale = options_.hook != nullptr ? static_cast<float>(group_.size()) / static_cast<float>(contributors_)
+                                       : 1.0f / static_cast<float>(contributors_);
+  }
   for (std::size_t b = 0; b < works_.size(); ++b) {
     works_[b]->wait(compute_);
     if (options_.hook != nullptr) options_.hook->finish(b, bucket_view(b), compute_);
+    if (rescale != 1.0f) {
+      const CommBuffer view = bucket_view(b);
+      DDP_DISPATCH(view.device, scale, static_cast<float*>(view.data), view.count, rescale, compute_.handle());
+    }
   }
   if (is_capturing(compute_)) return;  // no timings: see ReducerStats::timed
   if (compute_.device().is_cuda()) {

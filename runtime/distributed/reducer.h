@@ -81,6 +81,9 @@ class Reducer {
   // Skips communication for the next backward(s): gradients accumulate locally (DDP's no_sync).
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
+  // How many ranks' gradients the next backwards average (with average on): the group's size, or fewer when
+  // the other ranks contribute zeros in their place (join), so that the result is the mean of these ranks.
+  void set_contributors(int ranks);
 
   // Timing of the last step. On a GPU the first call after a step waits for that step's communication to
   // finish (the step itself never blocks the host): read it when logging, not every step.
@@ -101,6 +104,7 @@ class Reducer {
   ReducerOptions options_;
   bool sync_ = true;
   bool in_backward_ = false;
+  int contributors_ = 0;  // set_contributors; the group's size by default
 
   std::vector<int> pending_;           // per bucket: gradients not yet final
   std::vector<bool> ready_;            // per parameter, this backward

@@ -123,42 +123,161 @@ TEST(DistributedSampler, RanksTimesBatchEqualsOneRankWithBigBatch) {
 }
 
 TEST(DistributedSampler, ResumeAtGlobalPosition) {
-  // Two ranks, 3 steps of batch 8 consumed: global position 48. Resuming with 2 or 4 ranks continues exactly.
+  // Two ranks, 3 steps of batch 8 consumed: global position 48. Resuming with 2 ranks continues exactly.
   const int64_t n = 200;
-  std::set<int64_t> first_part, rest_2, rest_4;
   for (int r = 0; r < 2; ++r) {
     DistributedSampler s(opts(n, 2, r, true));
     s.set_epoch(3);
     std::vector<int64_t> batch;
-    for (int step = 0; step < 3; ++step) {
-      s.next_batch(8, &batch);
-      first_part.insert(batch.begin(), batch.end());
-    }
+    for (int step = 0; step < 3; ++step) s.next_batch(8, &batch);
     EXPECT_EQ(s.global_position(), 48);
     DistributedSampler resumed(opts(n, 2, r, true));
     resumed.set_epoch(3);
     resumed.set_global_position(48);
+    EXPECT_EQ(resumed.global_position(), 48);
     std::vector<int64_t> a, b;
-    s.next_batch(8, &a);
-    resumed.next_batch(8, &b);
-    EXPECT_EQ(a, b);
+    while (s.next_batch(8, &a)) {
+      ASSERT_TRUE(resumed.next_batch(8, &b));
+      EXPECT_EQ(a, b);
+      EXPECT_EQ(s.global_position(), resumed.global_position());
+    }
+    EXPECT_FALSE(resumed.next_batch(8, &b));
+    EXPECT_TRUE(resumed.epoch_finished());
   }
-  for (int r = 0; r < 4; ++r) {
-    DistributedSampler s(opts(n, 4, r, true));
-    s.set_epoch(3);
-    s.set_global_position(48);
+}
+
+// What R ranks with batch b consume in `steps` steps of `epoch` after starting at global position `from`:
+// the samples in order of position, and the global position reached (the same on every rank).
+struct Consumed {
+  std::vector<std::vector<int64_t>> per_rank;  // each rank's samples, in its order
+  int64_t position = 0;
+  int64_t batches = 0;  // per rank, all ranks alike
+};
+Consumed run_ranks(int64_t n, int ranks, int64_t epoch, int64_t from, int64_t b, int64_t steps) {
+  Consumed c;
+  c.per_rank.resize(static_cast<size_t>(ranks));
+  std::vector<int64_t> batches(static_cast<size_t>(ranks), 0);
+  std::vector<int64_t> positions;
+  for (int r = 0; r < ranks; ++r) {
+    DistributedSampler s(opts(n, ranks, r));
+    s.set_epoch(epoch);
+    s.set_global_position(from);
     std::vector<int64_t> batch;
-    while (s.next_batch(8, &batch)) rest_4.insert(batch.begin(), batch.end());
+    for (int64_t k = 0; (steps < 0 || k < steps) && s.next_batch(b, &batch); ++k) {
+      c.per_rank[static_cast<size_t>(r)].insert(c.per_rank[static_cast<size_t>(r)].end(), batch.begin(), batch.end());
+      ++batches[static_cast<size_t>(r)];
+    }
+    positions.push_back(s.global_position());
   }
-  // Nothing of the first part is seen again, and together they are the whole (distinct) epoch.
-  for (int64_t i : first_part) EXPECT_EQ(rest_4.count(i), 0u);
-  EXPECT_EQ(first_part.size() + rest_4.size(), 200u);
-  DistributedSampler three(opts(n, 3, 0));
-  EXPECT_THROW(three.set_global_position(49), InvalidArgument);
+  for (int r = 1; r < ranks; ++r) {
+    EXPECT_EQ(positions[static_cast<size_t>(r)], positions[0]) << "ranks disagree on the position";
+    EXPECT_EQ(batches[static_cast<size_t>(r)], batches[0]) << "ranks take different numbers of batches";
+  }
+  c.position = positions[0];
+  c.batches = batches[0];
+  return c;
+}
+
+std::multiset<int64_t> all_of(const Consumed& c) {
+  std::multiset<int64_t> all;
+  for (const auto& v : c.per_rank) all.insert(v.begin(), v.end());
+  return all;
+}
+
+// Stopped on N ranks after some steps, resumed on M ranks for the rest of the epoch, N and M in {1, 2, 3, 4}:
+// every sample the epoch had not reached is seen exactly once, the only extra ones are the padding (fewer than
+// M, from the head of the permutation), and with M = N each rank's rest is exactly its own.
+TEST(DistributedSampler, ResumesOnAnyWorldSizeSeeingTheRestOfTheEpochOnce) {
+  const int64_t epoch = 2;
+  for (const int64_t n : {int64_t{97}, int64_t{100}, int64_t{13}}) {
+    const std::vector<int64_t> perm = epoch_permutation(n, 42, epoch);
+    for (int saved = 1; saved <= 4; ++saved) {
+      for (const int64_t b : {int64_t{3}, int64_t{5}}) {
+        for (const int64_t steps : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{4}}) {
+          const Consumed before = run_ranks(n, saved, epoch, 0, b, steps);
+          const int64_t p = before.position;
+          if (p >= n) continue;  // the epoch ended: nothing to resume within it
+          ASSERT_EQ(p, saved * b * before.batches);
+          // The first part is the permutation's first p positions.
+          EXPECT_EQ(all_of(before), std::multiset<int64_t>(perm.begin(), perm.begin() + p));
+          const std::multiset<int64_t> unseen(perm.begin() + p, perm.end());
+          for (int resumed = 1; resumed <= 4; ++resumed) {
+            SCOPED_TRACE("n=" + std::to_string(n) + " N=" + std::to_string(saved) + " M=" + std::to_string(resumed) +
+                         " b=" + std::to_string(b) + " position=" + std::to_string(p));
+            const Consumed rest = run_ranks(n, resumed, epoch, p, b, -1);
+            std::multiset<int64_t> extra = all_of(rest);
+            for (int64_t i : unseen) {
+              ASSERT_GE(extra.count(i), 1u) << "sample " << i << " not seen after the resume";
+              extra.erase(extra.find(i));
+            }
+            // What is left is the padding; it repeats samples seen before the resume point whenever the point
+            // is past it (at 0 it is a whole epoch's padding, as in PyTorch).
+            EXPECT_LT(extra.size(), static_cast<size_t>(resumed));
+            EXPECT_EQ(extra, std::multiset<int64_t>(perm.begin(), perm.begin() + static_cast<int64_t>(extra.size())));
+            EXPECT_EQ(rest.position, p + static_cast<int64_t>(all_of(rest).size()));
+            if (resumed == saved) {
+              const Consumed whole = run_ranks(n, saved, epoch, 0, b, -1);
+              for (int r = 0; r < saved; ++r) {
+                const auto& all = whole.per_rank[static_cast<size_t>(r)];
+                const auto& first = before.per_rank[static_cast<size_t>(r)];
+                EXPECT_EQ(rest.per_rank[static_cast<size_t>(r)],
+                          std::vector<int64_t>(all.begin() + static_cast<int64_t>(first.size()), all.end()));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A resumed epoch's positions go on from the resume point, so it can be interrupted and resumed again at yet
+// another size: 2 ranks, then 3, then 4 see the epoch's samples once each (plus the last part's padding).
+TEST(DistributedSampler, ResumesTwiceAtDifferentSizes) {
+  const int64_t n = 101, epoch = 1;
+  const std::vector<int64_t> perm = epoch_permutation(n, 42, epoch);
+  const Consumed first = run_ranks(n, 2, epoch, 0, 4, 3);       // 24 samples
+  const Consumed second = run_ranks(n, 3, epoch, first.position, 5, 2);  // 30 more
+  EXPECT_EQ(second.position, 54);
+  const Consumed third = run_ranks(n, 4, epoch, second.position, 7, -1);
+  EXPECT_EQ(third.position, 102);  // 47 left, padded to 48
+  std::multiset<int64_t> all = all_of(first);
+  for (int64_t i : all_of(second)) all.insert(i);
+  for (int64_t i : all_of(third)) all.insert(i);
+  std::multiset<int64_t> expected(perm.begin(), perm.end());
+  expected.insert(perm[0]);  // the padding of the last part
+  EXPECT_EQ(all, expected);
+}
+
+TEST(DistributedSampler, ResumePastTheEndLeavesNothing) {
+  DistributedSampler s(opts(10, 4, 3));
+  s.set_epoch(0);
+  s.set_global_position(12);  // 4 ranks' padded end
+  EXPECT_EQ(s.num_samples(), 0);
+  EXPECT_TRUE(s.epoch_finished());
+  std::vector<int64_t> batch;
+  EXPECT_FALSE(s.next_batch(4, &batch));
+  EXPECT_EQ(s.batches_per_epoch(4), 0);
+  s.check_batch_size(3);  // against a whole epoch's shard, not the rest
+  EXPECT_THROW(s.set_global_position(-1), InvalidArgument);
+}
+
+TEST(PerReplicaBatchSize, SplitsOrSaysWhatWould) {
+  EXPECT_EQ(per_replica_batch_size(256, 4), 64);
+  EXPECT_EQ(per_replica_batch_size(255, 3), 85);
+  EXPECT_EQ(per_replica_batch_size(7, 1), 7);
   try {
-    three.set_global_position(50);
+    per_replica_batch_size(256, 3);
+    ADD_FAILURE() << "256 over 3 ranks was not refused";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("global sample position 50 with 3 ranks"), std::string::npos);
+    EXPECT_STREQ(e.what(), "--global-batch-size 256 does not split evenly over 3 ranks; pass a multiple of 3 "
+                           "(255 or 258), or a per-rank --batch-size");
+  }
+  try {
+    per_replica_batch_size(2, 4);
+    ADD_FAILURE() << "2 over 4 ranks was not refused";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("pass a multiple of 4 (4)"), std::string::npos) << e.what();
   }
 }
 

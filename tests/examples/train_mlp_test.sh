@@ -4,7 +4,8 @@
 #   - the checkpoint loads into torch.nn.Sequential (strict) and PyTorch computes the same test accuracy;
 #   - a run stopped at step 30 and resumed gives bitwise the same losses as a run never stopped;
 #   - gradient clipping with a bound never reached changes nothing, a tight bound logs norms and clips;
-#   - resuming on 3 ranks from a position 3 ranks cannot split is refused, on 1 rank it works;
+#   - a checkpoint of 2 ranks resumes on 3 and on 1; with --global-batch-size the losses follow the run never
+#     stopped to rounding;
 #   - bad input ends every rank with one clear message and a non-zero exit.
 set -uo pipefail
 ddprun="$1"
@@ -15,6 +16,13 @@ work="$session/work"
 mkdir -p "$work"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+expect_error() {  # NAME EXPECTED ARGS...
+  local name="$1" expected="$2"
+  shift 2
+  local out
+  if out=$("$ddprun" -np 2 -- "$train" "$@" 2>&1); then fail "$name: exited 0"; fi
+  grep -qF -- "$expected" <<<"$out" || { fail "$name: expected '$expected' in:"; echo "$out" | head -20; }
+}
 small=(--hidden 64 --layers 2 --batch-size 32 --lr 1e-3 --weight-decay 1e-4 --log-every 10 --seed 7)
 
 # 1. A short training: 150 steps of 64 samples at a constant lr reach 0.78 test accuracy (0.797 measured).
@@ -73,22 +81,37 @@ norms=$(grep -o '"grad_norm":[0-9.e+-]*' "$work/clip.jsonl" | sed 's/.*://')
 awk '{ for (i = 1; i <= NF; i++) if (!($i > 0.05)) exit 1 }' <<<"$norms" || fail "gradient norms not above the 0.05 bound: $norms"
 [ "$(losses "$work/full.jsonl")" != "$(losses "$work/clip.jsonl")" ] || fail "clipping to 0.05 changed nothing"
 
-# 4. Re-sharding: step 10 of 2 ranks x 32 stopped at global sample 640, which 3 ranks cannot split evenly:
-#    refused with a message; 1 rank resumes the 60-step checkpoint (sample 3840).
-if out=$("$ddprun" -np 3 -- "$train" "${small[@]}" --max-steps 20 --resume "$work/odd" 2>&1); then
-  fail "3 ranks resumed from a position they cannot split"
-fi
-grep -q "ranks cannot split evenly" <<<"$out" || fail "no clear message for re-sharding: $out"
+# 4. Resume at another number of ranks. Step 10 of 2 ranks x 32 stopped at global sample 640: 3 ranks take the
+#    rest of the epoch from there (with their own global batch of 96, as the resume line says); 1 rank resumes
+#    the 60-step checkpoint (sample 3840).
+out=$("$ddprun" -np 3 -- "$train" "${small[@]}" --max-steps 20 --resume "$work/odd" 2>&1) || fail "3 ranks could not resume: $out"
+grep -q "resumed from .*ckpt-00000010.safetensors: step 10, epoch 0, sample 640 (written on 2 ranks, continuing on 3; global batch 64 -> 96)" <<<"$out" \
+  || fail "no resume line for 2 -> 3 ranks: $out"
+grep -q "final step=20 " <<<"$out" || fail "the 3-rank resume did not end at step 20: $out"
 out=$("$ddprun" -np 1 -- "$train" "${small[@]}" --max-steps 70 --resume "$work/resume" 2>&1) || fail "1 rank could not resume: $out"
+# --global-batch-size keeps the global batch: 30 steps on 2 ranks (48 each) resumed on 3 ranks (32 each) see the
+# same samples per step as 60 steps on 2 ranks, so the losses agree to rounding (the average runs over other
+# ranks); a global batch that does not split over the ranks is refused.
+global=(--hidden 64 --layers 2 --global-batch-size 96 --lr 1e-3 --weight-decay 1e-4 --log-every 10 --seed 7)
+"$ddprun" -np 2 -- "$train" "${global[@]}" --max-steps 60 --metrics-file "$work/g_full.jsonl" >/dev/null 2>&1 \
+  || fail "uninterrupted --global-batch-size run failed"
+"$ddprun" -np 2 -- "$train" "${global[@]}" --max-steps 30 --checkpoint-dir "$work/g" --checkpoint-every 10 \
+  --metrics-file "$work/g_part.jsonl" >/dev/null 2>&1 || fail "first half of the --global-batch-size run failed"
+out=$("$ddprun" -np 3 -- "$train" "${global[@]}" --max-steps 60 --checkpoint-dir "$work/g" --resume "$work/g" \
+  --metrics-file "$work/g_part.jsonl" 2>&1) || fail "3 ranks could not resume the --global-batch-size run: $out"
+grep -q "(written on 2 ranks, continuing on 3; global batch 96 -> 96)" <<<"$out" || fail "no resume line for 2 -> 3 ranks: $out"
+paste <(losses "$work/g_full.jsonl") <(losses "$work/g_part.jsonl") | sed 's/"loss":\([^,]*\),"lr"/\1/g' | awk '
+  NF == 2 { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = bad " " $1 "/" $2 }
+  END { if (n != 6 || bad != "") { print "losses differ after 2 -> 3 ranks (" n " lines):" bad; exit 1 } }' \
+  || fail "a --global-batch-size run resumed on 3 ranks does not follow the uninterrupted one"
+expect_error "global batch that does not split" \
+  "--global-batch-size 97 does not split evenly over 2 ranks; pass a multiple of 2 (96 or 98), or a per-rank --batch-size" \
+  --global-batch-size 97
+expect_error "both batch sizes" "--batch-size excludes --global-batch-size" --global-batch-size 96 --batch-size 48
+expect_error "resume with another global batch" "was written with --global-batch-size 96, this run has --global-batch-size 64" \
+  "${global[@]}" --global-batch-size 64 --max-steps 70 --resume "$work/g"
 
 # 5. Bad input.
-expect_error() {  # NAME EXPECTED ARGS...
-  local name="$1" expected="$2"
-  shift 2
-  local out
-  if out=$("$ddprun" -np 2 -- "$train" "$@" 2>&1); then fail "$name: exited 0"; fi
-  grep -qF -- "$expected" <<<"$out" || { fail "$name: expected '$expected' in:"; echo "$out" | head -20; }
-}
 expect_error "unknown flag" "--bogus" --bogus
 expect_error "zero batch" "--batch-size" --batch-size 0
 expect_error "negative lr" "--lr" --lr -1

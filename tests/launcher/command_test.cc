@@ -89,10 +89,16 @@ TEST(Command, BackendAndRestartEnvironment) {
 TEST(Command, HostsAndHostfile) {
   LaunchOptions o = program();
   o.hosts = "node1:4,node2:4";
+  // Not probed: each host is taken to be like this one, so each of its 4 ranks gets 32 / 4 cores.
   auto cmd = build_mpirun_command(o, machine(4, 32, false));
-  EXPECT_TRUE(contains(cmd, {"mpirun", "-np", "8", "--host", "node1:4,node2:4", "--map-by", "slot", "--bind-to",
-                             "core"}))
+  EXPECT_TRUE(contains(cmd, {"mpirun", "-np", "8", "--host", "node1:4,node2:4", "--map-by", "slot:PE=8",
+                             "--bind-to", "core"}))
       << joined(cmd);
+  // Probed: the smaller host sets the share.
+  MachineFacts probed = machine(4, 32, false);
+  probed.hosts = {HostFacts{32, {}, {}}, HostFacts{16, {}, {}}};
+  cmd = build_mpirun_command(o, probed);
+  EXPECT_TRUE(contains(cmd, {"--map-by", "slot:PE=4", "--bind-to", "core"})) << joined(cmd);
   o.np = 12;
   cmd = build_mpirun_command(o, machine(4, 32, false));
   EXPECT_TRUE(contains(cmd, {"--oversubscribe"}));
@@ -101,6 +107,11 @@ TEST(Command, HostsAndHostfile) {
   const std::string path = std::string(t ? t : "/tmp") + "/hosts.txt";
   std::ofstream(path) << "# two nodes\nnode1 slots=2\nnode2 slots=3 max_slots=3\n\nnode3\n";
   EXPECT_EQ(hostfile_slots(path), 6);
+  const std::vector<HostSlots> listed = parse_hostfile(path);
+  ASSERT_EQ(listed.size(), 3u);
+  EXPECT_EQ(listed[1].host, "node2");
+  EXPECT_EQ(listed[1].slots, 3);
+  EXPECT_EQ(listed[2].slots, 1);
   LaunchOptions f = program();
   f.hostfile = path;
   cmd = build_mpirun_command(f, machine(0, 8, false));
@@ -152,6 +163,8 @@ TEST(CommandLine, ParsesFlagsAndProgram) {
   EXPECT_EQ(p.options->program, (std::vector<std::string>{"prog", "--np", "x", "--", "y"}));
   EXPECT_EQ(parse({"-n", "3", "--", "p"}).options->np, 3);
   EXPECT_EQ(parse({"--np=5", "--", "p"}).options->np, 5);
+  EXPECT_EQ(parse({"--min-np", "2", "--", "p"}).options->min_np, 2);
+  EXPECT_EQ(parse({"--", "p"}).options->min_np, 0);
 }
 
 TEST(CommandLine, HelpExitsZero) {
@@ -159,7 +172,8 @@ TEST(CommandLine, HelpExitsZero) {
   const auto p = parse({"--help"}, &text);
   EXPECT_FALSE(p.options);
   EXPECT_EQ(p.exit_code, 0);
-  for (const char* flag : {"--np", "--hosts", "--hostfile", "--backend", "--max-restarts", "--rank-memory-mib",
+  for (const char* flag : {"--np", "--hosts", "--hostfile", "--backend", "--max-restarts", "--min-np",
+                           "--rank-memory-mib",
                            "--dry-run", "PROGRAM", "128+S"}) {
     EXPECT_NE(text.find(flag), std::string::npos) << flag;
   }
@@ -180,6 +194,7 @@ TEST(CommandLine, BadInputIsAClearError) {
       {{"--hosts", "a:zero", "--", "p"}, "slot count"},
       {{"--backend", "gloo", "--", "p"}, "gloo"},
       {{"--max-restarts", "-1", "--", "p"}, "max-restarts"},
+      {{"--min-np", "0", "--", "p"}, "min-np"},
       {{"--bogus", "--", "p"}, "--bogus"},
   };
   for (const Case& c : cases) {
@@ -235,6 +250,26 @@ std::string marker_line(int rank, int status, long long time_ns, bool stopped = 
 }
 
 constexpr long long kSecond = 1000000000LL;
+
+TEST(Failure, ALostDaemonNamesItsHost) {
+  FailureTracker t;
+  t.observe("ORTE has lost communication with a remote daemon.", 1);
+  EXPECT_EQ(t.lost_host(), "");
+  t.observe("  HNP daemon   : [[24857,0],0] on node vm", 2);
+  t.observe("  Remote daemon: [[24857,0],2] on node 127.0.0.3", 3);
+  t.observe("  Remote daemon: [[24857,0],3] on node other", 4);
+  EXPECT_EQ(t.lost_host(), "127.0.0.3");
+  t.observe("[1,0]<stderr>:  Remote daemon: [[1,0],2] on node a-rank-said-it", 5);
+  EXPECT_EQ(t.lost_host(), "127.0.0.3");
+}
+
+TEST(Failure, SshClosingTheConnectionNamesTheHost) {
+  FailureTracker t;
+  t.observe("[1,1]<stderr>:Connection to rank-text closed by remote host.", 1);
+  EXPECT_EQ(t.lost_host(), "");
+  t.observe("Connection to 127.0.0.3 closed by remote host.", 2);
+  EXPECT_EQ(t.lost_host(), "127.0.0.3");
+}
 
 TEST(Failure, ErrorReportsOutrankMpirun) {
   FailureTracker t;
