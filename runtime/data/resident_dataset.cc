@@ -7,6 +7,7 @@
 
 #include "runtime/kernels/dispatch.h"
 #include "runtime/core/check.h"
+#include "runtime/core/phase.h"
 
 namespace ddp {
 namespace data {
@@ -66,6 +67,7 @@ void ResidentDataset::set_order(const std::vector<int64_t>& order, const Stream&
 }
 
 void ResidentDataset::gather(int64_t begin, const Tensor& x, const Tensor& y, const Stream& stream) const {
+  PhaseGuard phase(Phase::kData);
   const int64_t n = x.dim() == 2 ? x.size(0) : -1;
   DDP_CHECK(n >= 0 && x.size(1) == feature_count_ && x.dtype() == DType::kFloat32 && x.device() == device_,
             "ResidentDataset::gather: x must be float32 [n, " + std::to_string(feature_count_) + "] on " +
