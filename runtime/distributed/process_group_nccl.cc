@@ -162,7 +162,7 @@ std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const Collecti
 
 std::shared_ptr<Work> ProcessGroupNccl::all_reduce(const CommBuffer& b, ReduceOp op, const Stream& stream) {
   check_buffer(b, "all_reduce");
-  return run(stream, describe("ncclAllReduce", b), [&] {
+  return run(stream, issue("ncclAllReduce", b, -1, op), [&] {
     DDP_NCCL_CALL(&comm_, ncclAllReduce(b.data, b.data, b.count, nccl_type(b.dtype), nccl_op(op), comm_.handle(),
                                         comm_stream_.handle()));
   });
@@ -171,7 +171,7 @@ std::shared_ptr<Work> ProcessGroupNccl::all_reduce(const CommBuffer& b, ReduceOp
 std::shared_ptr<Work> ProcessGroupNccl::broadcast(const CommBuffer& b, int root, const Stream& stream) {
   check_buffer(b, "broadcast");
   DDP_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) + " is not a rank");
-  return run(stream, describe("ncclBroadcast", b), [&] {
+  return run(stream, issue("ncclBroadcast", b, root), [&] {
     DDP_NCCL_CALL(&comm_, ncclBroadcast(b.data, b.data, b.count, nccl_type(b.dtype), root, comm_.handle(),
                                         comm_stream_.handle()));
   });
@@ -183,7 +183,7 @@ std::shared_ptr<Work> ProcessGroupNccl::all_gather(const CommBuffer& in, const C
   check_buffer(out, "all_gather");
   DDP_CHECK(out.count == in.count * size() && out.dtype == in.dtype,
             "all_gather: output must hold size() * input.count elements of the input's type");
-  return run(stream, describe("ncclAllGather", in), [&] {
+  return run(stream, issue("ncclAllGather", in), [&] {
     DDP_NCCL_CALL(&comm_, ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm_.handle(),
                                         comm_stream_.handle()));
   });
@@ -195,7 +195,7 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
   check_buffer(out, "reduce_scatter");
   DDP_CHECK(in.count == out.count * size() && out.dtype == in.dtype,
             "reduce_scatter: input must hold size() * output.count elements of the output's type");
-  return run(stream, describe("ncclReduceScatter", out), [&] {
+  return run(stream, issue("ncclReduceScatter", out, -1, op), [&] {
     DDP_NCCL_CALL(&comm_, ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.dtype), nccl_op(op),
                                             comm_.handle(), comm_stream_.handle()));
   });
@@ -203,7 +203,7 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
 
 std::shared_ptr<Work> ProcessGroupNccl::barrier() {
   // NCCL has no barrier: a one-element all-reduce that every rank must join is one.
-  auto work = run(comm_stream_, describe("barrier", CommBuffer{barrier_buffer_, 1, DType::kFloat32, comm_.device()}), [&] {
+  auto work = run(comm_stream_, issue("barrier", CommBuffer{barrier_buffer_, 1, DType::kFloat32, comm_.device()}), [&] {
     DDP_NCCL_CALL(&comm_, ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum,
                                         comm_.handle(), comm_stream_.handle()));
   });
