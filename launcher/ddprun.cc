@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
   if (args.size() >= 3 && args[1] == ddp::launcher::kRankWrapperFlag && args[2] == "--") {
     return ddp::launcher::run_rank_wrapper(std::vector<std::string>(args.begin() + 3, args.end()));
   }
+  if (args.size() >= 2 && args[1] == "--dump") {
+    return ddp::launcher::dump_job(std::vector<std::string>(args.begin() + 2, args.end()));
+  }
   const ddp::launcher::ParsedCommandLine parsed = ddp::launcher::parse_command_line(args, std::cout, std::cerr);
   if (!parsed.options) return parsed.exit_code;
   try {

@@ -37,5 +37,11 @@ JobResult run_job(const std::vector<std::string>& argv);
 // The wrapper itself dies (SIGKILL, PR_SET_PDEATHSIG) when mpirun dies without ending it.
 int run_rank_wrapper(const std::vector<std::string>& program);
 
+// ddprun --dump [PID]: sends SIGUSR2 to the ddprun whose pid is `pid`, or, without one, to the one ddprun of
+// this user that runs a job; that ddprun passes it to every rank, and each prints its flight recorder (its last
+// collectives and its phase) while the job goes on. Returns 0 once sent, 1 when there is no such job (or more
+// than one and no pid), with the reason on stderr.
+int dump_job(const std::vector<std::string>& args);
+
 }  // namespace launcher
 }  // namespace ddp
