@@ -87,25 +87,23 @@ std::string CollectiveFingerprint::text() const {
   return s + ", step " + std::to_string(step);
 }
 
-void start_collective_check(MPI_Comm comm) {
+std::string start_collective_check(MPI_Comm comm) {
   std::string error;
   const bool requested = debug_collectives_requested(&error);
   int flags[2] = {requested ? 1 : 0, error.empty() ? 0 : 1};
   DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, comm));
-  if (flags[1]) {
-    throw InvalidArgument(error.empty() ? "DDP_DEBUG is set to a mode this runtime does not know on another rank"
-                                        : error);
-  }
-  if (!flags[0]) return;
+  if (flags[1]) return error.empty() ? "DDP_DEBUG names a mode this runtime does not know on another rank" : error;
+  if (!flags[0]) return "";
   CheckState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.comm != MPI_COMM_NULL) return;  // a second World of this process: the first one's check goes on
+  if (s.comm != MPI_COMM_NULL) return "";  // a second World of this process: the first one's check goes on
   DDP_MPI_CHECK(MPI_Comm_dup(comm, &s.comm));
   DDP_MPI_CHECK(MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN));
   DDP_MPI_CHECK(MPI_Comm_rank(s.comm, &s.rank));
   DDP_MPI_CHECK(MPI_Comm_size(s.comm, &s.size));
   s.failure.clear();
   s.enabled.store(true);
+  return "";
 }
 
 void stop_collective_check() {

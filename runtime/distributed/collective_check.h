@@ -40,8 +40,9 @@ struct CollectiveFingerprint {
 };
 
 // Collective over `comm`: turns the check on, on every rank, when DDP_DEBUG names "collectives" on any rank
-// (a check on some ranks only would itself hang). Throws InvalidArgument for a DDP_DEBUG it does not know.
-void start_collective_check(MPI_Comm comm);
+// (a check on some ranks only would itself hang). Returns, on every rank alike, what is wrong with DDP_DEBUG
+// (a mode it does not know, on some rank), or an empty string.
+std::string start_collective_check(MPI_Comm comm);
 // Frees the check's communicator (before MPI is finalised).
 void stop_collective_check();
 bool collective_check_enabled();

@@ -8,6 +8,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/core/graph.h"
 
 namespace ddp {
@@ -156,7 +157,11 @@ std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const Collecti
   done->record(comm_stream_);
   const bool captured = is_capturing(comm_stream_);
   auto work = std::make_shared<NcclWork>(comm_, std::move(start), std::move(done), what, captured);
-  if (!captured) watchdog_->watch(work, what);  // nothing to poll in a graph node (see NcclWork)
+  if (captured) {
+    record_collective_completed(what.seq);  // for the host it is done (see NcclWork); replays are not recorded
+  } else {
+    watchdog_->watch(work, what);  // nothing to poll in a graph node
+  }
   return work;
 }
 

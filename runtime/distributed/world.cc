@@ -73,7 +73,8 @@ World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at
   node_name_.assign(name, length);
 
   side_channel_ = SideChannel::start(comm_);
-  start_collective_check(comm_);
+  const std::string debug_error = start_collective_check(comm_);
+  if (!debug_error.empty()) throw CollectiveError(debug_error, rank_);
   bind_device(options);
 }
 

@@ -1,11 +1,12 @@
 // A small training job in which one rank can be made to hang, for the tests of what a hung job says
 // (hang_report_test.sh). Each step: the runtime's batch loader (data), an MLP's forward, DDP's backward over the
-// MPI backend (three gradient buckets), the SGD step; on even steps rank 0 writes a checkpoint and every rank
+// MPI backend, or NCCL with --backend nccl (four gradient buckets), the SGD step; on even steps rank 0 writes a checkpoint and every rank
 // agrees on it, on odd steps an evaluation (under a PhaseGuard) sums a count over the ranks.
 //   - DDP_FAULT_STALL=RANK:PHASE:STEP (runtime/core/phase.h) makes a rank stall in a phase;
 //   - --mismatch R:S makes rank R issue a broadcast the others do not issue, before its backward at step S;
 //   - --step-ms M sleeps in every step, so that a dump can be asked for while the job runs.
-//   mpirun -np 4 hang_job [--device cpu|cuda] [--steps N] [--checkpoint-dir D] [--mismatch R:S] [--step-ms M]
+//   mpirun -np 4 hang_job [--device cpu|cuda] [--backend mpi|nccl] [--steps N] [--checkpoint-dir D]
+//                         [--mismatch R:S] [--step-ms M]
 // Rank 0 prints "step S" after each step and "done" at the end.
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,7 @@ constexpr std::int64_t kBatch = 16;
 
 struct Flags {
   std::string device = "cpu";
+  std::string backend = "mpi";
   int steps = 6;
   std::string checkpoint_dir;
   int mismatch_rank = -1;
@@ -38,6 +40,8 @@ Flags parse(int argc, char** argv) {
     const std::string value = argv[i + 1];
     if (flag == "--device") {
       f.device = value;
+    } else if (flag == "--backend") {
+      f.backend = value;
     } else if (flag == "--steps") {
       f.steps = std::stoi(value);
     } else if (flag == "--checkpoint-dir") {
@@ -67,16 +71,17 @@ ddp::data::Dataset make_data(std::int64_t rows) {
 }
 
 int run(int argc, char** argv) {
-  ddp::WorldOptions options;
-  options.device = ddp::parse_device_request(parse(argc, argv).device);
-  options.nccl = false;
-  ddp::World world(&argc, &argv, options);
   const Flags flags = parse(argc, argv);
+  const ddp::Backend backend = ddp::parse_backend(flags.backend);
+  ddp::WorldOptions options;
+  options.device = ddp::parse_device_request(flags.device);
+  options.nccl = backend == ddp::Backend::kNccl;
+  ddp::World world(&argc, &argv, options);
   const ddp::Device device = world.device();
   const ddp::Stream stream = device.is_cuda() ? ddp::Stream::create(device) : ddp::Stream();
 
   ddp::MLP model({kFeatures, 64, 64, 10}, ddp::kernels::Activation::kRelu, /*seed=*/0, device, stream);
-  auto group = ddp::make_process_group(world, device, ddp::Backend::kMpi);
+  auto group = ddp::make_process_group(world, device, backend);
   ddp::DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = ddp_options.first_bucket_cap_mb = 0.008;  // one bucket per layer
   ddp::DistributedDataParallel ddp_model(model.flatten_parameters(stream), *group, world, stream, ddp_options);
@@ -105,8 +110,8 @@ int run(int argc, char** argv) {
     const ddp::Tensor y = ddp::Tensor::from_int32(std::vector<std::int32_t>(batch->labels, batch->labels + batch->size),
                                                   {batch->size}, device, stream);
     if (world.rank() == flags.mismatch_rank && step == flags.mismatch_step) {
-      group->broadcast(ddp::CommBuffer{mismatch_buffer.data(), 100, ddp::DType::kFloat32, ddp::Device::cpu()}, 0,
-                       ddp::Stream())->wait(ddp::Stream());
+      const ddp::Tensor extra = ddp::Tensor::from_vector(mismatch_buffer, {100}, device, stream);
+      group->broadcast(ddp::CommBuffer{extra.data_ptr(), 100, ddp::DType::kFloat32, device}, 0, stream)->wait(stream);
     }
     model.zero_grad(stream);
     ddp_model.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream));
