@@ -19,7 +19,7 @@ struct PhaseNames {
 };
 constexpr PhaseNames kNames[kPhaseCount] = {
     {"user", "user code"},         {"data", "data loading"},  {"forward", "forward"},
-    {"backward", "backward"},      {"optimizer", "optimizer step"}, {"checkpoint", "checkpoint"},
+    {"backward", "backward"},      {"optimizer", "optimizer step"}, {"checkpoint", "checkpoint I/O"},
     {"evaluation", "evaluation"},
 };
 

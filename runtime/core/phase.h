@@ -21,7 +21,7 @@ namespace ddp {
 enum class Phase : std::uint8_t { kUserCode, kData, kForward, kBackward, kOptimizer, kCheckpoint, kEvaluation };
 constexpr int kPhaseCount = 7;
 
-// "user code", "data loading", "forward", "backward", "optimizer step", "checkpoint", "evaluation".
+// "user code", "data loading", "forward", "backward", "optimizer step", "checkpoint I/O", "evaluation".
 const char* phase_name(Phase phase);
 // The inverse of phase_name; false when `name` is none of them.
 bool parse_phase_name(const char* name, Phase* phase);

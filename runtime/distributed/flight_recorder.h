@@ -24,7 +24,8 @@ namespace ddp {
 // is not a gradient bucket's.
 std::int64_t record_collective_issued(const char* operation, std::int64_t count, DType dtype, int bucket,
                                       int buckets, std::int64_t step);
-// Records that collective `seq` completed on this rank (the first call counts; later ones do nothing).
+// Records that collective `seq` completed on this rank (the first call counts; later ones do nothing, as do
+// calls for a collective the ring no longer holds).
 void record_collective_completed(std::int64_t seq);
 
 // A collective as a rank reports it: times are ages at the moment of the report, so that ranks on hosts whose

@@ -98,7 +98,7 @@ case "$case_name" in
     ;;
   checkpoint)
     DDP_FAULT_STALL=0:checkpoint:2 run "${mpirun[@]}" "$job" "${job_args[@]}"
-    expect_stall_report 0 "rank 0 is behind: last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 2\), in checkpoint for [0-9.]+ s; ranks 1,2,3 wait in #$n \(World::agree of 1 int32, step 2\)$"
+    expect_stall_report 0 "rank 0 is behind: last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 2\), in checkpoint I/O for [0-9.]+ s; ranks 1,2,3 wait in #$n \(World::agree of 1 int32, step 2\)$"
     ;;
   evaluation)
     if [ "$ddprun" = - ]; then
