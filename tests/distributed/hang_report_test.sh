@@ -57,6 +57,7 @@ seconds_since() {
 # collective the others wait in must be the one after the behind rank's last.
 expect_stall_report() {
   local rank=$1 report=$2
+  out=$(sed -E 's/^\[rank [0-9]+\] //' <<<"$out")  # as ddprun prefixes them
   [ "$status" -ne 0 ] || fail "the job exited 0"
   [ "$(grep -c "Where the ranks are:" <<<"$out")" -eq 1 ] || fail "not exactly one report"
   grep -qE "error: rank [0-9]'s .* did not complete within $timeout_s s \(DDP_COLLECTIVE_TIMEOUT_S\); the job is ended. Where the ranks are:" <<<"$out" ||
@@ -77,46 +78,42 @@ expect_stall_report() {
   awk -v t="$took" -v limit="$timeout_s" 'BEGIN { exit !(t <= limit + 6) }' || fail "the job ended ${took} s after the stall"
 }
 
+# stall_case RANK:PHASE:STEP[:stop] REPORT [LAUNCHER...]: runs the job with that rank stalled (DDP_FAULT_STALL),
+# under mpirun or LAUNCHER, and expects REPORT.
+stall_case() {
+  local stall=$1 report=$2
+  shift 2
+  local launcher=("$@")
+  [ ${#launcher[@]} -gt 0 ] || launcher=("${mpirun[@]}")
+  DDP_FAULT_STALL=$stall run "${launcher[@]}" "$job" "${job_args[@]}"
+  expect_stall_report "${stall%%:*}" "$report"
+}
+
 n='[0-9]+'
+behind_from_agree="last collective #$n \(World::agree of 1 int32, step 2\)"
+bucket3_step3="last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 3\)"
 bucket0="wait in #$n \(MPI_Allreduce of $n float32, bucket 0 of 4, step 3\)"
+sum_step3="wait in #$n \(World::sum of 1 float64, step 3\)"
 case "$case_name" in
-  data)
-    DDP_FAULT_STALL=2:data:2 run "${mpirun[@]}" "$job" "${job_args[@]}"
-    expect_stall_report 2 "rank 2 is behind: last collective #$n \(World::agree of 1 int32, step 2\), in data loading for [0-9.]+ s; ranks 0,1,3 $bucket0$"
-    ;;
-  forward)
-    DDP_FAULT_STALL=1:forward:2 run "${mpirun[@]}" "$job" "${job_args[@]}"
-    expect_stall_report 1 "rank 1 is behind: last collective #$n \(World::agree of 1 int32, step 2\), in forward for [0-9.]+ s; ranks 0,2,3 $bucket0$"
-    ;;
-  backward)
-    DDP_FAULT_STALL=3:backward:2 run "${mpirun[@]}" "$job" "${job_args[@]}"
-    expect_stall_report 3 "rank 3 is behind: last collective #$n \(World::agree of 1 int32, step 2\), in backward for [0-9.]+ s; ranks 0,1,2 $bucket0$"
-    ;;
-  optimizer)
-    DDP_FAULT_STALL=3:optimizer:3 run "${mpirun[@]}" "$job" "${job_args[@]}"
-    expect_stall_report 3 "rank 3 is behind: last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 3\), in optimizer step for [0-9.]+ s; ranks 0,1,2 wait in #$n \(World::sum of 1 float64, step 3\)$"
-    ;;
+  data) stall_case 2:data:2 "rank 2 is behind: $behind_from_agree, in data loading for [0-9.]+ s; ranks 0,1,3 $bucket0$" ;;
+  forward) stall_case 1:forward:2 "rank 1 is behind: $behind_from_agree, in forward for [0-9.]+ s; ranks 0,2,3 $bucket0$" ;;
+  backward) stall_case 3:backward:2 "rank 3 is behind: $behind_from_agree, in backward for [0-9.]+ s; ranks 0,1,2 $bucket0$" ;;
+  optimizer) stall_case 3:optimizer:3 "rank 3 is behind: $bucket3_step3, in optimizer step for [0-9.]+ s; ranks 0,1,2 $sum_step3$" ;;
   checkpoint)
-    DDP_FAULT_STALL=0:checkpoint:2 run "${mpirun[@]}" "$job" "${job_args[@]}"
-    expect_stall_report 0 "rank 0 is behind: last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 2\), in checkpoint I/O for [0-9.]+ s; ranks 1,2,3 wait in #$n \(World::agree of 1 int32, step 2\)$"
+    stall_case 0:checkpoint:2 "rank 0 is behind: last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 2\), in checkpoint I/O for [0-9.]+ s; ranks 1,2,3 wait in #$n \(World::agree of 1 int32, step 2\)$"
     ;;
   evaluation)
+    report="rank 1 is behind: $bucket3_step3, in evaluation for [0-9.]+ s; ranks 0,2,3 $sum_step3$"
     if [ "$ddprun" = - ]; then
-      DDP_FAULT_STALL=1:evaluation:3 run "${mpirun[@]}" "$job" "${job_args[@]}"
+      stall_case 1:evaluation:3 "$report"
     else
-      DDP_FAULT_STALL=1:evaluation:3 run "$ddprun" -np 4 -- "$job" "${job_args[@]}"
-      out=$(sed -E 's/^\[rank [0-9]+\] //' <<<"$out")
-      grep -q "ddprun: job failed (rank 1 first" <<<"$out" || fail "ddprun did not name rank 1 as the one that failed first"
+      stall_case 1:evaluation:3 "$report" "$ddprun" -np 4 --
+      grep -q "^ddprun: job failed (rank 1 first" <<<"$out" || fail "ddprun did not name rank 1 as the one that failed first"
     fi
-    expect_stall_report 1 "rank 1 is behind: last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 3\), in evaluation for [0-9.]+ s; ranks 0,2,3 wait in #$n \(World::sum of 1 float64, step 3\)$"
     ;;
-  user)
-    DDP_FAULT_STALL=3:user:3 run "${mpirun[@]}" "$job" "${job_args[@]}"
-    expect_stall_report 3 "rank 3 is behind: last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 3\), in user code for [0-9.]+ s; ranks 0,1,2 wait in #$n \(World::sum of 1 float64, step 3\)$"
-    ;;
+  user) stall_case 3:user:3 "rank 3 is behind: $bucket3_step3, in user code for [0-9.]+ s; ranks 0,1,2 $sum_step3$" ;;
   stopped)
-    DDP_FAULT_STALL=2:data:2:stop run "${mpirun[@]}" "$job" "${job_args[@]}"
-    expect_stall_report 2 "rank 2 did not answer \(no answer within [0-9.]+ s: stopped, or stuck without its answering thread\); ranks 0,1,3 $bucket0$"
+    stall_case 2:data:2:stop "rank 2 did not answer \(no answer within [0-9.]+ s: stopped, or stuck without its answering thread\); ranks 0,1,3 $bucket0$"
     ;;
   mismatch)
     DDP_DEBUG=collectives DDP_COLLECTIVE_TIMEOUT_S=60 run "${mpirun[@]}" "$job" "${job_args[@]}" --mismatch 2:3
