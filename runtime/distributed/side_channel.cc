@@ -164,6 +164,10 @@ std::vector<Answer> ask_all(const std::vector<Target>& targets, const std::strin
       answers[t].why_not = "it has no side channel (it could not listen)";
       continue;
     }
+    if (targets[t].addresses.empty()) {
+      answers[t].why_not = "it has no address that other nodes can reach (no network interface but loopback)";
+      continue;
+    }
     for (std::uint32_t address : targets[t].addresses) {
       Attempt a;
       a.target = t;
@@ -374,11 +378,11 @@ std::unique_ptr<SideChannel> SideChannel::start(MPI_Comm comm) {
     Peer peer;
     peer.node.assign(e.node, strnlen(e.node, sizeof e.node));
     peer.port = e.port;
-    if (peer.node == mine.node) {
-      peer.addresses = {htonl(INADDR_LOOPBACK)};
-    } else {
-      peer.addresses.assign(e.addresses, e.addresses + std::min<int>(e.address_count, kMaxAddresses));
-    }
+    // Every address is tried at once and the first answer counts (a process that is not this job's side channel
+    // never answers: the token), so a name two machines share, or containers of one node, cost nothing.
+    if (peer.node == mine.node) peer.addresses = {htonl(INADDR_LOOPBACK)};
+    peer.addresses.insert(peer.addresses.end(), e.addresses,
+                          e.addresses + std::min<int>(e.address_count, kMaxAddresses));
     channel->peers_.push_back(std::move(peer));
   }
 

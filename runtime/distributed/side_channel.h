@@ -55,7 +55,7 @@ class SideChannel {
   struct Peer {
     std::string node;
     std::uint16_t port = 0;  // 0: it has no listener
-    std::vector<std::uint32_t> addresses;  // IPv4, network order; loopback for a peer on this node
+    std::vector<std::uint32_t> addresses;  // IPv4, network order; loopback first for a peer on this node
   };
   SideChannel() = default;
   void serve();
