@@ -13,6 +13,10 @@
 // --gemm-floor (GPU) also times the step's GEMMs alone, timed the same way: the same cuBLASLt calls (shapes,
 // types, transposes, algorithms, the same dx/dw streams) with no epilogue and nothing else around them. The step
 // over that time is what the rest of the step costs (a step within 5% of its GEMMs alone is the goal).
+// --recorder-ab times the step with the flight recorder (runtime/distributed/flight_recorder.h: the record of
+// collectives and phases) on and off in the same run, alternating repeats (on/off, off/on, ...); step_us stays the
+// default (on), and the JSON adds both medians and the median of the paired ratios. A replayed CUDA graph records
+// nothing: compare eager steps.
 // --autotune, --serial-backward and --no-bias-epilogue set runtime/kernels/cuda/gemm_options.h (algorithm timing, one stream
 // in backward, bias and activation by our own pass after the GEMM).
 #include <cblas.h>
@@ -59,6 +63,7 @@ struct Args {
   bool gemm_floor = false;
   bool no_bias_epilogue = false;
   std::string optimizer = "sgd";
+  bool recorder_ab = false;
 };
 
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
@@ -155,6 +160,7 @@ int run(int argc, char** argv) {
   app.add_flag("--serial-backward", a.serial_backward, "dx and dw GEMMs on one stream (default: two)");
   app.add_flag("--gemm-floor", a.gemm_floor, "also time the step's GEMMs alone (GPU)");
   app.add_flag("--no-bias-epilogue", a.no_bias_epilogue, "bias and ReLU by our kernel after the GEMM, not cuBLASLt's epilogue");
+  app.add_flag("--recorder-ab", a.recorder_ab, "time the step with the flight recorder on and off, alternating repeats");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -314,22 +320,28 @@ int run(int argc, char** argv) {
     stream.synchronize();
   }
 
-  std::vector<double> times_us;
-  for (int r = 0; r < a.repeats; ++r) {
+  // One repeat's mean step time. With --recorder-ab every repeat is timed twice, the recorder on and off in
+  // alternating order, so that drift in the machine's speed falls on both alike.
+  std::vector<double> times_us, times_off_us;
+  for (int r = 0; r < a.repeats * (a.recorder_ab ? 2 : 1); ++r) {
+    const bool recorder_on = !a.recorder_ab || (r % 2 == 0) == (r / 2 % 2 == 0);
+    set_flight_recorder_enabled(recorder_on);
+    std::vector<double>& times = recorder_on ? times_us : times_off_us;
     if (cuda) {
       Event e0 = Event::create(device, true), e1 = Event::create(device, true);
       e0.record(stream);
       for (int i = 0; i < a.iters; ++i) run_step();
       e1.record(stream);
       e1.synchronize();
-      times_us.push_back(static_cast<double>(e1.elapsed_ms_since(e0)) * 1000.0 / a.iters);
+      times.push_back(static_cast<double>(e1.elapsed_ms_since(e0)) * 1000.0 / a.iters);
     } else {
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < a.iters; ++i) run_step();
-      times_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-                         a.iters);
+      times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                      a.iters);
     }
   }
+  set_flight_recorder_enabled(true);
   stream.synchronize();
 
   const std::int64_t mallocs_after =
@@ -338,6 +350,13 @@ int run(int argc, char** argv) {
                                      (static_cast<double>(a.repeats) * a.iters);
   const double loss = static_cast<double>(last_loss.to_vector<float>(stream)[0]);
   const double step_us = world.max(median(times_us));
+  double step_off_us = 0, paired_overhead = 0;
+  if (a.recorder_ab) {
+    step_off_us = world.max(median(times_off_us));
+    std::vector<double> ratios;
+    for (std::size_t k = 0; k < times_us.size(); ++k) ratios.push_back(times_us[k] / times_off_us[k] - 1.0);
+    paired_overhead = world.max(median(ratios));
+  }
   const double peak = world.max(static_cast<double>(cuda ? cuda_allocator(device.index).stats().peak_bytes_in_use
                                       : cpu_allocator().stats().peak_bytes_in_use));
   const double mallocs_max = world.max(static_cast<double>(mallocs_after));
@@ -372,6 +391,12 @@ int run(int argc, char** argv) {
     j["concurrent_backward"] = gemm_options.concurrent_backward;
     j["bias_epilogue"] = gemm_options.bias_epilogue;
     if (gemm_us > 0) j["gemm_us"] = gemm_us;
+    if (a.recorder_ab) {
+      j["step_us_recorder_off"] = step_off_us;
+      j["recorder_overhead"] = step_us / step_off_us - 1.0;
+      j["recorder_overhead_paired"] = paired_overhead;
+      j["times_off_us"] = times_off_us;
+    }
     if (a.ddp) {
       j["bucket_mb"] = a.bucket_mb;
       j["buckets"] = buckets;

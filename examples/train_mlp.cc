@@ -377,6 +377,7 @@ class TestShard {
   }
 
   Evaluation evaluate(const PrecisionModel& model, const ddp::World& world, const ddp::Stream& stream) const {
+    ddp::PhaseGuard evaluating(ddp::Phase::kEvaluation);  // what a hang report says of a rank stuck here
     ddp::autograd::NoGradGuard no_grad;
     model.mlp().eval();
     std::vector<std::pair<Tensor, Tensor>> parts;  // (mean loss, correct count) per chunk, on the device

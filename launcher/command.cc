@@ -137,6 +137,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
       "ddprun: starts a data-parallel training job, one rank per GPU (or CPU ranks), through mpirun.\n"
       "Usage: ddprun [-np N] [--hosts h1:4,h2:4 | --hostfile F] [--backend nccl|mpi] [--max-restarts K]\n"
       "              [--min-np N] [--rank-memory-mib M] [--dry-run] -- PROGRAM ARGS...\n"
+      "       ddprun --dump [PID]   every rank of a running job prints its flight recorder (also: SIGUSR2)\n"
       "Each output line is prefixed with \"[rank R] \". DDP_* and NCCL_* variables are forwarded to every rank.\n"
       "The exit status is the job's; on failure ddprun names the rank that failed first. When ddprun is ended by\n"
       "a signal S it ends the job first and exits 128+S (SIGINT 130, SIGTERM 143; a closed output pipe 141).",

@@ -121,6 +121,9 @@ int main(int argc, char** argv) {
     std::printf("%s\n", ddp::launcher::probe_line(ddp::launcher::host_facts_here()).c_str());
     return 0;
   }
+  if (args.size() >= 2 && args[1] == "--dump") {
+    return ddp::launcher::dump_job(std::vector<std::string>(args.begin() + 2, args.end()));
+  }
   const ddp::launcher::ParsedCommandLine parsed = ddp::launcher::parse_command_line(args, std::cout, std::cerr);
   if (!parsed.options) return parsed.exit_code;
   try {

@@ -2,15 +2,18 @@
 // whatever ends ddprun: a signal, a closed output, or ddprun's own death.
 #include "launcher/job.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -23,9 +26,13 @@ namespace ddp {
 namespace launcher {
 namespace {
 
-// Every signal whose default action would end ddprun and that can be caught. Each one ends the job first.
+// Every signal whose default action would end ddprun and that can be caught. Each one ends the job first,
+// except kDumpSignal.
 constexpr int kStopSignals[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, SIGUSR2,
                                 SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGXFSZ};
+// Passed on to the job instead (mpirun forwards it to every rank's wrapper, the wrapper to its program): each
+// rank prints its flight recorder and goes on.
+constexpr int kDumpSignal = SIGUSR2;
 
 long long realtime_ns() {
   timespec now{};
@@ -203,10 +210,17 @@ void drain(LineRelay& r, FailureTracker* tracker, Output* output) {
   r.pending.erase(0, start);
 }
 
-void handle_signals(int signal_pipe_read, JobStopper* stopper) {
+void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, Output* output) {
   unsigned char sigs[64];
   for (ssize_t n; (n = ::read(signal_pipe_read, sigs, sizeof sigs)) > 0;) {
-    for (ssize_t i = 0; i < n; ++i) stopper->on_signal(sigs[i]);
+    for (ssize_t i = 0; i < n; ++i) {
+      if (sigs[i] == kDumpSignal) {
+        output->write(STDERR_FILENO, "ddprun: SIGUSR2: every rank prints its flight recorder; the job goes on\n");
+        ::kill(mpirun, kDumpSignal);
+      } else {
+        stopper->on_signal(sigs[i]);
+      }
+    }
   }
 }
 
@@ -283,7 +297,7 @@ JobResult run_job(const std::vector<std::string>& argv) {
     if (::poll(fds, n, stopper.poll_timeout_ms(piping ? -1 : 100)) < 0 && errno != EINTR) {
       throw Error(std::string("ddprun: poll failed: ") + std::strerror(errno));
     }
-    if (fds[0].revents & POLLIN) handle_signals(signal_pipe[0], &stopper);
+    if (fds[0].revents & POLLIN) handle_signals(signal_pipe[0], &stopper, child, &output);
     for (nfds_t i = 1; i < n; ++i) {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*which[i], &tracker, &output);
     }
@@ -428,6 +442,10 @@ void forward_to_program(int sig) {
   if (g_program > 0) ::kill(static_cast<pid_t>(g_program), sig);
 }
 
+void forward_dump_to_program(int sig) {
+  if (g_program > 0) ::kill(static_cast<pid_t>(g_program), sig);
+}
+
 }  // namespace
 
 int run_rank_wrapper(const std::vector<std::string>& program) {
@@ -453,6 +471,11 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
+  struct sigaction dump {};
+  dump.sa_handler = forward_dump_to_program;
+  sigemptyset(&dump.sa_mask);
+  dump.sa_flags = SA_RESTART;
+  ::sigaction(kDumpSignal, &dump, nullptr);
   const pid_t parent = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
@@ -465,6 +488,7 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
     if (::getppid() != parent) ::_exit(1);
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
+    ::signal(kDumpSignal, SIG_DFL);
     ::execvp(args[0], args.data());
     write_all(STDERR_FILENO, std::string("ddprun: cannot run ") + args[0] + ": " + std::strerror(errno) + "\n");
     ::_exit(127);
@@ -485,6 +509,88 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
     write_all(STDERR_FILENO, exit_marker(marker) + "\n");
   }
   return code;
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::string text;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buffer[4096];
+    size_t n;
+    while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
+    std::fclose(f);
+  }
+  return text;
+}
+
+// A ddprun that runs a job: its name is ddprun and it is neither a rank's wrapper nor a --dump like us.
+bool runs_a_job(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::string comm = read_text(dir + "/comm");
+  if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  if (comm != "ddprun") return false;
+  std::string cmdline = read_text(dir + "/cmdline");
+  std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+  return cmdline.find(std::string(" ") + kRankWrapperFlag) == std::string::npos &&
+         cmdline.find(" --dump") == std::string::npos;
+}
+
+std::vector<pid_t> running_jobs() {
+  std::vector<pid_t> jobs;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return jobs;
+  while (const dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || pid == ::getpid()) continue;
+    struct stat info {};
+    if (::stat(("/proc/" + std::string(entry->d_name)).c_str(), &info) != 0 || info.st_uid != ::getuid()) continue;
+    if (runs_a_job(static_cast<pid_t>(pid))) jobs.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return jobs;
+}
+
+}  // namespace
+
+int dump_job(const std::vector<std::string>& args) {
+  if (args.size() > 1) {
+    std::fprintf(stderr, "ddprun: error: --dump takes at most one pid: ddprun --dump [PID]\n");
+    return 2;
+  }
+  pid_t pid = 0;
+  if (args.size() == 1) {
+    char* end = nullptr;
+    const long value = std::strtol(args[0].c_str(), &end, 10);
+    if (end == args[0].c_str() || *end != '\0' || value <= 0) {
+      std::fprintf(stderr, "ddprun: error: --dump %s: not a pid (ddprun --dump [PID])\n", args[0].c_str());
+      return 2;
+    }
+    pid = static_cast<pid_t>(value);
+    if (!runs_a_job(pid)) {
+      std::fprintf(stderr, "ddprun: --dump %d: no ddprun running a job has this pid\n", static_cast<int>(pid));
+      return 1;
+    }
+  } else {
+    const std::vector<pid_t> jobs = running_jobs();
+    if (jobs.size() != 1) {
+      std::string list;
+      for (pid_t p : jobs) list += " " + std::to_string(p);
+      std::fprintf(stderr, "ddprun: --dump: %s; name one: ddprun --dump PID\n",
+                   jobs.empty() ? "no ddprun of yours is running a job"
+                                : ("several ddprun jobs of yours are running (pids" + list + ")").c_str());
+      return 1;
+    }
+    pid = jobs[0];
+  }
+  if (::kill(pid, kDumpSignal) != 0) {
+    std::fprintf(stderr, "ddprun: --dump: cannot signal %d: %s\n", static_cast<int>(pid), std::strerror(errno));
+    return 1;
+  }
+  std::fprintf(stderr, "ddprun: asked the job of ddprun %d for its flight recorders (SIGUSR2): each rank prints "
+               "its last collectives and its phase to that job's output\n", static_cast<int>(pid));
+  return 0;
 }
 
 }  // namespace launcher

@@ -26,10 +26,11 @@ struct JobResult {
 // the process cannot be started.
 // Exit markers of the rank wrappers are consumed here, not relayed.
 // No process of the job may outlive ddprun: the child runs in a process group of its own, and any signal that
-// would end ddprun (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1/2, SIGALRM, ...), or EPIPE on its output (SIGPIPE
+// would end ddprun (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGALRM, ...), or EPIPE on its output (SIGPIPE
 // is ignored), sends SIGTERM to that group, which mpirun answers by killing its ranks; SIGKILL follows after
 // kStopGraceMs or at a second signal. If ddprun itself is SIGKILLed, the child gets SIGTERM by
-// PR_SET_PDEATHSIG. run_job returns once the child has been reaped.
+// PR_SET_PDEATHSIG. SIGUSR2 goes to mpirun instead, which passes it to every rank (a dump of its flight
+// recorder; the job goes on). run_job returns once the child has been reaped.
 constexpr int kStopGraceMs = 5000;
 JobResult run_job(const std::vector<std::string>& argv);
 
@@ -42,11 +43,17 @@ std::vector<HostAnswer> probe_hosts(const std::vector<HostSlots>& hosts, const M
                                     const std::string& self, int timeout_ms = kProbeTimeoutMs);
 
 // The rank wrapper (ddprun --ddprun-rank-wrapper -- PROGRAM ARGS, started by mpirun on every rank): runs the
-// program as its child (which dies with the wrapper: PR_SET_PDEATHSIG), passes SIGINT/SIGTERM on, and when the
+// program as its child (which dies with the wrapper: PR_SET_PDEATHSIG), passes SIGINT/SIGTERM (and SIGUSR2) on, and when the
 // program ends with a non-zero status or a signal prints exit_marker(...) to stderr with the rank
 // (OMPI_COMM_WORLD_RANK), the time and whether it had been told to stop, then exits with the same status.
 // The wrapper itself dies (SIGKILL, PR_SET_PDEATHSIG) when mpirun dies without ending it.
 int run_rank_wrapper(const std::vector<std::string>& program);
+
+// ddprun --dump [PID]: sends SIGUSR2 to the ddprun whose pid is `pid`, or, without one, to the one ddprun of
+// this user that runs a job; that ddprun passes it to every rank, and each prints its flight recorder (its last
+// collectives and its phase) while the job goes on. Returns 0 once sent, 1 when there is no such job (or more
+// than one and no pid), with the reason on stderr.
+int dump_job(const std::vector<std::string>& args);
 
 }  // namespace launcher
 }  // namespace ddp

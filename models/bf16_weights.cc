@@ -8,6 +8,7 @@
 #include "ops/linear.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
+#include "runtime/core/phase.h"
 
 namespace ddp {
 namespace {
@@ -86,6 +87,7 @@ Tensor cast(const Tensor& x, DType dtype, const Stream& stream) {
 
 Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const Tensor& x, const Stream& stream,
                     DType logits_dtype) {
+  PhaseGuard phase(Phase::kForward);
   DDP_CHECK(logits_dtype == DType::kFloat32 || logits_dtype == DType::kBFloat16,
             std::string("forward_bf16: logits must be float32 or bfloat16, got ") + dtype_name(logits_dtype));
   Tensor h = cast(x, DType::kBFloat16, stream);

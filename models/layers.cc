@@ -6,6 +6,7 @@
 #include "ops/activation.h"
 #include "ops/linear.h"
 #include "runtime/core/check.h"
+#include "runtime/core/phase.h"
 
 namespace ddp {
 
@@ -53,6 +54,7 @@ void Sequential::add(std::shared_ptr<Module> module) {
 }
 
 Tensor Sequential::forward(const Tensor& x, const Stream& stream) {
+  PhaseGuard phase(Phase::kForward);
   Tensor h = x;
   const auto& kids = children();
   for (std::size_t i = 0; i < kids.size(); ++i) {

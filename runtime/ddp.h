@@ -19,6 +19,7 @@
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
 #include "runtime/core/graph.h"
+#include "runtime/core/phase.h"
 #include "runtime/core/stream.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/loader.h"

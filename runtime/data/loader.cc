@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/core/check.h"
+#include "runtime/core/phase.h"
 
 namespace ddp {
 namespace data {
@@ -142,6 +143,7 @@ void BatchLoader::produce() {
 }
 
 const Batch* BatchLoader::next() {
+  PhaseGuard phase(Phase::kData);
   std::unique_lock<std::mutex> lock(mutex_);
   if (held_ != nullptr) {
     held_->state = SlotState::kFree;

@@ -8,6 +8,7 @@
 #include "runtime/kernels/dispatch.h"
 #include "runtime/core/check.h"
 #include "runtime/core/graph.h"
+#include "runtime/core/phase.h"
 
 namespace ddp {
 namespace data {
@@ -89,6 +90,7 @@ int64_t ResidentDataset::check_batch(const Tensor& x, const Tensor& y) const {
 }
 
 void ResidentDataset::gather(int64_t begin, const Tensor& x, const Tensor& y, const Stream& stream) const {
+  PhaseGuard phase(Phase::kData);
   const int64_t n = check_batch(x, y);
   DDP_CHECK(begin >= 0 && begin + n <= order_size_,
             "ResidentDataset::gather: rows [" + std::to_string(begin) + ", " + std::to_string(begin + n) +
@@ -101,6 +103,7 @@ void ResidentDataset::gather(int64_t begin, const Tensor& x, const Tensor& y, co
 }
 
 void ResidentDataset::gather_next(const Tensor& x, const Tensor& y, const Stream& stream) {
+  PhaseGuard phase(Phase::kData);
   const int64_t n = check_batch(x, y);
   // The host's copy of the cursor moves when the gather runs: now, or at each replay of a graph capturing it.
   auto advance = [this, n] {

@@ -2,6 +2,7 @@
 
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
+#include "runtime/core/phase.h"
 #include "runtime/distributed/bf16_compression_hook.h"
 #include "runtime/distributed/parameter_check.h"
 
@@ -47,6 +48,7 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
 DistributedDataParallel::~DistributedDataParallel() { parameters_.clear_grad_ready_hooks(); }
 
 void DistributedDataParallel::backward(const Tensor& loss) {
+  PhaseGuard phase(Phase::kBackward);
   if (join_ != nullptr) {
     bool sync = reducer_->sync();
     try {

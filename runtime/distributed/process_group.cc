@@ -3,6 +3,9 @@
 #include <cstdlib>
 
 #include "runtime/core/check.h"
+#include "runtime/core/phase.h"
+#include "runtime/distributed/collective_check.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/process_group_mpi.h"
 #include "runtime/distributed/process_group_nccl.h"
 #include "runtime/distributed/world.h"
@@ -17,11 +20,26 @@ std::string CollectiveContext::text() const {
 
 std::string CollectiveDescription::text() const {
   std::string s = "rank " + std::to_string(rank) + "'s " + operation;
+  if (seq > 0) s += " #" + std::to_string(seq);
   if (count > 0) s += " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements";
   s += " (" + backend_name(backend) + ")";
   const std::string what_for = context.text();
   if (!what_for.empty()) s += " for " + what_for;
   return s;
+}
+
+CollectiveDescription ProcessGroup::issue(const char* collective, const CommBuffer& buffer, int root,
+                                          std::optional<ReduceOp> reduce) const {
+  CollectiveDescription d{collective, 0, buffer.count, buffer.dtype, backend(), rank(), context_};
+  const std::int64_t step = context_.bucket >= 0 ? context_.backward : current_step();
+  d.seq = record_collective_issued(collective, buffer.count, buffer.dtype, context_.bucket, context_.buckets, step);
+  if (collective_check_enabled()) {
+    const std::string difference = check_collective(CollectiveFingerprint(
+        d.seq, collective, buffer.count, buffer.dtype, root, reduce ? static_cast<int>(*reduce) : -1,
+        context_.bucket, context_.buckets, step));
+    if (!difference.empty()) throw CollectiveError(difference, rank());
+  }
+  return d;
 }
 
 Backend parse_backend(const std::string& text) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runtime/kernels/kernels.h"
@@ -50,10 +51,11 @@ struct CollectiveContext {
 
 enum class Backend { kNccl, kMpi };
 
-// A collective as errors and the watchdog name it: "rank 1's ncclAllReduce of 4096 float32 elements (nccl) for
-// bucket 0 of 2 (16 KiB) in backward 3".
+// A collective as errors and the watchdog name it: "rank 1's ncclAllReduce #7 of 4096 float32 elements (nccl)
+// for bucket 0 of 2 (16 KiB) in backward 3". `seq` is its number in the flight recorder (flight_recorder.h).
 struct CollectiveDescription {
   const char* operation = "";  // a string literal
+  std::int64_t seq = 0;
   std::int64_t count = 0;
   DType dtype = DType::kFloat32;
   Backend backend = Backend::kNccl;
@@ -133,9 +135,12 @@ class ProcessGroup {
   const CollectiveContext& context() const { return context_; }
 
  protected:
-  CollectiveDescription describe(const char* collective, const CommBuffer& buffer) const {
-    return CollectiveDescription{collective, buffer.count, buffer.dtype, backend(), rank(), context_};
-  }
+  // Every collective starts here, on the calling thread, before it is queued: it gets its sequence number in
+  // the flight recorder, and under DDP_DEBUG=collectives the ranks compare it first (a difference throws a
+  // CollectiveError on every rank, naming both sides). `root` (broadcasts) and `reduce` (reductions) take
+  // part in the comparison.
+  CollectiveDescription issue(const char* collective, const CommBuffer& buffer, int root = -1,
+                              std::optional<ReduceOp> reduce = std::nullopt) const;
 
  private:
   CollectiveContext context_;

@@ -11,6 +11,7 @@
 #include "runtime/core/bfloat16.h"
 #include "runtime/core/check.h"
 #include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/kernels/kernels.h"
 
 namespace ddp {
@@ -253,6 +254,7 @@ std::shared_ptr<Work> ProcessGroupMpi::enqueue(const CollectiveDescription& what
     } catch (const std::exception& e) {
       error = std::make_exception_ptr(Error(what.text() + " failed: " + e.what()));
     }
+    record_collective_completed(what.seq);
     work->finish(error, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   };
   {
@@ -282,7 +284,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp 
   // With a CUDA-aware MPI the sum lands in device memory, and the division follows it there.
   const bool device_average = b.device.is_cuda() && cuda_aware_;
   const int size = size_;
-  return enqueue(describe("MPI_Allreduce", b), stream, [=](Staging& staging) {
+  return enqueue(issue("MPI_Allreduce", b, -1, op), stream, [=](Staging& staging) {
     void* data = b.data;
     if (stage) {
       data = staging.reserve(b.bytes());
@@ -300,7 +302,7 @@ std::shared_ptr<Work> ProcessGroupMpi::broadcast(const CommBuffer& b, int root, 
   DDP_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " is not a rank");
   if (size_ == 1) return std::make_shared<CompletedWork>();
   const bool stage = b.device.is_cuda() && !mpi_takes_device_pointers_;
-  return enqueue(describe("MPI_Bcast", b), stream, [=](Staging& staging) {
+  return enqueue(issue("MPI_Bcast", b, root), stream, [=](Staging& staging) {
     void* data = b.data;
     if (stage) {
       data = staging.reserve(b.bytes());
@@ -317,7 +319,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_gather(const CommBuffer& in, const Co
   DDP_CHECK(out.count == in.count * size_ && out.dtype == in.dtype,
             "all_gather: output must hold size() * input.count elements of the input's type");
   const bool stage = in.device.is_cuda() && !mpi_takes_device_pointers_;
-  return enqueue(describe("MPI_Allgather", in), stream, [=](Staging& staging) {
+  return enqueue(issue("MPI_Allgather", in), stream, [=](Staging& staging) {
     staging.on_host(stage, in, out, [&](const void* send, void* recv) {
       DDP_MPI_CHECK(MPI_Allgather(send, count, mpi_type(in.dtype), recv, count, mpi_type(in.dtype), comm_));
     });
@@ -332,7 +334,7 @@ std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, cons
   const bool stage = in.device.is_cuda() && !mpi_takes_device_pointers_;
   const bool device_average = in.device.is_cuda() && cuda_aware_;
   const int size = size_;
-  return enqueue(describe("MPI_Reduce_scatter_block", out), stream, [=](Staging& staging) {
+  return enqueue(issue("MPI_Reduce_scatter_block", out, -1, op), stream, [=](Staging& staging) {
     staging.on_host(stage, in, out, [&](const void* send, void* recv) {
       DDP_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, count, mpi_type(in.dtype), mpi_op(op, in.dtype), comm_));
       if (op == ReduceOp::kAverage && !device_average) kernels::cpu::divide(out.dtype, recv, out.count, size, nullptr);
@@ -343,7 +345,7 @@ std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, cons
 
 std::shared_ptr<Work> ProcessGroupMpi::barrier() {
   if (size_ == 1) return std::make_shared<CompletedWork>();
-  auto work = enqueue(describe("MPI_Barrier", CommBuffer{}), Stream(), [this](Staging&) { DDP_MPI_CHECK(MPI_Barrier(comm_)); });
+  auto work = enqueue(issue("MPI_Barrier", CommBuffer{}), Stream(), [this](Staging&) { DDP_MPI_CHECK(MPI_Barrier(comm_)); });
   work->synchronize();
   return work;
 }

@@ -8,6 +8,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/core/graph.h"
 
 namespace ddp {
@@ -166,14 +167,18 @@ std::shared_ptr<Work> ProcessGroupNccl::run(const Stream& stream, const Collecti
   done->record(comm_stream_);
   const bool captured = is_capturing(comm_stream_);
   auto work = std::make_shared<NcclWork>(communicator, std::move(start), std::move(done), what, captured);
-  if (!captured) watchdog_->watch(work, what);  // nothing to poll in a graph node (see NcclWork)
+  if (captured) {
+    record_collective_completed(what.seq);  // for the host it is done (see NcclWork); replays are not recorded
+  } else {
+    watchdog_->watch(work, what);  // nothing to poll in a graph node
+  }
   return work;
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::all_reduce(const CommBuffer& b, ReduceOp op, const Stream& stream) {
   check_buffer(b, "all_reduce");
   if (size() == 1) return std::make_shared<CompletedWork>();
-  return run(stream, describe("ncclAllReduce", b), [&] {
+  return run(stream, issue("ncclAllReduce", b, -1, op), [&] {
     DDP_NCCL_CALL(&comm(), ncclAllReduce(b.data, b.data, b.count, nccl_type(b.dtype), nccl_op(op), comm().handle(),
                                         comm_stream_.handle()));
   });
@@ -183,7 +188,7 @@ std::shared_ptr<Work> ProcessGroupNccl::broadcast(const CommBuffer& b, int root,
   check_buffer(b, "broadcast");
   DDP_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) + " is not a rank");
   if (size() == 1) return std::make_shared<CompletedWork>();
-  return run(stream, describe("ncclBroadcast", b), [&] {
+  return run(stream, issue("ncclBroadcast", b, root), [&] {
     DDP_NCCL_CALL(&comm(), ncclBroadcast(b.data, b.data, b.count, nccl_type(b.dtype), root, comm().handle(),
                                         comm_stream_.handle()));
   });
@@ -195,7 +200,7 @@ std::shared_ptr<Work> ProcessGroupNccl::all_gather(const CommBuffer& in, const C
   check_buffer(out, "all_gather");
   DDP_CHECK(out.count == in.count * size() && out.dtype == in.dtype,
             "all_gather: output must hold size() * input.count elements of the input's type");
-  return run(stream, describe("ncclAllGather", in), [&] {
+  return run(stream, issue("ncclAllGather", in), [&] {
     DDP_NCCL_CALL(&comm(), ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm().handle(),
                                         comm_stream_.handle()));
   });
@@ -207,7 +212,7 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
   check_buffer(out, "reduce_scatter");
   DDP_CHECK(in.count == out.count * size() && out.dtype == in.dtype,
             "reduce_scatter: input must hold size() * output.count elements of the output's type");
-  return run(stream, describe("ncclReduceScatter", out), [&] {
+  return run(stream, issue("ncclReduceScatter", out, -1, op), [&] {
     DDP_NCCL_CALL(&comm(), ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.dtype), nccl_op(op),
                                             comm().handle(), comm_stream_.handle()));
   });
@@ -216,7 +221,7 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
 std::shared_ptr<Work> ProcessGroupNccl::barrier() {
   if (size_ == 1) return std::make_shared<CompletedWork>();
   // NCCL has no barrier: a one-element all-reduce that every rank must join is one.
-  auto work = run(comm_stream_, describe("barrier", CommBuffer{barrier_buffer_, 1, DType::kFloat32, device_}), [&] {
+  auto work = run(comm_stream_, issue("barrier", CommBuffer{barrier_buffer_, 1, DType::kFloat32, device_}), [&] {
     DDP_NCCL_CALL(&comm(), ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum,
                                         comm().handle(), comm_stream_.handle()));
   });

@@ -3,6 +3,7 @@
 #include "runtime/core/check.h"
 #include "runtime/core/graph.h"
 #include "runtime/kernels/dispatch.h"
+#include "runtime/core/phase.h"
 
 namespace ddp {
 
@@ -60,6 +61,7 @@ void Reducer::prepare_for_backward() {
   if (compute_.device().is_cuda()) backward_begin_.record(compute_);
   in_backward_ = true;
   ++steps_;
+  set_current_step(steps_);
 }
 
 CommBuffer Reducer::bucket_view(std::size_t bucket) const {
@@ -107,6 +109,7 @@ void Reducer::launch(std::size_t bucket) {
     const bool average_here = options_.average && contributors_ == group_.size();
     works_[bucket] = group_.all_reduce(view, average_here ? ReduceOp::kAverage : ReduceOp::kSum, compute_);
   }
+  group_.set_context(CollectiveContext{});  // what comes next is no bucket's
 }
 
 void Reducer::finalize() {
@@ -131,6 +134,8 @@ void Reducer::finalize() {
                                        : 1.0f / static_cast<float>(contributors_);
   }
   for (std::size_t b = 0; b < works_.size(); ++b) {
+    // Never issued: the error that stopped it is on its way to the caller, and there is nothing to wait for.
+    DDP_CHECK(works_[b] != nullptr, "bucket " + std::to_string(b) + "'s all-reduce was never issued");
     works_[b]->wait(compute_);
     if (options_.hook != nullptr) options_.hook->finish(b, bucket_view(b), compute_);
     if (rescale != 1.0f) {

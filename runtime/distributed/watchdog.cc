@@ -6,22 +6,11 @@
 #include <cstdlib>
 
 #include "runtime/core/check.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/process_group.h"
+#include "runtime/distributed/side_channel.h"
 
 namespace ddp {
-
-double default_collective_timeout_s() {
-  if (const char* env = std::getenv("DDP_COLLECTIVE_TIMEOUT_S")) {
-    char* end = nullptr;
-    const double value = std::strtod(env, &end);
-    if (end == env || *end != '\0' || !(value > 0)) {
-      throw InvalidArgument(std::string("DDP_COLLECTIVE_TIMEOUT_S must be a positive number of seconds, got '") +
-                            env + "'");
-    }
-    return value;
-  }
-  return 300.0;
-}
 
 Watchdog::Watchdog(int rank, double timeout_s, std::function<void()> abort,
                    std::function<std::string()> poll_error)
@@ -64,12 +53,15 @@ void Watchdog::loop() {
           }
           fail(it->what.text() + " failed: " + text);
         }
+        record_collective_completed(it->what.seq);
         it = entries_.erase(it);
         continue;
       }
       if (now > it->deadline) {
-        fail(it->what.text() + " did not complete within " + std::to_string(static_cast<int>(timeout_s_)) +
-             " s (DDP_COLLECTIVE_TIMEOUT_S); another rank has probably died or stalled before it");
+        end_job_after_timeout(rank_,
+                              it->what.text() + " did not complete within " +
+                                  std::to_string(static_cast<int>(timeout_s_)) + " s (DDP_COLLECTIVE_TIMEOUT_S)",
+                              abort_);
       }
       ++it;
     }

@@ -1,6 +1,8 @@
-// Every collective has a deadline. A watchdog thread per process group follows the collectives in flight; when
-// one outlives its deadline, or NCCL reports an asynchronous error, it aborts the communicators and ends the
-// job from this rank with a message naming the rank, the collective, and what it was doing (bucket, step).
+// Every collective has a deadline. A watchdog thread per process group follows the collectives in flight (and
+// tells the flight recorder when each completes). When one outlives its deadline, the lowest rank that answers
+// on the side channel asks every rank where it is and ends the job with one message saying which rank is behind,
+// where, and what the others wait in (side_channel.h); when NCCL reports an asynchronous error, the watchdog
+// aborts the communicators and ends the job from this rank with a message naming the rank and the collective.
 // Without it a dead or stalled peer leaves every other rank waiting forever.
 #pragma once
 
@@ -13,13 +15,10 @@
 #include <string>
 #include <thread>
 
+#include "runtime/distributed/collective_deadline.h"
 #include "runtime/distributed/process_group.h"
 
 namespace ddp {
-
-
-// The deadline of every collective: DDP_COLLECTIVE_TIMEOUT_S when set (seconds, > 0), else 300.
-double default_collective_timeout_s();
 
 class Watchdog {
  public:

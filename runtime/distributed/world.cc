@@ -13,7 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/phase.h"
+#include "runtime/distributed/collective_check.h"
+#include "runtime/distributed/collective_deadline.h"
+#include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/nccl_communicator.h"
+#include "runtime/distributed/side_channel.h"
 
 namespace ddp {
 namespace {
@@ -98,6 +103,9 @@ World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at
   int length = 0;
   DDP_MPI_CHECK(MPI_Get_processor_name(name, &length));
   node_name_.assign(name, length);
+  side_channel_ = SideChannel::start(comm_);
+  const std::string debug_error = start_collective_check(comm_);
+  if (!debug_error.empty()) throw CollectiveError(debug_error, rank_);
   startup_.mpi_s = seconds_since(mpi_start);
 
   const auto device_start = std::chrono::steady_clock::now();
@@ -179,8 +187,28 @@ World::~World() {
   // error and MPI_Abort the job. An error all ranks agreed on is finalised there too.
   if (std::uncaught_exceptions() > uncaught_at_start_) return;
   nccl_.reset();
+  side_channel_.reset();
+  stop_collective_check();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   if (owns_mpi_ && mpi_is_running()) MPI_Finalize();
+}
+
+void World::host_collective(const char* operation, int count, DType dtype,
+                            const std::function<int(MPI_Request*)>& start) const {
+  const std::int64_t step = current_step();
+  const std::int64_t seq = record_collective_issued(operation, count, dtype, -1, 0, step);
+  if (collective_check_enabled()) {
+    const std::string difference =
+        check_collective(CollectiveFingerprint(seq, operation, count, dtype, -1, -1, -1, 0, step));
+    if (!difference.empty()) throw CollectiveError(difference, rank_);
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  DDP_MPI_CHECK(start(&request));
+  wait_within_deadline(&request, [&] {
+    return "rank " + std::to_string(rank_) + "'s " + operation + " #" + std::to_string(seq) + " of " +
+           std::to_string(count) + " " + dtype_name(dtype) + " elements (host)";
+  });
+  record_collective_completed(seq);
 }
 
 double World::sum(double value) const {
@@ -189,18 +217,24 @@ double World::sum(double value) const {
 }
 
 void World::sum_in_place(double* values, int count) const {
-  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm_));
+  host_collective("World::sum", count, DType::kFloat64, [&](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm_, request);
+  });
 }
 
 double World::max(double value) const {
-  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm_));
+  host_collective("World::max", 1, DType::kFloat64, [&](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm_, request);
+  });
   return value;
 }
 
 void World::agree(const std::string& local_error, const std::string& what) const {
   int failed = local_error.empty() ? 0 : 1;
   int any_failed = 0;
-  DDP_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm_));
+  host_collective("World::agree", 1, DType::kInt32, [&](MPI_Request* request) {
+    return MPI_Iallreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm_, request);
+  });
   if (!any_failed) return;
 
   // Gather every rank's message so the report names each failing rank, not only ours.

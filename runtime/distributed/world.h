@@ -5,6 +5,10 @@
 // unique ID made on rank 0 and broadcast over MPI. Every step that can fail on one rank is agreed on by all
 // ranks, so a missing GPU on rank 3 ends ranks 0-2 with the same message instead of leaving them in a
 // collective. Started without mpirun, Open MPI's singleton mode gives a world of one.
+//
+// It also starts what explains a hang: the side channel over which ranks say where they are (side_channel.h)
+// and, under DDP_DEBUG=collectives, the comparison of every collective across ranks (collective_check.h). Its
+// own host collectives (agree, sum, max) are recorded in the flight recorder and have the collective deadline.
 #pragma once
 
 #include <mpi.h>
@@ -15,10 +19,12 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
 
 namespace ddp {
 
 class NcclCommunicator;
+class SideChannel;
 
 enum class DeviceRequest { kAuto, kCpu, kCuda };
 
@@ -93,6 +99,10 @@ class World {
  private:
   void bind_device(const WorldOptions& options);
   void create_nccl() const;
+  // Runs the host collective `start` issues (a nonblocking MPI call on comm_) as flight-recorder collective
+  // `operation` of `count` elements of `dtype`, under the collective deadline (and DDP_DEBUG's comparison).
+  void host_collective(const char* operation, int count, DType dtype,
+                       const std::function<int(MPI_Request*)>& start) const;
 
   int uncaught_at_start_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   bool owns_mpi_ = false;
@@ -107,6 +117,7 @@ class World {
   double nccl_init_timeout_s_ = 0;
   mutable std::unique_ptr<NcclCommunicator> nccl_;
   WorldStartup startup_;
+  std::unique_ptr<SideChannel> side_channel_;
 };
 
 // Runs `body`; an exception that escapes it is printed with the rank and ends the job on every rank

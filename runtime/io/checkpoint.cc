@@ -14,6 +14,7 @@
 #include <ctime>
 
 #include "runtime/core/check.h"
+#include "runtime/core/phase.h"
 
 namespace ddp {
 namespace io {
@@ -157,6 +158,7 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
 
 std::string save_checkpoint(const std::string& dir, const CheckpointMetadata& metadata,
                             const std::vector<TensorSource>& tensors, int keep_last) {
+  PhaseGuard phase(Phase::kCheckpoint);
   DDP_CHECK(keep_last >= 0, "keep_last must be non-negative, got " + std::to_string(keep_last));
   make_directories(dir);
   const std::string path = dir + "/" + checkpoint_file_name(metadata.step);
@@ -166,6 +168,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMetadata& me
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path) {
+  PhaseGuard phase(Phase::kCheckpoint);
   ReadOptions options;
   options.require_checksums = true;
   options.kind = "checkpoint";

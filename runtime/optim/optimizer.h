@@ -15,6 +15,7 @@
 
 #include "runtime/kernels/kernels.h"
 #include "runtime/autograd/parameter_store.h"
+#include "runtime/core/phase.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 
@@ -31,6 +32,7 @@ class Optimizer {
 
   // One update of every parameter from its current gradient: prepare_step, then apply_step.
   void step(const Stream& stream) {
+    PhaseGuard phase(Phase::kOptimizer);
     prepare_step(stream);
     apply_step(stream);
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A stalled collective ends every rank, within seconds of the deadline, with a message naming the rank, the
-# collective, the bucket and the step, and a non-zero exit.
+# collective, the bucket and the step, and the rank that is behind, and a non-zero exit. (hang_report_test.sh
+# covers a stall in each phase.)
 set -uo pipefail
 binary="$1"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
@@ -11,7 +12,9 @@ elapsed=$(( $(date +%s) - start ))
 echo "$out"
 echo "exit status $status after ${elapsed}s"
 [ "$status" -ne 0 ] || { echo "FAIL: the job exited 0"; exit 1; }
-grep -qE "rank [01]: fatal: rank [01]'s MPI_Allreduce of 4160 float32 elements \(mpi\) for bucket 0 of 1 \(16 KiB\) in backward 1 did not complete within 2 s" <<<"$out" \
+grep -qE "^error: rank [01]'s MPI_Allreduce #2 of 4160 float32 elements \(mpi\) for bucket 0 of 1 \(16 KiB\) in backward 1 did not complete within 2 s \(DDP_COLLECTIVE_TIMEOUT_S\); the job is ended. Where the ranks are:$" <<<"$out" \
   || { echo "FAIL: no watchdog message naming rank, collective, bucket and step"; exit 1; }
+grep -qE "^  rank 2 is behind: last collective #1 \(World::agree of 1 int32, step 0\), in user code for [0-9.]+ s; ranks 0,1 wait in #2 \(MPI_Allreduce of 4160 float32, bucket 0 of 1, step 1\)$" <<<"$out" \
+  || { echo "FAIL: the report does not say that rank 2 is behind and where"; exit 1; }
 [ "$elapsed" -lt 30 ] || { echo "FAIL: the job took ${elapsed}s to end after a 2 s deadline"; exit 1; }
 echo "stalled collective: job ended in ${elapsed}s"

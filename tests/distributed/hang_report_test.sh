@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# What a hung job says. Four ranks of hang_job (a small training job; see hang_job.cc), one of them made to hang:
+#   data | forward | backward | optimizer | checkpoint | evaluation | user
+#             the rank stalls in that phase (DDP_FAULT_STALL): the job must end within the collective timeout
+#             plus a few seconds, with one report naming that rank, its last collective, its phase and step, and
+#             what the others wait in (the collective after its last one); the evaluation case runs under ddprun,
+#             which must name the rank that is behind as the one that failed first;
+#   stopped   the rank stops itself (SIGSTOP): it is named as not answering;
+#   mismatch  under DDP_DEBUG=collectives a rank issues a broadcast where the others all-reduce: the job fails at
+#             once (long before the timeout) naming both sides;
+#   dump      `ddprun --dump PID` while the job runs: every rank prints its flight recorder, the job goes on.
+# Usage: hang_report_test.sh CASE HANG_JOB DDPRUN [ARGS...]  (ARGS go to hang_job, e.g. --device cuda; DDPRUN "-"
+# when there is none: the dump is then SIGUSR2 to mpirun, and the evaluation case runs under mpirun).
+# HANG_TIMEOUT_S sets the collective timeout (default 2 s; ranks that start slowly, as 4 ranks on one GPU, need
+# more, since the start-up's own agreements have the deadline too).
+set -uo pipefail
+case_name=$1
+job=$2
+ddprun=$3
+shift 3
+if [ -n "${TEST_SRCDIR:-}" ]; then
+  source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+else
+  source "$(cd "$(dirname "$0")" && pwd)/../../bazel/mpi_env.sh"
+fi
+timeout_s=${HANG_TIMEOUT_S:-2}
+export DDP_COLLECTIVE_TIMEOUT_S=$timeout_s DDP_FAULT_STALL= DDP_DEBUG=
+mpirun=(mpirun -np 4 --oversubscribe --bind-to none -x DDP_COLLECTIVE_TIMEOUT_S -x DDP_FAULT_STALL -x DDP_DEBUG)
+log="$session/output"
+job_args=(--checkpoint-dir "$session/checkpoints" "$@")
+
+fail() {
+  echo "FAIL ($case_name): $*"
+  exit 1
+}
+
+# Runs COMMAND..., each output line stamped with the time it arrived (so that the time from the stall to the
+# job's end can be measured); prints the output; sets `status`, `finished` (when it ended) and `out`.
+run() {
+  "$@" 2>&1 | while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$log"
+  status=${PIPESTATUS[0]}
+  finished=$EPOCHREALTIME
+  out=$(cut -d' ' -f2- "$log")
+  echo "$out"
+  echo "exit status $status"
+}
+
+# Seconds from the first line matching PATTERN to the job's end.
+seconds_since() {
+  local at
+  at=$(grep -m1 -E "$1" "$log" | cut -d' ' -f1)
+  [ -n "$at" ] || fail "no line matches '$1'"
+  awk -v a="$at" -v b="$finished" 'BEGIN { printf "%.1f", b - a }'
+}
+
+# The stall cases: RANK PHASE STEP and the report's expected line (an extended regular expression); the
+# collective the others wait in must be the one after the behind rank's last.
+expect_stall_report() {
+  local rank=$1 report=$2
+  out=$(sed -E 's/^\[rank [0-9]+\] //' <<<"$out")  # as ddprun prefixes them
+  [ "$status" -ne 0 ] || fail "the job exited 0"
+  [ "$(grep -c "Where the ranks are:" <<<"$out")" -eq 1 ] || fail "not exactly one report"
+  grep -qE "error: rank [0-9]'s .* did not complete within $timeout_s s \(DDP_COLLECTIVE_TIMEOUT_S\); the job is ended. Where the ranks are:" <<<"$out" ||
+    fail "no report header naming the collective that timed out"
+  local line
+  line=$(grep -E "^  $report" <<<"$out") || fail "no report line matching: $report"
+  if grep -q "is behind" <<<"$line"; then
+    local last waited stalled_for
+    last=$(sed -nE 's/.*last collective #([0-9]+).*/\1/p' <<<"$line")
+    waited=$(sed -nE 's/.* wait in #([0-9]+).*/\1/p' <<<"$line")
+    [ "$waited" -eq $((last + 1)) ] || fail "the others wait in #$waited, not in the collective after #$last"
+    stalled_for=$(sed -nE 's/.* for ([0-9.]+) s;.*/\1/p' <<<"$line")
+    awk -v s="$stalled_for" -v t="$timeout_s" 'BEGIN { exit !(s >= t - 0.5) }' || fail "rank $rank in its phase for only $stalled_for s"
+  fi
+  local took
+  took=$(seconds_since "rank $rank: fault injection")
+  echo "the job ended ${took} s after rank $rank stalled (timeout $timeout_s s)"
+  awk -v t="$took" -v limit="$timeout_s" 'BEGIN { exit !(t <= limit + 6) }' || fail "the job ended ${took} s after the stall"
+}
+
+# stall_case RANK:PHASE:STEP[:stop] REPORT [LAUNCHER...]: runs the job with that rank stalled (DDP_FAULT_STALL),
+# under mpirun or LAUNCHER, and expects REPORT.
+stall_case() {
+  local stall=$1 report=$2
+  shift 2
+  local launcher=("$@")
+  [ ${#launcher[@]} -gt 0 ] || launcher=("${mpirun[@]}")
+  DDP_FAULT_STALL=$stall run "${launcher[@]}" "$job" "${job_args[@]}"
+  expect_stall_report "${stall%%:*}" "$report"
+}
+
+n='[0-9]+'
+behind_from_agree="last collective #$n \(World::agree of 1 int32, step 2\)"
+bucket3_step3="last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 3\)"
+bucket0="wait in #$n \(MPI_Allreduce of $n float32, bucket 0 of 4, step 3\)"
+sum_step3="wait in #$n \(World::sum of 1 float64, step 3\)"
+case "$case_name" in
+  data) stall_case 2:data:2 "rank 2 is behind: $behind_from_agree, in data loading for [0-9.]+ s; ranks 0,1,3 $bucket0$" ;;
+  forward) stall_case 1:forward:2 "rank 1 is behind: $behind_from_agree, in forward for [0-9.]+ s; ranks 0,2,3 $bucket0$" ;;
+  backward) stall_case 3:backward:2 "rank 3 is behind: $behind_from_agree, in backward for [0-9.]+ s; ranks 0,1,2 $bucket0$" ;;
+  optimizer) stall_case 3:optimizer:3 "rank 3 is behind: $bucket3_step3, in optimizer step for [0-9.]+ s; ranks 0,1,2 $sum_step3$" ;;
+  checkpoint)
+    stall_case 0:checkpoint:2 "rank 0 is behind: last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 2\), in checkpoint I/O for [0-9.]+ s; ranks 1,2,3 wait in #$n \(World::agree of 1 int32, step 2\)$"
+    ;;
+  evaluation)
+    report="rank 1 is behind: $bucket3_step3, in evaluation for [0-9.]+ s; ranks 0,2,3 $sum_step3$"
+    if [ "$ddprun" = - ]; then
+      stall_case 1:evaluation:3 "$report"
+    else
+      stall_case 1:evaluation:3 "$report" "$ddprun" -np 4 --
+      grep -q "^ddprun: job failed (rank 1 first" <<<"$out" || fail "ddprun did not name rank 1 as the one that failed first"
+    fi
+    ;;
+  user) stall_case 3:user:3 "rank 3 is behind: $bucket3_step3, in user code for [0-9.]+ s; ranks 0,1,2 $sum_step3$" ;;
+  stopped)
+    stall_case 2:data:2:stop "rank 2 did not answer \(no answer within [0-9.]+ s: stopped, or stuck without its answering thread\); ranks 0,1,3 $bucket0$"
+    ;;
+  mismatch)
+    DDP_DEBUG=collectives DDP_COLLECTIVE_TIMEOUT_S=60 run "${mpirun[@]}" "$job" "${job_args[@]}" --mismatch 2:3
+    [ "$status" -ne 0 ] || fail "the job exited 0"
+    grep -qE "^error: collective #$n differs across ranks \(DDP_DEBUG=collectives\):$" <<<"$out" || fail "no mismatch error"
+    grep -qx "  rank 2: MPI_Bcast of 100 float32 elements (root 0), step 2" <<<"$out" || fail "rank 2's side is not named"
+    grep -qE "^  ranks 0,1,3: MPI_Allreduce of $n float32 elements \(average\), bucket 0 of 4, step 3$" <<<"$out" ||
+      fail "the other ranks' side is not named"
+    took=$(seconds_since "^[0-9.]+ step 2$")
+    echo "the job ended ${took} s after step 2 (timeout 60 s)"
+    awk -v t="$took" 'BEGIN { exit !(t <= 10) }' || fail "the mismatch took ${took} s to end the job"
+    ;;
+  dump)
+    # A job of about 4 s; the dump is asked for once it has taken a few steps.
+    if [ "$ddprun" = - ]; then
+      launcher=("${mpirun[@]}")
+    else
+      launcher=("$ddprun" -np 4 --)
+    fi
+    "${launcher[@]}" "$job" "${job_args[@]}" --steps 40 --step-ms 100 >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+      grep -q "step 3$" "$log" && break
+      sleep 0.1
+    done
+    grep -q "step 3$" "$log" || { cat "$log"; fail "the job did not get to step 3"; }
+    if [ "$ddprun" = - ]; then
+      kill -USR2 "$(pgrep -P $$ -x mpirun | head -1)" || fail "cannot signal mpirun"
+    else
+      "$ddprun" --dump "$pid" || fail "ddprun --dump $pid failed"
+    fi
+    wait "$pid"
+    status=$?
+    out=$(sed -E 's/^\[rank [0-9]+\] //' "$log")
+    echo "$out"
+    [ "$status" -eq 0 ] || fail "the job did not go on to succeed after the dump (exit status $status)"
+    grep -qx "done" <<<"$out" || fail "the job did not finish its steps"
+    for rank in 0 1 2 3; do
+      dumps=$(grep -cE "^rank $rank: flight recorder: in [a-z ]+ for [0-9.]+ s(, within [a-z ]+)*, step $n, pid $n on " <<<"$out")
+      [ "$dumps" -eq 1 ] || fail "rank $rank printed $dumps flight recorders, not one"
+      grep -qE "^rank $rank:   #$n MPI_Allreduce of $n float32, bucket [0-3] of 4, step $n: issued [0-9.]+ s ago, took [0-9.]+ ms$" <<<"$out" ||
+        fail "rank $rank's dump lists no completed bucket all-reduce"
+    done
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
+echo "PASS ($case_name)"
