@@ -183,6 +183,7 @@ std::shared_ptr<Work> ProcessGroupNccl::all_gather(const CommBuffer& in, const C
   check_buffer(out, "all_gather");
   DDP_CHECK(out.count == in.count * size() && out.dtype == in.dtype,
             "all_gather: output must hold size() * input.count elements of the input's type");
+  is_own_slice(in, out, rank(), "all_gather");  // NCCL itself takes the in-place form; refuse any other overlap
   return run(stream, describe("ncclAllGather", in), [&] {
     DDP_NCCL_CALL(&comm_, ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm_.handle(),
                                         comm_stream_.handle()));
@@ -195,6 +196,7 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
   check_buffer(out, "reduce_scatter");
   DDP_CHECK(in.count == out.count * size() && out.dtype == in.dtype,
             "reduce_scatter: input must hold size() * output.count elements of the output's type");
+  is_own_slice(out, in, rank(), "reduce_scatter");
   return run(stream, describe("ncclReduceScatter", out), [&] {
     DDP_NCCL_CALL(&comm_, ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.dtype), nccl_op(op),
                                             comm_.handle(), comm_stream_.handle()));

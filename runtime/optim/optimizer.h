@@ -6,15 +6,23 @@
 // the stream passed in, with no host synchronisation. State buffers are in the store's layout; an optimizer made
 // before the store is re-laid out (DistributedDataParallel does it) follows the new layout until its first step
 // and refuses, saying so, after it.
+//
+// Sharded (ZeRO stage 1): when the store carries an UpdateShard (DistributedDataParallel with
+// DdpOptions::shard_optimizer), the optimizer keeps state for this rank's spans of the flat buffers only and
+// runs its kernel over each of them, telling the shard after each (which hands the updated span to the other
+// ranks while the next one is updated), then waits for the other ranks' spans. The arithmetic per element is
+// the same as unsharded, so the parameters are the same bits given the same gradients.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "runtime/kernels/kernels.h"
 #include "runtime/autograd/parameter_store.h"
+#include "runtime/autograd/update_shard.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 
@@ -47,9 +55,16 @@ class Optimizer {
   // Updates done so far (PyTorch's `step` in the state).
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps) { steps_ = steps; }  // when resuming from a checkpoint
-  // Named flat state buffers (same layout as the store), for checkpoints.
+  // Named flat state buffers, for checkpoints: the spans state_spans() of the store's layout, packed in order.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
   ParameterStore& store() const { return store_; }
+  // The spans of the flat buffers this optimizer updates and keeps state for, in flat order; span k's state
+  // starts at the sum of the counts of spans 0..k-1. The whole buffer (one span) unless sharded. Follows a
+  // new layout of the store at the next prepare_step.
+  const std::vector<FlatSpan>& state_spans() const { return spans_; }
+  // The store's UpdateShard this optimizer's state is made for, or null (unsharded).
+  UpdateShard* shard() const { return shard_; }
+  bool sharded() const { return shard_ != nullptr; }
 
   // Mixed precision: every step() also writes bfloat16(updated parameters) into `copy`, a flat bfloat16
   // tensor laid out as the store (Bf16Weights::flat()), in the same pass over memory instead of a cast pass
@@ -62,8 +77,15 @@ class Optimizer {
   // that no step has touched yet is zero in any layout and is made again in the new one; state a step has
   // written cannot follow, and the call says how to order the construction instead. Called by prepare_step.
   void follow_store_layout(const Stream& stream);
-  // Allocates the state buffers, zero, in the store's current layout.
+  // Takes the store's current layout and shard: the spans to update, then make_state.
+  void adopt_store_layout(const Stream& stream);
+  // Allocates the state buffers, zero, for state_numel() elements.
   virtual void make_state(const Stream& stream) = 0;
+  std::int64_t state_numel() const;
+  // apply_step's loop: `update(span, state_offset)` queues the kernel over one owned span; sharded, the shard
+  // hears of each span as soon as it is queued and, after the last, the stream waits for the other ranks' spans
+  // (whose bf16 copy, if any, is then refreshed from the gathered parameters).
+  void update_spans(const Stream& stream, const std::function<void(const FlatSpan&, std::int64_t)>& update);
   template <typename Scalars>
   Scalars* device_scalars_as() const {
     static_assert(sizeof(Scalars) <= kDeviceScalarBytes, "the step's scalars must fit the device slot");
@@ -77,6 +99,9 @@ class Optimizer {
   double lr_ = 0.0;  // double, as PyTorch's hyperparameters
   std::int64_t steps_ = 0;
   std::int64_t layout_version_;  // the store's layout the state buffers are in
+  UpdateShard* shard_ = nullptr;
+  std::vector<FlatSpan> spans_;   // updated here, in flat order
+  std::vector<FlatSpan> others_;  // the rest of the flat buffer (sharded): updated by the other ranks
 };
 
 struct SgdOptions {
@@ -100,7 +125,7 @@ class Sgd : public Optimizer {
  private:
   void make_state(const Stream& stream) override;
   SgdOptions options_;
-  Tensor momentum_;  // [total] or undefined without momentum
+  Tensor momentum_;  // [state_numel()] or undefined without momentum
   kernels::SgdParams prepared_{};
 };
 
