@@ -12,17 +12,23 @@
 // and the test bounds what 6 steps make of that (kReorderedSumBound; observed here: at most 5e-8).
 //
 // Also: the state each rank keeps is ceil(total/N) elements per buffer, measured by the allocator's counters;
-// a world larger than the model, and sharding with gradient compression, end every rank with one message.
+// a checkpoint saved sharded is the unsharded run's file and resumes either way; a failed write on rank 0
+// leaves no rank waiting; a world larger than the model, and sharding with gradient compression, end every rank
+// with one message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "runtime/core/allocator.h"
 #include "runtime/ddp.h"
+#include "runtime/io/atomic_file.h"
+#include "runtime/training/training_checkpoint.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -121,6 +127,8 @@ class TrainingRun {
 
   const ParameterStore& store() const { return *model_.parameter_store(); }
   const Optimizer& optimizer() const { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  MLP& model() { return model_; }
   const std::vector<double>& norms() const { return norms_; }
 
  private:
@@ -248,6 +256,93 @@ TEST_F(ZeroTest, EachRankKeepsACeilingShareOfTheState) {
   const std::int64_t before_sgd = in_use();
   Sgd sgd(*model.parameter_store(), SgdOptions{0.1, 0.9, 0, 0, false}, stream_);
   EXPECT_EQ(in_use() - before_sgd, block(share)) << "SGD: the momentum buffer of " << share << " elements";
+}
+
+// A directory every rank knows: made by rank 0, its name broadcast.
+std::string shared_directory(const char* name) {
+  char path[4096] = {};
+  if (test_world().rank() == 0) {
+    const char* base = std::getenv("TEST_TMPDIR");
+    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/" + name + ".XXXXXX";
+    std::snprintf(path, sizeof path, "%s", pattern.c_str());
+    if (::mkdtemp(path) == nullptr) path[0] = '\0';
+  }
+  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, test_world().comm());
+  return path;
+}
+
+io::CheckpointMetadata metadata_at(int step) {
+  io::CheckpointMetadata m;
+  m.step = step;
+  m.world_size = test_world().size();
+  return m;
+}
+
+// A checkpoint saved sharded holds the state of the whole model: it is the unsharded run's file where the two
+// runs have the same bits (1 and 2 ranks), it loads into a sharded and an unsharded optimizer alike, and a
+// sharded run resumed from it takes the steps of the run that saved it, bit for bit.
+TEST_F(ZeroTest, ACheckpointSavedShardedResumesShardedAndUnsharded) {
+  const std::string dir = shared_directory("zero_ckpt");
+  ASSERT_FALSE(dir.empty());
+  const Recipe recipe{Kind::kAdamW, 0, false};
+  TrainingRun plain(recipe, false, *group_, stream_);
+  TrainingRun sharded(recipe, true, *group_, stream_);
+  for (int s = 0; s < 3; ++s) {
+    plain.step(s);
+    sharded.step(s);
+  }
+  std::string plain_path;
+  if (test_world().rank() == 0) {
+    plain_path = training::save_training_checkpoint(dir + "/plain", plain.model(), plain.optimizer(), metadata_at(3),
+                                                    stream_);
+  }
+  const std::string path = training::save_training_checkpoint(dir + "/sharded", sharded.model(), sharded.optimizer(),
+                                                              metadata_at(3), stream_);
+  EXPECT_EQ(path.empty(), test_world().rank() != 0) << "rank 0 writes, and only rank 0";
+  if (test_world().rank() == 0 && size_ <= 2) {
+    EXPECT_EQ(io::read_file(path), io::read_file(plain_path)) << "the sharded run's file differs from the unsharded";
+  }
+  MPI_Barrier(test_world().comm());  // the file is complete before any rank reads it
+
+  const io::LoadedCheckpoint loaded = io::load_checkpoint(dir + "/sharded/" + io::checkpoint_file_name(3));
+  TrainingRun resumed(recipe, true, *group_, stream_);
+  TrainingRun resumed_plain(recipe, false, *group_, stream_);
+  training::restore_training_checkpoint(loaded, resumed.model(), resumed.optimizer(), stream_);
+  training::restore_training_checkpoint(loaded, resumed_plain.model(), resumed_plain.optimizer(), stream_);
+  EXPECT_EQ(resumed.optimizer().steps(), 3);
+  EXPECT_EQ(largest_difference(resumed.parameters(), sharded.parameters()), 0.0);
+  for (std::size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(largest_difference(resumed.state(k), sharded.state(k)), 0.0) << "sharded state " << k;
+    EXPECT_EQ(largest_difference(resumed_plain.state(k), sharded.state(k)), 0.0) << "unsharded state " << k;
+  }
+  resumed.step(3);
+  sharded.step(3);
+  EXPECT_EQ(largest_difference(resumed.parameters(), sharded.parameters()), 0.0) << "the step after the resume";
+}
+
+// Rank 0 cannot write (the checkpoint directory is a file): it says why, the other ranks finish their part of
+// the gathers instead of waiting for ever, and no file appears.
+TEST_F(ZeroTest, AFailedWriteOnRankZeroLeavesNoRankWaiting) {
+  const std::string dir = shared_directory("zero_fail");
+  ASSERT_FALSE(dir.empty());
+  TrainingRun sharded({Kind::kSgd, 0, false}, true, *group_, stream_);
+  sharded.step(0);
+  const std::string not_a_directory = dir + "/file";
+  if (test_world().rank() == 0) io::write_file_atomically(not_a_directory, std::string("x"));
+  MPI_Barrier(test_world().comm());
+  std::string error;
+  try {
+    training::save_training_checkpoint(not_a_directory, sharded.model(), sharded.optimizer(), metadata_at(1), stream_);
+  } catch (const InvalidArgument& e) {
+    error = e.what();
+  }
+  if (test_world().rank() == 0) {
+    EXPECT_NE(error.find("exists but is not a directory"), std::string::npos) << error;
+  } else {
+    EXPECT_EQ(error, "");
+  }
+  // Every rank is back in step: the next collective completes.
+  sharded.step(1);
 }
 
 TEST_F(ZeroTest, AWorldLargerThanTheModelIsRefusedOnEveryRank) {
