@@ -6,7 +6,7 @@
 // Why bitwise: the optimizer's arithmetic per element is the same in both, and so are the averaged gradients
 // where the reduction is — every rank's gradient summed, then multiplied by 1/N. Sharded, a bucket is
 // reduce-scattered instead of all-reduced, and MPI adds the N per-rank terms in an order of its choosing, which
-// differs between MPI_Allreduce and MPI_Reduce_scatter_block (Open MPI picks different algorithms for them).
+// differs between MPI_Allreduce and MPI_Reduce_scatter (Open MPI picks different algorithms for them).
 // With 1 or 2 ranks there is one order (a + b = b + a): the test fails on any difference. With 3 or 4 ranks each
 // averaged gradient element may differ by the rounding of a regrouped sum of N terms, at most (N−1)·2⁻²⁴·Σ|g_r|/N,
 // and the test bounds what 6 steps make of that (kReorderedSumBound; observed here: at most 5e-8).
