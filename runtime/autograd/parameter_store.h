@@ -92,6 +92,8 @@ class ParameterStore {
   // optimizer made before re-makes its state for the shard at its first step.
   void set_update_shard(std::shared_ptr<UpdateShard> shard);
   UpdateShard* update_shard() const { return update_shard_.get(); }
+  // The same, shared: an optimizer keeps it for as long as its state is made for it.
+  const std::shared_ptr<UpdateShard>& shared_update_shard() const { return update_shard_; }
 
  private:
   struct HookList {

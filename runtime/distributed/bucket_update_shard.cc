@@ -41,7 +41,9 @@ BucketUpdateShard::~BucketUpdateShard() {
     } catch (...) {
     }
   }
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);  // an optimizer that outlived the World may hold the last reference
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
 }
 
 const std::vector<FlatSpan>& BucketUpdateShard::owned(int rank) const {

@@ -42,7 +42,7 @@ void Sgd::make_state(const Stream& stream) {
 }
 
 void Optimizer::adopt_store_layout(const Stream& stream) {
-  shard_ = store_.update_shard();
+  shard_ = store_.shared_update_shard();
   spans_.clear();
   others_.clear();
   if (shard_ == nullptr) {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,7 +64,7 @@ class Optimizer {
   // new layout of the store at the next prepare_step.
   const std::vector<FlatSpan>& state_spans() const { return spans_; }
   // The store's UpdateShard this optimizer's state is made for, or null (unsharded).
-  UpdateShard* shard() const { return shard_; }
+  UpdateShard* shard() const { return shard_.get(); }
   bool sharded() const { return shard_ != nullptr; }
 
   // Mixed precision: every step() also writes bfloat16(updated parameters) into `copy`, a flat bfloat16
@@ -99,7 +100,7 @@ class Optimizer {
   double lr_ = 0.0;  // double, as PyTorch's hyperparameters
   std::int64_t steps_ = 0;
   std::int64_t layout_version_;  // the store's layout the state buffers are in
-  UpdateShard* shard_ = nullptr;
+  std::shared_ptr<UpdateShard> shard_;  // kept alive with the state made for it
   std::vector<FlatSpan> spans_;   // updated here, in flat order
   std::vector<FlatSpan> others_;  // the rest of the flat buffer (sharded): updated by the other ranks
 };
