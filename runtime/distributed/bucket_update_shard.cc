@@ -55,6 +55,7 @@ void BucketUpdateShard::span_updated(std::size_t k, const Stream& stream) {
   DDP_ASSERT(k < plan_.buckets.size(), "span_updated: no bucket " + std::to_string(k));
   if (k == 0) {
     ++steps_;
+    stats_ = GatherStats{};  // a captured step leaves them untimed
     stats_pending_ = false;
   }
   const GradientBucket& bucket = plan_.buckets[k];
