@@ -64,6 +64,7 @@ struct Args {
   bool no_bias_epilogue = false;
   std::string optimizer = "sgd";
   bool recorder_ab = false;
+  bool shard_optimizer = false;
 };
 
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
@@ -147,6 +148,7 @@ int run(int argc, char** argv) {
   app.add_option("--precision", a.precision, "fp32 | tf32 | bf16")->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   app.add_option("--optimizer", a.optimizer, "sgd (momentum 0.9) | adamw")->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_flag("--ddp", a.ddp, "wrap the model in DistributedDataParallel (also at world size 1)");
+  app.add_flag("--shard-optimizer", a.shard_optimizer, "with --ddp: shard the optimizer state over the ranks (ZeRO 1)");
   app.add_flag("--graph", a.graph, "capture the whole step as a CUDA graph (falls back to eager when impossible)");
   app.add_option("--warmup", a.warmup);
   app.add_option("--iters", a.iters, "steps per repeat");
@@ -204,6 +206,7 @@ int run(int argc, char** argv) {
     DdpOptions options;
     options.bucket_cap_mb = a.bucket_mb;
     options.first_bucket_cap_mb = a.first_bucket_mb;
+    options.shard_optimizer = a.shard_optimizer;
     ddp = std::make_unique<DistributedDataParallel>(store, *group, world, stream, options);
   }
   // SGD with momentum by default; AdamW as train_mlp's recipe, with its scalars in device memory as train_mlp
@@ -261,7 +264,7 @@ int run(int argc, char** argv) {
   stream.synchronize();
 
   // DDP figures, from untimed eager steps (on the GPU each read waits for the step).
-  double backward_ms = 0, allreduce_ms = 0, exposed_ms = 0;
+  double backward_ms = 0, allreduce_ms = 0, exposed_ms = 0, allgather_ms = 0, exposed_allgather_ms = 0;
   int buckets = 0;
   if (ddp && a.stats_iters > 0) {
     Event b0 = cuda ? Event::create(device, true) : Event();
@@ -275,6 +278,9 @@ int run(int argc, char** argv) {
       allreduce_ms += s.allreduce_ms / a.stats_iters;
       exposed_ms += s.exposed_comm_ms / a.stats_iters;
       buckets = s.buckets;
+      const GatherStats& g = ddp->last_gather_stats();  // sharded: the parameters' all-gathers after the update
+      allgather_ms += g.gather_ms / a.stats_iters;
+      exposed_allgather_ms += g.exposed_ms / a.stats_iters;
     }
     stream.synchronize();
   }
@@ -365,6 +371,11 @@ int run(int argc, char** argv) {
   backward_ms = world.sum(backward_ms) / world.size();  // means over ranks
   allreduce_ms = world.sum(allreduce_ms) / world.size();
   exposed_ms = world.sum(exposed_ms) / world.size();
+  allgather_ms = world.sum(allgather_ms) / world.size();
+  exposed_allgather_ms = world.sum(exposed_allgather_ms) / world.size();
+  std::int64_t state_bytes = 0;  // this rank's optimizer state (sharded: its share)
+  for (const auto& entry : optimizer.state()) state_bytes += entry.second.numel() * 4;
+  const double state_bytes_max = world.max(static_cast<double>(state_bytes));
 
   if (rank == 0) {
     nlohmann::json j;
@@ -405,7 +416,13 @@ int run(int argc, char** argv) {
       j["exposed_comm_ms"] = exposed_ms;
       j["hidden_comm_fraction"] =
           allreduce_ms > 0 ? nlohmann::json(std::clamp(1.0 - exposed_ms / allreduce_ms, 0.0, 1.0)) : nlohmann::json(nullptr);
+      j["shard_optimizer"] = a.shard_optimizer;
+      if (a.shard_optimizer) {
+        j["allgather_ms"] = allgather_ms;
+        j["exposed_allgather_ms"] = exposed_allgather_ms;
+      }
     }
+    j["optimizer_state_bytes"] = static_cast<std::int64_t>(state_bytes_max);
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }

@@ -54,6 +54,7 @@ struct Flags {
   std::int64_t log_every = 50;
   std::uint64_t seed = 1;
   double max_final_ratio = 0.2;
+  bool shard_optimizer = false;
 };
 
 const char* const kUsage =
@@ -71,7 +72,8 @@ const char* const kUsage =
     "  --eval-size N            held-out samples, split over the ranks (default 4096)\n"
     "  --log-every N            rank 0 prints the loss every N steps (default 50)\n"
     "  --seed S                 model and data seed (default 1)\n"
-    "  --max-final-ratio R      fail unless final_mse < R * initial mse (default 0.2)\n";
+    "  --max-final-ratio R      fail unless final_mse < R * initial mse (default 0.2)\n"
+    "  --shard-optimizer        shard AdamW's state over the ranks (ZeRO stage 1)\n";
 
 std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t low, std::int64_t high) {
   char* end = nullptr;
@@ -131,6 +133,8 @@ Flags parse_flags(int argc, char** argv) {
       f.seed = static_cast<std::uint64_t>(parse_int(arg, value(), 0, INT64_MAX));
     } else if (arg == "--max-final-ratio") {
       f.max_final_ratio = parse_double(arg, value(), 0.0, 1e9);
+    } else if (arg == "--shard-optimizer") {
+      f.shard_optimizer = true;
     } else if (arg == "--help" || arg == "-h") {
       std::printf("%s", kUsage);
       std::exit(0);
@@ -345,7 +349,9 @@ int run(int argc, char** argv) {
   ResidualRegressor model(kFeatures, flags.hidden, flags.blocks, flags.seed, device, stream);
   auto group = ddp::make_process_group(world, device, backend);
   // DDP first: it re-lays the flat buffers in bucket order, and the optimizer's state follows that layout.
-  ddp::DistributedDataParallel ddp(model.flatten_parameters(stream), *group, world, stream);
+  ddp::DdpOptions ddp_options;
+  ddp_options.shard_optimizer = flags.shard_optimizer;  // the loop below is the same either way
+  ddp::DistributedDataParallel ddp(model.flatten_parameters(stream), *group, world, stream, ddp_options);
   ddp::ParameterStore& store = *model.parameter_store();
   ddp::AdamW optimizer(store, {.lr = flags.lr, .weight_decay = flags.weight_decay}, stream);
   ddp::CosineWithWarmup schedule(flags.lr, flags.warmup, flags.steps, /*min_lr=*/0.02 * flags.lr);

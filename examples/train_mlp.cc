@@ -69,6 +69,7 @@ struct Flags {
   double clip_grad_norm = 0;  // 0: no clipping
   int threads = 0;
   bool no_cuda_graph = false;
+  bool shard_optimizer = false;  // ZeRO stage 1: each rank keeps 1/N of the optimizer state
 };
 
 // Number checks whose messages say what is wrong in words (CLI11's own print its range bounds, ~300 digits for
@@ -154,6 +155,8 @@ Flags parse_flags(int argc, char** argv, int rank) {
       ->capture_default_str()
       ->check(kNonNegativeNumber);
   app.add_flag("--no-cuda-graph", f.no_cuda_graph, "run every step eagerly instead of replaying a CUDA graph");
+  app.add_flag("--shard-optimizer", f.shard_optimizer,
+               "shard the optimizer state over the ranks (ZeRO stage 1): reduce-scatter, update 1/N, all-gather");
   app.add_option("--threads", f.threads, "OpenBLAS threads per rank (0: cores / ranks on this node)")
       ->capture_default_str()->check(kNonNegativeInteger);
   try {
@@ -623,6 +626,7 @@ int train(int argc, char** argv) {
   ddp::DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = flags.bucket_mb;
   ddp_options.trace = trace.get();
+  ddp_options.shard_optimizer = flags.shard_optimizer;
   ddp::DistributedDataParallel ddp_model(mlp.flatten_parameters(stream), *group, world, stream, ddp_options);
 
   std::unique_ptr<ddp::Optimizer> optimizer;
@@ -680,6 +684,7 @@ int train(int argc, char** argv) {
     std::printf(", batch %lld per rank (%lld global), %lld steps per epoch, %s lr %g, %s", flags.batch_size,
                 flags.batch_size * world.size(), steps_per_epoch, flags.optimizer.c_str(), flags.lr,
                 flags.precision.c_str());
+    if (flags.shard_optimizer) std::printf(", optimizer state sharded over %d rank(s)", world.size());
     if (world.device().is_cuda()) std::printf(", CUDA graph %s", graph_off.empty() ? "on" : ("off: " + graph_off).c_str());
     std::printf("\n");
     std::fflush(stdout);
@@ -689,7 +694,7 @@ int train(int argc, char** argv) {
     if (flags.checkpoint_dir.empty()) return;
     const auto save_start = PhaseTimes::Clock::now();
     std::string error;
-    if (lead) {
+    if (lead || optimizer->sharded()) {  // sharded, every rank sends its part of the state to rank 0
       try {
         ddp::io::CheckpointMetadata m;
         m.step = step;

@@ -54,7 +54,7 @@ ParameterStore::ParameterStore(std::vector<std::pair<std::string, Tensor>> param
       for (const GradReadyHook& h : hooks->hooks) h(i);
     });
   }
-  build(checked_layout(std::move(layout), slots_.size()), stream, /*copy_grads=*/false);
+  build(checked_layout(std::move(layout), slots_.size()), {}, 0, stream, /*copy_grads=*/false);
   zero_grad(stream);
 }
 
@@ -73,15 +73,35 @@ std::vector<Tensor> ParameterStore::parameters() const {
   return out;
 }
 
-void ParameterStore::build(const std::vector<std::size_t>& layout, const Stream& stream, bool copy_grads) {
-  std::int64_t total = 0;
-  for (std::size_t i : layout) total = align_slot(total + slots_[i].numel);
+void ParameterStore::build(const std::vector<std::size_t>& layout, const std::vector<std::int64_t>& offsets,
+                           std::int64_t total, const Stream& stream, bool copy_grads) {
+  std::vector<std::int64_t> at(slots_.size(), 0);
+  if (offsets.empty()) {
+    total = 0;
+    for (std::size_t i : layout) {
+      at[i] = total;
+      total = align_slot(total + slots_[i].numel);
+    }
+  } else {
+    DDP_CHECK(offsets.size() == slots_.size(), "ParameterStore: " + std::to_string(offsets.size()) +
+                                                   " offsets for " + std::to_string(slots_.size()) + " parameters");
+    std::int64_t end = 0;
+    for (std::size_t i : layout) {
+      DDP_CHECK(offsets[i] >= end && offsets[i] % kSlotAlignment == 0,
+                "ParameterStore: parameter " + slots_[i].name + " at offset " + std::to_string(offsets[i]) +
+                    " overlaps the one before it (which ends at " + std::to_string(end) + ") or is not aligned");
+      end = offsets[i] + slots_[i].numel;
+    }
+    DDP_CHECK(total >= end, "ParameterStore: a total of " + std::to_string(total) + " elements is less than the " +
+                                std::to_string(end) + " the offsets need");
+    at = offsets;
+  }
   // Zeroed, so the padding between slots is zero in both buffers.
   Tensor params = Tensor::zeros({total}, DType::kFloat32, device_, stream);
   Tensor grads = Tensor::zeros({total}, DType::kFloat32, device_, stream);
-  std::int64_t offset = 0;
   for (std::size_t i : layout) {
     ParameterSlot& s = slots_[i];
+    const std::int64_t offset = at[i];
     Tensor pview = params.flat_slice(offset, s.shape);
     Tensor gview = grads.flat_slice(offset, s.shape);
     pview.copy_from(s.param, stream);
@@ -93,7 +113,6 @@ void ParameterStore::build(const std::vector<std::size_t>& layout, const Stream&
     s.param.autograd_meta().grad_valid = valid;
     s.grad = gview;
     s.offset = offset;
-    offset = align_slot(offset + s.numel);
   }
   total_ = total;
   layout_ = layout;
@@ -102,8 +121,14 @@ void ParameterStore::build(const std::vector<std::size_t>& layout, const Stream&
   flat_grads_ = grads;
 }
 
-void ParameterStore::relayout(std::vector<std::size_t> layout, const Stream& stream) {
-  build(checked_layout(std::move(layout), slots_.size()), stream, /*copy_grads=*/true);
+void ParameterStore::relayout(std::vector<std::size_t> layout, const Stream& stream,
+                              const std::vector<std::int64_t>& offsets, std::int64_t total) {
+  build(checked_layout(std::move(layout), slots_.size()), offsets, total, stream, /*copy_grads=*/true);
+}
+
+void ParameterStore::set_update_shard(std::shared_ptr<UpdateShard> shard) {
+  update_shard_ = std::move(shard);
+  ++layout_version_;
 }
 
 void ParameterStore::zero_grad(const Stream& stream) {

@@ -11,8 +11,9 @@
 // first multiple of kSlotAlignment after it, and so on (total_numel() includes that padding). Parameters and gradients use the same layout (slot(i).offset is valid in both).
 // The DDP reducer passes BucketPlan::layout_order() (reverse registration order, bucket by bucket), so
 // slot(i).offset equals BucketPlan::offsets[i] and each bucket is one contiguous slice of flat_grads().
-// relayout() changes the order later (values are preserved) and counts a new layout_version(), by which an
-// optimizer's state buffers know they are stale.
+// relayout() changes the order later (values are preserved), optionally with padding after some slots (the
+// sharded DDP pads each bucket to a multiple of the world size), and counts a new layout_version(), by which an
+// optimizer's state buffers know they are stale. set_update_shard() (see update_shard.h) counts one too.
 //
 // Grad-ready hooks: add_grad_ready_hook(fn) makes backward call fn(i) on the calling thread as soon as
 // parameter i's gradient is final for that backward (see runtime/autograd/autograd.h for the exact rule), once
@@ -27,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/autograd/update_shard.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 
@@ -74,19 +76,31 @@ class ParameterStore {
   const Tensor& flat_grads() const { return flat_grads_; }    // float32 [total_numel]
   std::vector<Tensor> parameters() const;                     // registration order
 
-  // Re-lays both buffers in `layout` order, preserving parameter values and gradients.
-  void relayout(std::vector<std::size_t> layout, const Stream& stream);
+  // Re-lays both buffers in `layout` order, preserving parameter values and gradients. Without `offsets` the
+  // slots are packed (each at the first aligned offset after the previous one); with them, slot i starts at
+  // offsets[i] (registration index; aligned, in `layout` order, not overlapping) and the buffers hold `total`
+  // elements, the gaps zero.
+  void relayout(std::vector<std::size_t> layout, const Stream& stream, const std::vector<std::int64_t>& offsets = {},
+                std::int64_t total = 0);
   // Zero-fills the flat gradient buffer (one kernel) and marks every gradient "to be overwritten".
   void zero_grad(const Stream& stream);
 
   void add_grad_ready_hook(GradReadyHook hook);
   void clear_grad_ready_hooks();
 
+  // The part of the update this process owns (null: all of it). Setting it counts a new layout_version(): an
+  // optimizer made before re-makes its state for the shard at its first step.
+  void set_update_shard(std::shared_ptr<UpdateShard> shard);
+  UpdateShard* update_shard() const { return update_shard_.get(); }
+  // The same, shared: an optimizer keeps it for as long as its state is made for it.
+  const std::shared_ptr<UpdateShard>& shared_update_shard() const { return update_shard_; }
+
  private:
   struct HookList {
     std::vector<GradReadyHook> hooks;
   };
-  void build(const std::vector<std::size_t>& layout, const Stream& stream, bool copy_grads);
+  void build(const std::vector<std::size_t>& layout, const std::vector<std::int64_t>& offsets, std::int64_t total,
+             const Stream& stream, bool copy_grads);
 
   Device device_;
   std::vector<ParameterSlot> slots_;
@@ -96,6 +110,7 @@ class ParameterStore {
   Tensor flat_params_;
   Tensor flat_grads_;
   std::shared_ptr<HookList> hooks_;  // shared with the per-tensor hooks, emptied when the store goes away
+  std::shared_ptr<UpdateShard> update_shard_;
 };
 
 }  // namespace ddp

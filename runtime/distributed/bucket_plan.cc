@@ -23,12 +23,23 @@ std::vector<std::size_t> BucketPlan::layout_order() const {
   return order;
 }
 
+FlatSpan BucketPlan::shard_of(std::size_t bucket, int rank) const {
+  DDP_ASSERT(bucket < buckets.size() && rank >= 0 && rank < shards, "shard_of: no such bucket or rank");
+  const GradientBucket& b = buckets[bucket];
+  const std::int64_t count = b.count / shards;
+  return {b.offset + rank * count, count};
+}
+
 BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const BucketOptions& options) {
   DDP_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0,
             "bucket caps must be positive (got " + std::to_string(options.bucket_cap_mb) + " MB and " +
                 std::to_string(options.first_bucket_cap_mb) + " MB)");
+  DDP_CHECK(options.shards >= 1, "a bucket plan needs at least one shard, got " + std::to_string(options.shards));
   const double mb = 1024.0 * 1024.0;
+  // Sharded, a bucket ends at a multiple of this, so every rank's slice is whole aligned slots' worth.
+  const std::int64_t bucket_multiple = kSlotAlignment * options.shards;
   BucketPlan plan;
+  plan.shards = options.shards;
   plan.offsets.assign(parameters.size(), 0);
   plan.bucket_of.assign(parameters.size(), 0);
   GradientBucket current;
@@ -36,6 +47,7 @@ BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const Buck
   auto cap = [&] { return (plan.buckets.empty() ? options.first_bucket_cap_mb : options.bucket_cap_mb) * mb; };
   auto close = [&] {
     if (current.parameters.empty()) return;
+    plan.total = (plan.total + bucket_multiple - 1) / bucket_multiple * bucket_multiple;
     current.count = plan.total - current.offset;
     plan.buckets.push_back(current);
     current = GradientBucket{};

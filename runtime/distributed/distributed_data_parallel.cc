@@ -4,12 +4,29 @@
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
 #include "runtime/distributed/bf16_compression_hook.h"
+#include "runtime/distributed/bucket_update_shard.h"
 #include "runtime/distributed/parameter_check.h"
 
 namespace ddp {
 namespace {
 
 CommBuffer whole(const Tensor& t) { return CommBuffer{t.data_ptr(), t.numel(), t.dtype(), t.device()}; }
+
+// Why the optimizer state cannot be sharded as asked, or "" (the same answer on every rank: the models match).
+std::string shard_refusal(const std::vector<ParameterSpec>& specs, const DdpOptions& options, int ranks) {
+  if (options.compression != GradientCompression::kNone) {
+    return "DdpOptions::shard_optimizer reduce-scatters float32 gradients and cannot be combined with gradient "
+           "compression: turn one of them off";
+  }
+  std::int64_t elements = 0;
+  for (const ParameterSpec& p : specs) elements += p.numel();
+  if (elements < ranks) {
+    return "the optimizer state of " + std::to_string(elements) + " parameter elements cannot be sharded over " +
+           std::to_string(ranks) + " ranks (each rank must own at least one): use at most " +
+           std::to_string(elements) + " ranks, or turn shard_optimizer off";
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -24,8 +41,10 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   // Before any collective that depends on the model: a mismatch ends every rank here, not in a hang later.
   verify_parameters_match(world, specs);
 
-  BucketPlan plan = plan_buckets(specs, BucketOptions{options.bucket_cap_mb, options.first_bucket_cap_mb});
-  parameters_.relayout(plan.layout_order(), compute_);
+  if (options.shard_optimizer) world.agree(shard_refusal(specs, options, group_.size()), "cannot shard the optimizer");
+  const int shards = options.shard_optimizer ? group_.size() : 1;
+  BucketPlan plan = plan_buckets(specs, BucketOptions{options.bucket_cap_mb, options.first_bucket_cap_mb, shards});
+  parameters_.relayout(plan.layout_order(), compute_, plan.offsets, plan.total);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     DDP_ASSERT(parameters_.slot(i).offset == plan.offsets[i], "parameter store layout differs from the bucket plan");
   }
@@ -35,6 +54,7 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
 
   ReducerOptions reducer_options;
   reducer_options.average = options.average;
+  reducer_options.shard = options.shard_optimizer;
   if (options.compression == GradientCompression::kBFloat16) {
     hook_ = std::make_unique<BFloat16CompressionHook>(whole(parameters_.flat_grads()), compute_);
     reducer_options.hook = hook_.get();
@@ -43,9 +63,22 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
                                        reducer_options);
   Reducer* reducer = reducer_.get();
   parameters_.add_grad_ready_hook([reducer](std::size_t index) { reducer->mark_ready(index); });
+  if (options.shard_optimizer) {
+    shard_ = std::make_shared<BucketUpdateShard>(group_, world, reducer_->plan(), whole(parameters_.flat_params()),
+                                                 compute_);
+    parameters_.set_update_shard(shard_);
+  }
 }
 
-DistributedDataParallel::~DistributedDataParallel() { parameters_.clear_grad_ready_hooks(); }
+DistributedDataParallel::~DistributedDataParallel() {
+  parameters_.clear_grad_ready_hooks();
+  if (shard_) parameters_.set_update_shard(nullptr);
+}
+
+const GatherStats& DistributedDataParallel::last_gather_stats() {
+  static const GatherStats kNone;
+  return shard_ ? shard_->last_stats() : kNone;
+}
 
 void DistributedDataParallel::backward(const Tensor& loss) {
   PhaseGuard phase(Phase::kBackward);
@@ -108,7 +141,8 @@ void DistributedDataParallel::trace_step(double begin_us) {
   for (std::size_t b = 0; b < stats.bucket_timings.size(); ++b) {
     const auto& t = stats.bucket_timings[b];
     if (t.start_ms < 0) continue;
-    trace.complete(comm, "allreduce", "comm", begin_us + t.start_ms * 1000.0, t.duration_ms * 1000.0,
+    trace.complete(comm, shard_ ? "reduce_scatter" : "allreduce", "comm", begin_us + t.start_ms * 1000.0,
+                   t.duration_ms * 1000.0,
                    {{"bucket", b}, {"bytes", t.bytes}, {"step", reducer_->steps()}});
   }
 }

@@ -11,6 +11,13 @@
 //
 // `no_sync()` accumulates gradients locally for gradient accumulation; the backward after the guard ends
 // all-reduces the sum. `join(loop)` runs a loop whose ranks have different numbers of batches (join.h).
+//
+// DdpOptions::shard_optimizer (ZeRO stage 1) shards the optimizer state over the ranks: each bucket is
+// reduce-scattered instead of all-reduced (rank r gets the average of its slice of every bucket), an optimizer
+// made on the store afterwards keeps state for those slices only and updates them alone, and the updated
+// parameters are all-gathered bucket by bucket while the optimizer works on the next one (see
+// bucket_update_shard.h). The user's loop is unchanged; the gradients outside this rank's slices are undefined
+// after backward (clip_grad_norm knows, and sums its norm over the ranks).
 #pragma once
 
 #include <functional>
@@ -25,6 +32,8 @@
 #include "runtime/io/trace.h"
 
 namespace ddp {
+
+class BucketUpdateShard;
 
 enum class GradientCompression { kNone, kBFloat16 };
 
@@ -45,6 +54,10 @@ struct DdpOptions {
   // When set, each backward adds a `backward` span (category compute) and one `allreduce` span per bucket
   // (category comm, with bucket index and bytes) to this recorder. Reading device timings waits for the step.
   io::TraceRecorder* trace = nullptr;
+  // ZeRO stage 1 (see the file comment): optimizer state of ceil(total/N) elements per buffer on each of N
+  // ranks, where total counts the flat buffer with each bucket padded to a multiple of 16·N elements. Not
+  // with gradient compression. Make the optimizer (and Bf16Weights) after this object.
+  bool shard_optimizer = false;
 };
 
 class DistributedDataParallel {
@@ -84,6 +97,9 @@ class DistributedDataParallel {
   const BucketPlan& plan() const { return reducer_->plan(); }
   // Timing of the last backward (see Reducer::last_stats: on a GPU the first call waits for that step).
   const ReducerStats& last_stats() { return reducer_->last_stats(); }
+  // Sharded: how much of the last step's parameter all-gathers the optimizer hid (see GatherStats).
+  const GatherStats& last_gather_stats();
+  bool shards_optimizer() const { return shard_ != nullptr; }
   ProcessGroup& group() { return group_; }
 
  private:
@@ -111,6 +127,7 @@ class DistributedDataParallel {
   const JoinOptions* join_ = nullptr;  // while join() runs
   std::unique_ptr<CommHook> hook_;
   std::unique_ptr<Reducer> reducer_;
+  std::shared_ptr<BucketUpdateShard> shard_;  // also held by the store while this object lives
 };
 
 }  // namespace ddp

@@ -15,7 +15,7 @@ namespace ddp {
 std::string CollectiveContext::text() const {
   if (bucket < 0) return "";
   return "bucket " + std::to_string(bucket) + " of " + std::to_string(buckets) + " (" + std::to_string(bytes >> 10) +
-         " KiB) in backward " + std::to_string(backward);
+         " KiB) in " + phase + " " + std::to_string(backward);
 }
 
 std::string CollectiveDescription::text() const {
@@ -55,6 +55,16 @@ Backend default_backend(const Device& device) {
     if (*env != '\0') return parse_backend(env);
   }
   return device.is_cuda() ? Backend::kNccl : Backend::kMpi;
+}
+
+bool is_own_slice(const CommBuffer& part, const CommBuffer& whole, int rank, const char* what) {
+  const auto* p = static_cast<const char*>(part.data);
+  const auto* w = static_cast<const char*>(whole.data);
+  if (p + part.bytes() <= w || w + whole.bytes() <= p) return false;
+  DDP_CHECK(p == w + static_cast<std::size_t>(rank) * part.bytes(),
+            std::string(what) + ": the buffers overlap, but not as rank " + std::to_string(rank) +
+                "'s slice of the larger one (the only overlap an in-place collective allows)");
+  return true;
 }
 
 std::unique_ptr<ProcessGroup> make_process_group(World& world, const Device& device, Backend backend) {

@@ -46,6 +46,9 @@ struct CollectiveContext {
   int buckets = 0;
   std::size_t bytes = 0;
   std::int64_t backward = 0;
+  // The phase the collective belongs to: a bucket's gradients in "backward" N, or (sharded optimizer) its
+  // updated parameters in "the optimizer step after backward" N.
+  const char* phase = "backward";  // a string literal
   std::string text() const;
 };
 
@@ -122,10 +125,14 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> all_reduce(const CommBuffer& buffer, ReduceOp op, const Stream& stream) = 0;
   // In place: every rank receives `root`'s buffer.
   virtual std::shared_ptr<Work> broadcast(const CommBuffer& buffer, int root, const Stream& stream) = 0;
-  // `output` holds size() * input.count elements, rank r's input at offset r * input.count.
+  // `output` holds size() * input.count elements, rank r's input at offset r * input.count. In place when
+  // `input` is rank r's slice of `output` (as NCCL allows); any other overlap is refused.
   virtual std::shared_ptr<Work> all_gather(const CommBuffer& input, const CommBuffer& output,
                                            const Stream& stream) = 0;
-  // `input` holds size() * output.count elements; rank r receives the reduction of every rank's slice r.
+  // `input` holds size() * output.count elements; rank r receives the reduction of every rank's slice r. In
+  // place when `output` is rank r's slice of `input` (the rest of `input` is then undefined afterwards); any
+  // other overlap is refused. Sizes that do not split evenly are padded by the caller (the sharded DDP pads
+  // each bucket to a multiple of the world size).
   virtual std::shared_ptr<Work> reduce_scatter(const CommBuffer& input, const CommBuffer& output, ReduceOp op,
                                                const Stream& stream) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
@@ -145,6 +152,11 @@ class ProcessGroup {
  private:
   CollectiveContext context_;
 };
+
+// How `part` (count elements) lies in `whole` (size·count elements of the same type) for an in-place
+// all_gather or reduce_scatter of rank `rank`: true when it is exactly slice `rank`, false when the two do not
+// overlap; any other overlap throws InvalidArgument naming `what`.
+bool is_own_slice(const CommBuffer& part, const CommBuffer& whole, int rank, const char* what);
 
 // The process group of `world` for buffers on `device` with `backend`. Throws InvalidArgument for NCCL on a
 // CPU device, or NCCL when the world was created without a communicator.

@@ -200,6 +200,8 @@ std::shared_ptr<Work> ProcessGroupNccl::all_gather(const CommBuffer& in, const C
   check_buffer(out, "all_gather");
   DDP_CHECK(out.count == in.count * size() && out.dtype == in.dtype,
             "all_gather: output must hold size() * input.count elements of the input's type");
+  is_own_slice(in, out, rank(), "all_gather");  // NCCL itself takes the in-place form; refuse any other overlap
+  if (size() == 1 && in.data == out.data) return std::make_shared<CompletedWork>();
   return run(stream, issue("ncclAllGather", in), [&] {
     DDP_NCCL_CALL(&comm(), ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm().handle(),
                                         comm_stream_.handle()));
@@ -212,6 +214,8 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
   check_buffer(out, "reduce_scatter");
   DDP_CHECK(in.count == out.count * size() && out.dtype == in.dtype,
             "reduce_scatter: input must hold size() * output.count elements of the output's type");
+  is_own_slice(out, in, rank(), "reduce_scatter");
+  if (size() == 1 && in.data == out.data) return std::make_shared<CompletedWork>();
   return run(stream, issue("ncclReduceScatter", out, -1, op), [&] {
     DDP_NCCL_CALL(&comm(), ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.dtype), nccl_op(op),
                                             comm().handle(), comm_stream_.handle()));

@@ -14,6 +14,9 @@ Reducer::Reducer(ProcessGroup& group, BucketPlan plan, CommBuffer gradients, con
   DDP_CHECK(gradients_.count == plan_.total, "the flat gradient buffer has " + std::to_string(gradients_.count) +
                                                  " elements, the bucket plan lays out " +
                                                  std::to_string(plan_.total));
+  DDP_CHECK(!options_.shard || (plan_.shards == group_.size() && options_.hook == nullptr),
+            "a sharded reducer needs a bucket plan for " + std::to_string(group_.size()) +
+                " shards (it has " + std::to_string(plan_.shards) + ") and no communication hook");
   pending_.assign(plan_.buckets.size(), 0);
   ready_.assign(plan_.offsets.size(), false);
   contributors_ = group_.size();
@@ -104,6 +107,12 @@ void Reducer::launch(std::size_t bucket) {
                                        steps_});
   if (options_.hook != nullptr) {
     works_[bucket] = options_.hook->start(group_, bucket, view, compute_);
+  } else if (options_.shard) {
+    const FlatSpan mine = plan_.shard_of(bucket, group_.rank());
+    CommBuffer slice = gradients_;
+    slice.data = static_cast<float*>(gradients_.data) + mine.offset;
+    slice.count = mine.count;
+    works_[bucket] = group_.reduce_scatter(view, slice, options_.average ? ReduceOp::kAverage : ReduceOp::kSum, compute_);
   } else {
     // Averaged over fewer ranks than the group: the sum here, divided in finalize.
     const bool average_here = options_.average && contributors_ == group_.size();

@@ -1,4 +1,5 @@
-// The gradient reducer: launches each bucket's all-reduce the moment its last gradient is final, while
+// The gradient reducer: launches each bucket's all-reduce (or, sharded, reduce-scatter) the moment its last
+// gradient is final, while
 // backward is still running, strictly in bucket order on every rank (so all ranks issue the same sequence of
 // collectives), and makes the compute stream wait for them before the optimizer — device-side on GPUs.
 //
@@ -33,6 +34,10 @@ struct ReducerOptions {
   bool average = true;
   // Replaces the default all-reduce (for example bfloat16 compression); the reducer does not own it.
   CommHook* hook = nullptr;
+  // ZeRO stage 1: each bucket is reduce-scattered (in place) instead of all-reduced, so that rank r holds the
+  // averaged gradients of its slice plan.shard_of(b, r) of every bucket and the rest of the buffer is left
+  // undefined. Needs a plan made with shards = the group's size; no hook.
+  bool shard = false;
 };
 
 // Per-step timing, in milliseconds. `exposed_comm_ms` is the time the compute stream (or thread) waited for
@@ -57,6 +62,14 @@ struct ReducerStats {
     std::size_t bytes = 0;
   };
   std::vector<BucketTiming> bucket_timings;
+};
+
+// Sharded optimizer (DdpOptions::shard_optimizer): how much of the last step's parameter all-gathers was hidden
+// under the optimizer, in milliseconds.
+struct GatherStats {
+  bool timed = false;     // false before the first sharded step and for steps captured into a CUDA graph
+  double gather_ms = 0;   // sum over buckets of each all-gather's own duration
+  double exposed_ms = 0;  // how long the compute stream (or thread) waited for them after the last update
 };
 
 class Reducer {

@@ -54,6 +54,19 @@ class TempFile {
       bytes -= static_cast<size_t>(n);
     }
   }
+  void write_at(size_t offset, const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw Error("writing " + name_ + " failed: " + errno_text());
+      }
+      p += n;
+      offset += static_cast<size_t>(n);
+      bytes -= static_cast<size_t>(n);
+    }
+  }
   void commit(const std::string& path) {
     if (::fsync(fd_) != 0) throw Error("fsync of " + name_ + " failed: " + errno_text());
     const int fd = fd_;
@@ -95,6 +108,15 @@ void write_file_atomically(const std::string& path, const std::function<void(con
   DDP_CHECK(!path.empty() && path.back() != '/', "write_file_atomically: '" + path + "' is not a file path");
   TempFile temp(path);
   write([&temp](const void* data, size_t bytes) { temp.write(data, bytes); });
+  temp.commit(path);
+}
+
+void write_file_atomically_rewriting(const std::string& path, const std::function<void(const FileWriter&)>& write) {
+  DDP_CHECK(!path.empty() && path.back() != '/', "write_file_atomically: '" + path + "' is not a file path");
+  TempFile temp(path);
+  const FileWriter writer{[&temp](const void* data, size_t bytes) { temp.write(data, bytes); },
+                          [&temp](size_t offset, const void* data, size_t bytes) { temp.write_at(offset, data, bytes); }};
+  write(writer);
   temp.commit(path);
 }
 

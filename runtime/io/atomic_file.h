@@ -17,11 +17,20 @@ namespace io {
 // Appends bytes to the file being written; throws ddp::Error on a failed write.
 using ByteSink = std::function<void(const void* data, size_t bytes)>;
 
+// A file being written: bytes appended in order, and bytes already appended replaced in place (a header whose
+// contents, such as checksums, are known only once the data after it has been written).
+struct FileWriter {
+  ByteSink append;
+  std::function<void(size_t offset, const void* data, size_t bytes)> overwrite;
+};
+
 // Calls `write` with a sink into a temporary file, then atomically replaces `path` with it. Throws
 // ddp::InvalidArgument naming the path when the directory is missing or not writable, ddp::Error on an I/O
 // failure; rethrows whatever `write` throws. In every failure case `path` keeps its old contents.
 void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& write);
 void write_file_atomically(const std::string& path, const std::string& contents);
+// The same with a writer that can also replace bytes it has written.
+void write_file_atomically_rewriting(const std::string& path, const std::function<void(const FileWriter&)>& write);
 
 // Throws what write_file_atomically(path, ...) would throw before writing anything (a missing or read-only
 // directory, a path that is a directory), by creating and removing a temporary file beside `path`. For checking

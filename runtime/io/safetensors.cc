@@ -50,9 +50,53 @@ std::string crc32_hex(const void* data, size_t bytes) {
   return text;
 }
 
-void write_safetensors(const ByteSink& sink, const std::vector<TensorSource>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The header text for `tensors` with the given checksums, padded so the data section starts 8-byte aligned (as
+// safetensors' own writer does). Checksums are 8 hex digits, so the length does not depend on their values.
+std::string header_text(const std::vector<TensorSource>& tensors, const std::vector<std::string>& crcs,
+                        const json& user_metadata) {
   json header = json::object();
+  json meta = user_metadata;
+  size_t offset = 0;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const TensorSource& t = tensors[k];
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
+    meta[kCrc32KeyPrefix + t.name] = crcs[k];
+    offset += t.bytes;
+  }
+  header["__metadata__"] = meta;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+// Appends a produced tensor's bytes, counting them and keeping their running CRC32.
+void write_produced(const FileWriter& file, const TensorSource& t, std::string* crc) {
+  uLong running = crc32_z(0L, Z_NULL, 0);
+  size_t written = 0;
+  t.produce([&](const void* data, size_t bytes) {
+    written += bytes;
+    if (written > t.bytes) {
+      throw InvalidArgument("safetensors: tensor " + t.name + ": the producer wrote more than its " +
+                            std::to_string(t.bytes) + " bytes");
+    }
+    running = crc32_z(running, static_cast<const Bytef*>(data), bytes);
+    file.append(data, bytes);
+  });
+  if (written != t.bytes) {
+    throw InvalidArgument("safetensors: tensor " + t.name + ": the producer wrote " + std::to_string(written) +
+                          " bytes of " + std::to_string(t.bytes));
+  }
+  char text[9];
+  std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(running & 0xffffffffUL));
+  *crc = text;
+}
+
+}  // namespace
+
+void write_safetensors(const FileWriter& file, const std::vector<TensorSource>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   json meta = json::object();
   for (const auto& [key, value] : metadata) {
     if (starts_with(key, kCrc32KeyPrefix)) {
@@ -61,7 +105,8 @@ void write_safetensors(const ByteSink& sink, const std::vector<TensorSource>& te
     meta[key] = value;
   }
   std::set<std::string> names;
-  size_t offset = 0;
+  std::vector<std::string> crcs;
+  bool produced = false;
   for (const TensorSource& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__") {
       throw InvalidArgument("safetensors: invalid tensor name '" + t.name + "'");
@@ -73,36 +118,45 @@ void write_safetensors(const ByteSink& sink, const std::vector<TensorSource>& te
       throw InvalidArgument("safetensors: tensor " + t.name + ": " + std::to_string(t.bytes) +
                             " bytes given for shape " + shape_str_compact(t.shape) + " of " + safetensors_dtype_name(t.dtype));
     }
-    if (t.bytes > 0 && t.data == nullptr) throw InvalidArgument("safetensors: tensor " + t.name + ": no data");
-    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
-    meta[kCrc32KeyPrefix + t.name] = crc32_hex(t.data, t.bytes);
-    offset += t.bytes;
+    const bool lazy = t.data == nullptr && t.bytes > 0;
+    if (lazy && !t.produce) throw InvalidArgument("safetensors: tensor " + t.name + ": no data");
+    produced = produced || lazy;
+    crcs.push_back(lazy ? std::string(8, '0') : crc32_hex(t.data, t.bytes));  // a placeholder until produced
   }
-  header["__metadata__"] = meta;
-  std::string text = header.dump();
-  // Pad with spaces (valid JSON) so the data section starts 8-byte aligned, as safetensors' own writer does.
-  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::string text = header_text(tensors, crcs, meta);
   uint8_t length[8];
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(n >> (8 * i));
-  sink(length, sizeof length);
-  sink(text.data(), text.size());
-  for (const TensorSource& t : tensors) {
-    if (t.bytes > 0) sink(t.data, t.bytes);
+  file.append(length, sizeof length);
+  file.append(text.data(), text.size());
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const TensorSource& t = tensors[k];
+    if (t.data != nullptr) {
+      if (t.bytes > 0) file.append(t.data, t.bytes);
+    } else if (t.bytes > 0) {
+      write_produced(file, t, &crcs[k]);
+    }
   }
+  if (!produced) return;
+  const std::string final_text = header_text(tensors, crcs, meta);
+  DDP_ASSERT(final_text.size() == text.size(), "the safetensors header changed length with its checksums");
+  file.overwrite(sizeof length, final_text.data(), final_text.size());
 }
 
 std::string encode_safetensors(const std::vector<TensorSource>& tensors,
                                const std::map<std::string, std::string>& metadata) {
   std::string out;
-  write_safetensors([&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }, tensors,
-                    metadata);
+  write_safetensors(FileWriter{[&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); },
+                               [&out](size_t offset, const void* p, size_t n) {
+                                 out.replace(offset, n, static_cast<const char*>(p), n);
+                               }},
+                    tensors, metadata);
   return out;
 }
 
 void save_safetensors(const std::string& path, const std::vector<TensorSource>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  write_file_atomically(path, [&](const ByteSink& sink) { write_safetensors(sink, tensors, metadata); });
+  write_file_atomically_rewriting(path, [&](const FileWriter& file) { write_safetensors(file, tensors, metadata); });
 }
 
 namespace {

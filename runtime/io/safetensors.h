@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,13 +24,18 @@
 namespace ddp {
 namespace io {
 
-// A tensor to write: `bytes` must equal product(shape) * dtype_size(dtype).
+// A tensor to write: `bytes` must equal product(shape) * dtype_size(dtype). Its bytes are `data`, or, when
+// `data` is null, whatever `produce` appends to the sink it is given while the file is written (exactly `bytes`
+// of them: a tensor copied from a device or gathered from other processes one at a time, so that no process
+// holds the whole file's contents); a produced tensor's checksum is computed on the way and the header, written
+// first, is rewritten at the end.
 struct TensorSource {
   std::string name;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t bytes = 0;
+  std::function<void(const ByteSink&)> produce;
 };
 
 // Metadata key prefix of the per-tensor checksums (reserved: user metadata may not use it).
@@ -37,9 +43,10 @@ constexpr const char* kCrc32KeyPrefix = "ddp.crc32:";
 // Largest header accepted (safetensors' own limit).
 constexpr size_t kMaxHeaderBytes = size_t{100} << 20;
 
-// Streams a whole file to `sink`. Throws InvalidArgument for an empty, duplicate or reserved ("__metadata__")
-// name, a byte count that does not match the shape, or metadata using the reserved checksum prefix.
-void write_safetensors(const ByteSink& sink, const std::vector<TensorSource>& tensors,
+// Streams a whole file to `file`. Throws InvalidArgument for an empty, duplicate or reserved ("__metadata__")
+// name, a byte count that does not match the shape, a tensor with neither data nor producer, a producer that
+// appends another number of bytes, or metadata using the reserved checksum prefix.
+void write_safetensors(const FileWriter& file, const std::vector<TensorSource>& tensors,
                        const std::map<std::string, std::string>& metadata);
 // The same into a string (tests, small files).
 std::string encode_safetensors(const std::vector<TensorSource>& tensors,

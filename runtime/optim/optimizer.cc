@@ -69,13 +69,39 @@ Sgd::Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream)
   DDP_CHECK(!options.nesterov || (options.momentum > 0.0f && options.dampening == 0.0f),
             "SGD: Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
   lr_ = options.lr;
-  make_state(stream);
+  adopt_store_layout(stream);
 }
 
 void Sgd::make_state(const Stream& stream) {
   if (options_.momentum != 0.0) {
-    momentum_ = Tensor::zeros({store_.total_numel()}, DType::kFloat32, store_.device(), stream);
+    momentum_ = Tensor::zeros({state_numel()}, DType::kFloat32, store_.device(), stream);
   }
+}
+
+void Optimizer::adopt_store_layout(const Stream& stream) {
+  shard_ = store_.shared_update_shard();
+  spans_.clear();
+  others_.clear();
+  if (shard_ == nullptr) {
+    spans_.push_back({0, store_.total_numel()});
+  } else {
+    spans_ = shard_->owned();
+    std::int64_t at = 0;
+    for (const FlatSpan& s : spans_) {
+      DDP_ASSERT(s.offset >= at && s.end() <= store_.total_numel(), "owned spans out of order or past the store");
+      if (s.offset > at) others_.push_back({at, s.offset - at});
+      at = s.end();
+    }
+    if (at < store_.total_numel()) others_.push_back({at, store_.total_numel() - at});
+  }
+  layout_version_ = store_.layout_version();
+  make_state(stream);
+}
+
+std::int64_t Optimizer::state_numel() const {
+  std::int64_t n = 0;
+  for (const FlatSpan& s : spans_) n += s.count;
+  return n;
 }
 
 void Optimizer::follow_store_layout(const Stream& stream) {
@@ -86,11 +112,30 @@ void Optimizer::follow_store_layout(const Stream& stream) {
                           "lays them out in bucket order when it is constructed): construct "
                           "DistributedDataParallel before stepping the optimizer");
   }
-  make_state(stream);
+  adopt_store_layout(stream);
   DDP_CHECK(!bf16_copy_.defined() || bf16_copy_.numel() == store_.total_numel(),
             "the bf16 copy was made for an older layout of the parameters: make Bf16Weights after "
             "DistributedDataParallel, then set_bf16_copy");
-  layout_version_ = store_.layout_version();
+}
+
+void Optimizer::update_spans(const Stream& stream,
+                             const std::function<void(const FlatSpan&, std::int64_t)>& update) {
+  std::int64_t state_offset = 0;
+  for (std::size_t k = 0; k < spans_.size(); ++k) {
+    update(spans_[k], state_offset);
+    state_offset += spans_[k].count;
+    if (shard_ != nullptr) shard_->span_updated(k, stream);
+  }
+  if (shard_ == nullptr) return;
+  shard_->finish_update(stream);
+  if (!bf16_copy_.defined()) return;
+  // The other ranks' spans arrive in FP32; their bf16 copy is the same rounding the kernel does for our own.
+  const float* params = store_.flat_params().data<float>();
+  auto* copy = static_cast<std::uint16_t*>(bf16_copy_.data_ptr());
+  for (const FlatSpan& s : others_) {
+    DDP_DISPATCH(store_.device(), cast, DType::kFloat32, params + s.offset, DType::kBFloat16, copy + s.offset,
+                 s.count, stream.handle());
+  }
 }
 
 kernels::SgdParams Sgd::params_of_step(std::int64_t steps, double lr) const {
@@ -122,9 +167,15 @@ void Sgd::prepare_step(const Stream& stream) {
 
 void Sgd::apply_step(const Stream& stream) {
   if (planned()) take_planned_scalars(stream);
-  DDP_DISPATCH(store_.device(), sgd_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
-               momentum_.defined() ? momentum_.data<float>() : nullptr, store_.total_numel(), prepared_,
-               bf16_copy_data(), stream.handle());
+  float* params = store_.flat_params().data<float>();
+  float* grads = store_.flat_grads().data<float>();
+  float* momentum = momentum_.defined() ? momentum_.data<float>() : nullptr;
+  auto* copy = static_cast<std::uint16_t*>(bf16_copy_data());
+  update_spans(stream, [&](const FlatSpan& s, std::int64_t state_offset) {
+    DDP_DISPATCH(store_.device(), sgd_step, params + s.offset, grads + s.offset,
+                 momentum != nullptr ? momentum + state_offset : nullptr, s.count, prepared_,
+                 copy != nullptr ? copy + s.offset : nullptr, stream.handle());
+  });
 }
 
 std::vector<std::pair<std::string, Tensor>> Sgd::state() const {
@@ -140,12 +191,12 @@ AdamW::AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& s
                 std::to_string(options.beta2) + ")");
   DDP_CHECK(options.eps >= 0.0f, "AdamW: eps must be >= 0");
   lr_ = options.lr;
-  make_state(stream);
+  adopt_store_layout(stream);
 }
 
 void AdamW::make_state(const Stream& stream) {
-  exp_avg_ = Tensor::zeros({store_.total_numel()}, DType::kFloat32, store_.device(), stream);
-  exp_avg_sq_ = Tensor::zeros({store_.total_numel()}, DType::kFloat32, store_.device(), stream);
+  exp_avg_ = Tensor::zeros({state_numel()}, DType::kFloat32, store_.device(), stream);
+  exp_avg_sq_ = Tensor::zeros({state_numel()}, DType::kFloat32, store_.device(), stream);
 }
 
 kernels::AdamWParams AdamW::params_of_step(std::int64_t steps, double lr) const {
@@ -177,9 +228,15 @@ void AdamW::prepare_step(const Stream& stream) {
 
 void AdamW::apply_step(const Stream& stream) {
   if (planned()) take_planned_scalars(stream);
-  DDP_DISPATCH(store_.device(), adamw_step, store_.flat_params().data<float>(), store_.flat_grads().data<float>(),
-               exp_avg_.data<float>(), exp_avg_sq_.data<float>(), store_.total_numel(), prepared_, bf16_copy_data(),
-               stream.handle());
+  float* params = store_.flat_params().data<float>();
+  float* grads = store_.flat_grads().data<float>();
+  float* m = exp_avg_.data<float>();
+  float* v = exp_avg_sq_.data<float>();
+  auto* copy = static_cast<std::uint16_t*>(bf16_copy_data());
+  update_spans(stream, [&](const FlatSpan& s, std::int64_t state_offset) {
+    DDP_DISPATCH(store_.device(), adamw_step, params + s.offset, grads + s.offset, m + state_offset,
+                 v + state_offset, s.count, prepared_, copy != nullptr ? copy + s.offset : nullptr, stream.handle());
+  });
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {

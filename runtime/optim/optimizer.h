@@ -6,9 +6,17 @@
 // the stream passed in, with no host synchronisation. State buffers are in the store's layout; an optimizer made
 // before the store is re-laid out (DistributedDataParallel does it) follows the new layout until its first step
 // and refuses, saying so, after it.
+//
+// Sharded (ZeRO stage 1): when the store carries an UpdateShard (DistributedDataParallel with
+// DdpOptions::shard_optimizer), the optimizer keeps state for this rank's spans of the flat buffers only and
+// runs its kernel over each of them, telling the shard after each (which hands the updated span to the other
+// ranks while the next one is updated), then waits for the other ranks' spans. The arithmetic per element is
+// the same as unsharded, so the parameters are the same bits given the same gradients.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +24,7 @@
 #include "runtime/kernels/kernels.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/phase.h"
+#include "runtime/autograd/update_shard.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 
@@ -59,9 +68,16 @@ class Optimizer {
   // Updates done so far (PyTorch's `step` in the state).
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps) { steps_ = steps; }  // when resuming from a checkpoint
-  // Named flat state buffers (same layout as the store), for checkpoints.
+  // Named flat state buffers, for checkpoints: the spans state_spans() of the store's layout, packed in order.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
   ParameterStore& store() const { return store_; }
+  // The spans of the flat buffers this optimizer updates and keeps state for, in flat order; span k's state
+  // starts at the sum of the counts of spans 0..k-1. The whole buffer (one span) unless sharded. Follows a
+  // new layout of the store at the next prepare_step.
+  const std::vector<FlatSpan>& state_spans() const { return spans_; }
+  // The store's UpdateShard this optimizer's state is made for, or null (unsharded).
+  UpdateShard* shard() const { return shard_.get(); }
+  bool sharded() const { return shard_ != nullptr; }
 
   // Mixed precision: every step() also writes bfloat16(updated parameters) into `copy`, a flat bfloat16
   // tensor laid out as the store (Bf16Weights::flat()), in the same pass over memory instead of a cast pass
@@ -74,7 +90,9 @@ class Optimizer {
   // that no step has touched yet is zero in any layout and is made again in the new one; state a step has
   // written cannot follow, and the call says how to order the construction instead. Called by prepare_step.
   void follow_store_layout(const Stream& stream);
-  // Allocates the state buffers, zero, in the store's current layout.
+  // Takes the store's current layout and shard: the spans to update, then make_state.
+  void adopt_store_layout(const Stream& stream);
+  // Allocates the state buffers, zero, for state_numel() elements.
   virtual void make_state(const Stream& stream) = 0;
   // The device scalars of the step after `steps` steps (0-based) at learning rate `lr`, as bytes: what prepare_step
   // would write for it. For plan_steps.
@@ -84,6 +102,11 @@ class Optimizer {
   bool step_is_planned() const;
   // In apply_step: the plan's next row into the device scalars, in stream order before the update reads them.
   void take_planned_scalars(const Stream& stream);
+  std::int64_t state_numel() const;
+  // apply_step's loop: `update(span, state_offset)` queues the kernel over one owned span; sharded, the shard
+  // hears of each span as soon as it is queued and, after the last, the stream waits for the other ranks' spans
+  // (whose bf16 copy, if any, is then refreshed from the gathered parameters).
+  void update_spans(const Stream& stream, const std::function<void(const FlatSpan&, std::int64_t)>& update);
   template <typename Scalars>
   Scalars* device_scalars_as() const {
     static_assert(sizeof(Scalars) <= kDeviceScalarBytes, "the step's scalars must fit the device slot");
@@ -101,6 +124,9 @@ class Optimizer {
   std::vector<double> plan_lr_;      // the learning rate of each row, for prepare_step's check
   std::int64_t plan_first_step_ = 0;
   std::int64_t layout_version_;  // the store's layout the state buffers are in
+  std::shared_ptr<UpdateShard> shard_;  // kept alive with the state made for it
+  std::vector<FlatSpan> spans_;   // updated here, in flat order
+  std::vector<FlatSpan> others_;  // the rest of the flat buffer (sharded): updated by the other ranks
 };
 
 struct SgdOptions {
@@ -127,7 +153,7 @@ class Sgd : public Optimizer {
   std::size_t scalars_bytes() const override { return sizeof(kernels::SgdScalars); }
   void scalars_of_step(std::int64_t steps, double lr, void* out) const override;
   SgdOptions options_;
-  Tensor momentum_;  // [total] or undefined without momentum
+  Tensor momentum_;  // [state_numel()] or undefined without momentum
   kernels::SgdParams prepared_{};
 };
 

@@ -1,5 +1,10 @@
+// Model and optimizer onto checkpoint tensors and back. Each tensor's bytes are produced while the file is
+// written (copied from the device, or gathered from the ranks' shards), one tensor at a time.
 #include "runtime/training/training_checkpoint.h"
 
+#include <algorithm>
+#include <exception>
+#include <memory>
 #include <vector>
 
 #include "runtime/core/check.h"
@@ -7,23 +12,115 @@
 namespace ddp::training {
 namespace {
 
-struct HostTensor {
-  std::string name;
-  std::vector<std::int64_t> shape;
-  std::vector<float> values;
+// Where the optimizer keeps state for the flat range [slot.offset, +numel): each piece of the range it holds,
+// with that piece's position in its packed state buffers.
+struct StatePiece {
+  FlatSpan flat;
+  std::int64_t state_offset;
 };
 
-// Per-parameter slices of the optimizer's flat state buffers, named "optimizer.<state>.<param>".
-std::vector<HostTensor> optimizer_tensors(const Optimizer& optimizer, const Stream& stream) {
-  std::vector<HostTensor> out;
-  const ParameterStore& store = optimizer.store();
-  for (const auto& [state, flat] : optimizer.state()) {
-    const std::vector<float> all = flat.to_vector<float>(stream);
-    for (const ParameterSlot& slot : store.slots()) {
-      HostTensor t{io::optimizer_tensor_name(state, slot.name), slot.shape, {}};
-      t.values.assign(all.begin() + slot.offset, all.begin() + slot.offset + slot.numel);
-      out.push_back(std::move(t));
+std::vector<StatePiece> state_pieces(const Optimizer& optimizer, FlatSpan range) {
+  std::vector<StatePiece> out;
+  std::int64_t state_offset = 0;
+  for (const FlatSpan& span : optimizer.state_spans()) {
+    for (const FlatSpan& piece : intersect({span}, range)) {
+      out.push_back({piece, state_offset + (piece.offset - span.offset)});
     }
+    state_offset += span.count;
+  }
+  return out;
+}
+
+// This rank's part of `range` of one state buffer, in flat order, in host memory.
+std::vector<float> local_state(const Optimizer& optimizer, const Tensor& state, FlatSpan range, const Stream& stream) {
+  std::vector<float> out;
+  for (const StatePiece& p : state_pieces(optimizer, range)) {
+    const std::vector<float> v = state.flat_slice(p.state_offset, {p.flat.count}).to_vector<float>(stream);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// The collective side of a sharded save: every rank takes part in one gather per optimizer tensor, in file
+// order, and then in one vote on whether every rank got through. Rank 0 runs the gathers from inside the file
+// write (a tensor is gathered when the writer asks for its bytes) and votes after the last one, before the
+// file is committed, so that no file is renamed into place without every rank's shard in it. If rank 0's write
+// fails, it still runs the remaining gathers and votes, so that no rank is left waiting.
+class StateGather {
+ public:
+  StateGather(const Optimizer& optimizer, const Stream& stream) : optimizer_(optimizer), stream_(stream) {
+    for (const auto& [name, state] : optimizer.state()) {
+      for (const ParameterSlot& slot : optimizer.store().slots()) items_.push_back({state, {slot.offset, slot.numel}});
+    }
+  }
+
+  bool all_gathered() const { return next_ == items_.size(); }
+
+  // The next tensor, `range` of the flat state (on rank 0 into `out`). A local failure is kept for the vote and
+  // the gathers go on with zeros, so that the other ranks are not left waiting.
+  void gather_next(FlatSpan range, float* out) {
+    DDP_ASSERT(next_ < items_.size() && items_[next_].range.offset == range.offset &&
+                   items_[next_].range.count == range.count,
+               "a sharded checkpoint asked for its tensors in another order than every rank gathers them in");
+    const Item& item = items_[next_++];
+    std::vector<float> local;
+    if (!failure_) {
+      try {
+        local = local_state(optimizer_, item.state, item.range, stream_);
+      } catch (...) {
+        failure_ = std::current_exception();
+      }
+    }
+    if (failure_) {
+      std::int64_t count = 0;
+      for (const StatePiece& p : state_pieces(optimizer_, item.range)) count += p.flat.count;
+      local.assign(static_cast<std::size_t>(count), 0.0f);
+    }
+    optimizer_.shard()->gather_to_first(item.range, local.data(), out);
+  }
+
+  // Whether every rank got through, each saying so (once); rethrows this rank's own failure.
+  bool vote(bool failed_here) {
+    DDP_ASSERT(!voted_, "a checkpoint vote taken twice");
+    voted_ = true;
+    const double failed = optimizer_.shard()->sum(failed_here || failure_ ? 1.0 : 0.0);
+    if (failure_) std::rethrow_exception(failure_);
+    return failed == 0.0;
+  }
+
+  // The remaining gathers (their data unused), then the vote if it has not been taken.
+  void finish(bool failed_here) {
+    std::vector<float> discard;
+    while (!all_gathered()) {
+      discard.resize(static_cast<std::size_t>(items_[next_].range.count));
+      gather_next(items_[next_].range, discard.data());
+    }
+    if (!voted_) vote(failed_here);
+  }
+
+ private:
+  struct Item {
+    Tensor state;
+    FlatSpan range;
+  };
+  const Optimizer& optimizer_;
+  const Stream& stream_;
+  std::vector<Item> items_;
+  std::size_t next_ = 0;
+  bool voted_ = false;
+  std::exception_ptr failure_;
+};
+
+std::vector<io::TensorSource> model_tensors(const Module& model, const Stream& stream) {
+  std::vector<io::TensorSource> out;
+  for (const auto& [name, t] : model.state_dict()) {
+    DDP_CHECK(t.dtype() == DType::kFloat32, "checkpoint: parameter " + name + " is not float32");
+    const Tensor tensor = t;
+    out.push_back({name, DType::kFloat32, t.shape(), nullptr, static_cast<std::size_t>(t.numel()) * 4,
+                   [tensor, &stream](const io::ByteSink& sink) {
+                     const std::vector<float> v = tensor.to_vector<float>(stream);
+                     sink(v.data(), v.size() * 4);
+                   }});
   }
   return out;
 }
@@ -32,20 +129,46 @@ std::vector<HostTensor> optimizer_tensors(const Optimizer& optimizer, const Stre
 
 std::string save_training_checkpoint(const std::string& dir, const Module& model, const Optimizer& optimizer,
                                      const io::CheckpointMetadata& metadata, const Stream& stream, int keep_last) {
-  std::vector<HostTensor> tensors;
-  for (const auto& [name, t] : model.state_dict()) {
-    DDP_CHECK(t.dtype() == DType::kFloat32, "checkpoint: parameter " + name + " is not float32");
-    tensors.push_back(HostTensor{name, t.shape(), t.to_vector<float>(stream)});
+  std::unique_ptr<StateGather> gather;
+  if (optimizer.sharded()) gather = std::make_unique<StateGather>(optimizer, stream);
+  if (gather && optimizer.shard()->rank() != 0) {
+    gather->finish(false);
+    return "";
   }
-  for (HostTensor& t : optimizer_tensors(optimizer, stream)) tensors.push_back(std::move(t));
+
   io::CheckpointMetadata meta = metadata;
   meta.extra["optimizer.steps"] = std::to_string(optimizer.steps());
-  std::vector<io::TensorSource> sources;
-  sources.reserve(tensors.size());
-  for (const HostTensor& t : tensors) {
-    sources.push_back(io::TensorSource{t.name, DType::kFloat32, t.shape, t.values.data(), t.values.size() * 4});
+  std::vector<io::TensorSource> tensors = model_tensors(model, stream);
+  for (const auto& [state_name, state] : optimizer.state()) {
+    for (const ParameterSlot& slot : optimizer.store().slots()) {
+      const FlatSpan range{slot.offset, slot.numel};
+      const Tensor buffer = state;
+      auto produce = [&, buffer, range](const io::ByteSink& sink) {
+        std::vector<float> values(static_cast<std::size_t>(range.count));
+        if (!gather) {
+          values = local_state(optimizer, buffer, range, stream);
+        } else {
+          gather->gather_next(range, values.data());  // the writer asks in StateGather's order: states, then slots
+          if (gather->all_gathered() && !gather->vote(false)) {
+            throw Error("checkpoint not written: another rank could not contribute its shard of the optimizer state");
+          }
+        }
+        sink(values.data(), values.size() * 4);
+      };
+      tensors.push_back({io::optimizer_tensor_name(state_name, slot.name), DType::kFloat32, slot.shape, nullptr,
+                         static_cast<std::size_t>(slot.numel) * 4, produce});
+    }
   }
-  return io::save_checkpoint(dir, meta, sources, keep_last);
+  if (!gather) return io::save_checkpoint(dir, meta, tensors, keep_last);
+  std::string path;
+  try {
+    path = io::save_checkpoint(dir, meta, tensors, keep_last);
+  } catch (...) {
+    gather->finish(/*failed_here=*/true);  // the other ranks' remaining gathers and vote
+    throw;
+  }
+  gather->finish(false);  // the vote, when there was nothing to gather
+  return path;
 }
 
 void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module& model, Optimizer& optimizer,
@@ -56,14 +179,20 @@ void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module&
     file.copy_to(name, DType::kFloat32, t.shape(), values.data());
     Tensor(t).copy_from(Tensor::from_vector(values, t.shape(), Device::cpu(), stream), stream);
   }
+  // Every tensor is read and checked on every rank (the same refusal everywhere); each rank keeps the parts
+  // its state buffers cover (all of them unsharded).
   const ParameterStore& store = optimizer.store();
-  for (const auto& [state, flat] : optimizer.state()) {
-    std::vector<float> all(static_cast<std::size_t>(flat.numel()));
+  for (const auto& [state, packed] : optimizer.state()) {
+    std::vector<float> local(static_cast<std::size_t>(packed.numel()));
+    std::vector<float> values;
     for (const ParameterSlot& slot : store.slots()) {
-      file.copy_to(io::optimizer_tensor_name(state, slot.name), DType::kFloat32, slot.shape,
-                   all.data() + slot.offset);
+      values.resize(static_cast<std::size_t>(slot.numel));
+      file.copy_to(io::optimizer_tensor_name(state, slot.name), DType::kFloat32, slot.shape, values.data());
+      for (const StatePiece& p : state_pieces(optimizer, {slot.offset, slot.numel})) {
+        std::copy_n(values.begin() + (p.flat.offset - slot.offset), p.flat.count, local.begin() + p.state_offset);
+      }
     }
-    Tensor(flat).copy_from(Tensor::from_vector(all, flat.shape(), Device::cpu(), stream), stream);
+    Tensor(packed).copy_from(Tensor::from_vector(local, packed.shape(), Device::cpu(), stream), stream);
   }
   auto steps = checkpoint.metadata.extra.find("optimizer.steps");
   if (steps == checkpoint.metadata.extra.end()) {

@@ -205,6 +205,46 @@ TEST_F(ProcessGroupTest, ReduceScatterGivesRankItsReducedSlice) {
   }
 }
 
+// The sharded optimizer's form: each rank's slice of one padded buffer is the output (reduce-scatter) or the
+// input (all-gather) in place, as NCCL allows and MPI needs MPI_IN_PLACE for.
+TEST_F(ProcessGroupTest, ReduceScatterAndAllGatherInPlaceOnRankSlices) {
+  const std::size_t n = 257;  // odd: no vector width divides a slice
+  std::vector<float> v(n * size_);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 1000) + rank_;
+  DeviceBuffer<float> buf(device_, v.size());
+  buf.upload(v, stream_);
+  CommBuffer whole = buf.comm(DType::kFloat32);
+  CommBuffer mine = whole;
+  mine.data = static_cast<float*>(whole.data) + rank_ * n;
+  mine.count = static_cast<std::int64_t>(n);
+  pg_->reduce_scatter(whole, mine, ReduceOp::kAverage, stream_)->wait(stream_);
+  std::vector<float> got = buf.download(stream_);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float sum = size_ * static_cast<float>((rank_ * n + i) % 1000) + size_ * (size_ - 1) / 2.0f;
+    ASSERT_EQ(got[rank_ * n + i], sum * (1.0f / size_)) << "reduce_scatter element " << i;
+  }
+  // Every rank then writes its own slice and gathers the others' into place.
+  for (std::size_t i = 0; i < n; ++i) got[rank_ * n + i] = static_cast<float>(rank_ * 10000 + i);
+  buf.upload(got, stream_);
+  pg_->all_gather(mine, whole, stream_)->wait(stream_);
+  got = buf.download(stream_);
+  for (int r = 0; r < size_; ++r) {
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[r * n + i], static_cast<float>(r * 10000 + i)) << r << " " << i;
+  }
+}
+
+TEST_F(ProcessGroupTest, BuffersThatOverlapOtherwiseThanAsARankSliceAreRefused) {
+  const std::size_t n = 16;
+  DeviceBuffer<float> buf(device_, n * size_ + 1);
+  CommBuffer whole = buf.comm(DType::kFloat32);
+  whole.count = static_cast<std::int64_t>(n * size_);
+  CommBuffer shifted = whole;
+  shifted.data = static_cast<float*>(whole.data) + rank_ * n + 1;
+  shifted.count = static_cast<std::int64_t>(n);
+  EXPECT_THROW(pg_->reduce_scatter(whole, shifted, ReduceOp::kSum, stream_), InvalidArgument);
+  EXPECT_THROW(pg_->all_gather(shifted, whole, stream_), InvalidArgument);
+}
+
 TEST_F(ProcessGroupTest, ManyCollectivesCompleteInIssueOrder) {
   std::vector<std::unique_ptr<DeviceBuffer<float>>> bufs;
   std::vector<std::shared_ptr<Work>> works;

@@ -65,6 +65,32 @@ TEST(Safetensors, LayoutIsTheSpec) {
   EXPECT_EQ(first, 1.0f);
 }
 
+// A tensor whose bytes a producer appends piece by piece (as a sharded optimizer's state gathered from the
+// ranks) gives the bytes of the same tensor given whole, checksum included; in a file too.
+TEST(Safetensors, ProducedTensorsGiveTheBytesOfWholeOnes) {
+  Fixture f;
+  std::vector<TensorSource> lazy = f.tensors();
+  lazy[0].data = nullptr;
+  lazy[0].produce = [&f](const ByteSink& sink) {
+    sink(f.w.data(), 8);
+    sink(f.w.data() + 2, 16);
+  };
+  const std::string want = encode_safetensors(f.tensors(), {{"note", "hi"}});
+  EXPECT_EQ(encode_safetensors(lazy, {{"note", "hi"}}), want);
+  const std::string path = tmp("produced.safetensors");
+  save_safetensors(path, lazy, {{"note", "hi"}});
+  EXPECT_EQ(read_file(path), want);
+  const SafetensorsFile file = load_safetensors(path, ReadOptions{true});
+  std::vector<float> w(6);
+  file.copy_to("0.weight", DType::kFloat32, {2, 3}, w.data());
+  EXPECT_EQ(w, f.w);
+
+  lazy[0].produce = [&f](const ByteSink& sink) { sink(f.w.data(), 20); };
+  EXPECT_NE(error_of([&] { encode_safetensors(lazy, {}); }).find("the producer wrote 20 bytes of 24"), std::string::npos);
+  lazy[0].produce = nullptr;
+  EXPECT_NE(error_of([&] { encode_safetensors(lazy, {}); }).find("0.weight: no data"), std::string::npos);
+}
+
 TEST(Safetensors, RoundTripThroughAFile) {
   Fixture f;
   const std::string path = tmp("round.safetensors");

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -276,6 +277,98 @@ TEST(Optimizer, FollowsANewLayoutUntilItHasStepped) {
               std::string::npos)
         << e.what();
   }
+}
+
+// An UpdateShard of one process that owns some spans: it records what the optimizer tells it and, as the
+// other ranks would, writes `gathered` into the spans it does not own when the update finishes.
+class FakeShard : public UpdateShard {
+ public:
+  FakeShard(std::vector<FlatSpan> owned, Tensor params) : owned_(std::move(owned)), params_(std::move(params)) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::vector<FlatSpan>& owned(int) const override { return owned_; }
+  void span_updated(std::size_t k, const Stream&) override { updated.push_back(k); }
+  void finish_update(const Stream&) override {
+    ++finished;
+    float* p = params_.data<float>();
+    std::int64_t at = 0;
+    for (const FlatSpan& s : owned_) {
+      for (std::int64_t i = at; i < s.offset; ++i) p[i] = gathered;
+      at = s.end();
+    }
+    for (std::int64_t i = at; i < params_.numel(); ++i) p[i] = gathered;
+  }
+  double sum(double value) override { return value + others_sum; }
+  void gather_to_first(FlatSpan, const float*, float*) override {}
+
+  std::vector<std::size_t> updated;
+  int finished = 0;
+  float gathered = 0.375f;
+  double others_sum = 0;
+
+ private:
+  std::vector<FlatSpan> owned_;
+  Tensor params_;
+};
+
+// Sharded, the optimizer keeps state for its spans only, updates them with the unsharded arithmetic (the same
+// bits), tells the shard after each span and once at the end, and refreshes the bf16 copy of the spans the other
+// ranks updated from the gathered parameters.
+TEST(Optimizer, ShardedItUpdatesAndKeepsStateForItsOwnSpansOnly) {
+  Fixture plain, sharded;  // flat layout: b at [0, 3), padding, a at [16, 18)
+  const std::vector<FlatSpan> mine = {{1, 2}, {16, 1}};  // b[1..2] and a[0]
+  auto shard = std::make_shared<FakeShard>(mine, sharded.store.flat_params());
+  AdamW reference(plain.store, AdamWOptions{1e-2, 0.9, 0.999, 1e-8, 0.05}, S());
+  AdamW early(sharded.store, AdamWOptions{1e-2, 0.9, 0.999, 1e-8, 0.05}, S());  // made before the shard is set
+  sharded.store.set_update_shard(shard);
+  Tensor copy = Tensor::zeros({sharded.store.total_numel()}, DType::kBFloat16, Device::cpu(), S());
+  early.set_bf16_copy(copy);
+  for (int step = 0; step < 3; ++step) {
+    plain.set_grads(step);
+    sharded.set_grads(step);
+    reference.step(S());
+    early.step(S());
+  }
+  ASSERT_TRUE(early.sharded());
+  EXPECT_EQ(early.state()[0].second.numel(), 3);
+  EXPECT_EQ(shard->updated, (std::vector<std::size_t>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(shard->finished, 3);
+  const std::vector<float> want = plain.store.flat_params().to_vector<float>(S());
+  const std::vector<float> got = sharded.store.flat_params().to_vector<float>(S());
+  const std::vector<float> want_m = reference.state()[0].second.to_vector<float>(S());
+  const std::vector<float> got_m = early.state()[0].second.to_vector<float>(S());
+  std::int64_t state_offset = 0;
+  for (const FlatSpan& span : mine) {
+    for (std::int64_t i = 0; i < span.count; ++i) {
+      EXPECT_EQ(got[span.offset + i], want[span.offset + i]) << "element " << span.offset + i;
+      EXPECT_EQ(got_m[state_offset + i], want_m[span.offset + i]) << "exp_avg of element " << span.offset + i;
+    }
+    state_offset += span.count;
+  }
+  EXPECT_EQ(got[0], shard->gathered);   // another rank's element, as gathered
+  EXPECT_EQ(got[17], shard->gathered);
+  const Tensor expected_copy = sharded.store.flat_params().to_dtype(DType::kBFloat16, S());
+  EXPECT_EQ(std::memcmp(copy.data_ptr(), expected_copy.data_ptr(), 2 * static_cast<std::size_t>(copy.numel())), 0)
+      << "the bf16 copy is not bf16 of every updated or gathered parameter";
+}
+
+// Sharded clipping: this rank's share of the sum of squares plus the others' (UpdateShard::sum) is the norm,
+// and only this rank's spans are scaled.
+TEST(ClipGradNorm, ShardedTheNormIsTheSumOverTheShards) {
+  Fixture f;
+  auto shard = std::make_shared<FakeShard>(std::vector<FlatSpan>{{0, 2}}, f.store.flat_params());
+  f.store.set_update_shard(shard);
+  f.set_current_grads(0);
+  const std::vector<float> g = f.store.flat_grads().to_vector<float>(S());
+  const double mine = static_cast<double>(g[0]) * g[0] + static_cast<double>(g[1]) * g[1];
+  shard->others_sum = 2.25;
+  const double norm = clip_grad_norm(f.store, 0.5, S());
+  EXPECT_DOUBLE_EQ(norm, std::sqrt(mine + 2.25));
+  const std::vector<float> after = f.store.flat_grads().to_vector<float>(S());
+  const float c = static_cast<float>(0.5 / (norm + 1e-6));
+  EXPECT_FLOAT_EQ(after[0], g[0] * c);
+  EXPECT_FLOAT_EQ(after[1], g[1] * c);
+  EXPECT_EQ(after[2], g[2]) << "another rank's span was scaled";
 }
 
 TEST(LrSchedule, ConstantAndCosineWithWarmup) {
