@@ -5,7 +5,7 @@
 #include "runtime/core/check.h"
 #include "runtime/distributed/process_group_mpi.h"
 #include "runtime/distributed/process_group_nccl.h"
-#include "runtime/distributed/world.h"
+#include "runtime/distributed/world_mpi.h"
 
 namespace ddp {
 
@@ -48,7 +48,7 @@ std::unique_ptr<ProcessGroup> make_process_group(World& world, const Device& dev
               "(WorldOptions.nccl = false, or DDP_BACKEND=mpi)");
     return std::make_unique<ProcessGroupNccl>(*world.nccl());
   }
-  return std::make_unique<ProcessGroupMpi>(world.comm(), device);
+  return std::make_unique<ProcessGroupMpi>(mpi_comm(world), device);
 }
 
 }  // namespace ddp

@@ -1,4 +1,3 @@
-#include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/world.h"
 
 #include <cuda_runtime_api.h>
@@ -11,7 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/nccl_communicator.h"
+#include "runtime/distributed/world_mpi.h"
 
 namespace ddp {
 namespace {
@@ -34,7 +35,9 @@ DeviceRequest parse_device_request(const std::string& text) {
   throw InvalidArgument("unknown device '" + text + "': choose one of auto, cpu, cuda");
 }
 
-World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at_start_(std::uncaught_exceptions()) {
+World::World(int* argc, char*** argv, const WorldOptions& options)
+    : uncaught_at_start_(std::uncaught_exceptions()), mpi_(std::make_unique<WorldMpi>()) {
+  MPI_Comm& comm = mpi_->comm;
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -50,14 +53,14 @@ World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at
       }
     }
   }
-  DDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  DDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
   // Errors come back as status codes (and so as exceptions) instead of aborting inside MPI.
-  DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-  DDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-  DDP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  DDP_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+  DDP_MPI_CHECK(MPI_Comm_size(comm, &size_));
 
   MPI_Comm node = MPI_COMM_NULL;
-  DDP_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  DDP_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
   DDP_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
   DDP_MPI_CHECK(MPI_Comm_size(node, &local_size_));
   MPI_Comm_free(&node);
@@ -71,13 +74,14 @@ World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at
 }
 
 void World::bind_device(const WorldOptions& options) {
+  const MPI_Comm comm = mpi_->comm;
   const CudaAvailability& cuda = cuda_availability();
   const int gpus = cuda.device_count;
 
   // Every rank must run on the same kind of device: CUDA only if all ranks have a GPU.
   int local_has_gpu = gpus > 0 ? 1 : 0;
   int all_have_gpu = 0;
-  DDP_MPI_CHECK(MPI_Allreduce(&local_has_gpu, &all_have_gpu, 1, MPI_INT, MPI_MIN, comm_));
+  DDP_MPI_CHECK(MPI_Allreduce(&local_has_gpu, &all_have_gpu, 1, MPI_INT, MPI_MIN, comm));
 
   std::string error;
   bool use_cuda = false;
@@ -118,7 +122,7 @@ void World::bind_device(const WorldOptions& options) {
   if (device_.is_cuda() && options.nccl) {
     std::string nccl_error;
     try {
-      nccl_ = NcclCommunicator::create(comm_, device_, options.nccl_init_timeout_s);
+      nccl_ = NcclCommunicator::create(comm, device_, options.nccl_init_timeout_s);
     } catch (const std::exception& e) {
       nccl_error = e.what();
     }
@@ -132,7 +136,7 @@ World::~World() {
   // error and MPI_Abort the job. An error all ranks agreed on is finalised there too.
   if (std::uncaught_exceptions() > uncaught_at_start_) return;
   nccl_.reset();
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (mpi_->comm != MPI_COMM_NULL) MPI_Comm_free(&mpi_->comm);
   if (owns_mpi_ && mpi_is_running()) MPI_Finalize();
 }
 
@@ -142,29 +146,30 @@ double World::sum(double value) const {
 }
 
 void World::sum_in_place(double* values, int count) const {
-  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm_));
+  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, mpi_->comm));
 }
 
 double World::max(double value) const {
-  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm_));
+  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, mpi_->comm));
   return value;
 }
 
 void World::agree(const std::string& local_error, const std::string& what) const {
+  const MPI_Comm comm = mpi_->comm;
   int failed = local_error.empty() ? 0 : 1;
   int any_failed = 0;
-  DDP_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm_));
+  DDP_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm));
   if (!any_failed) return;
 
   // Gather every rank's message so the report names each failing rank, not only ours.
   const int length = static_cast<int>(local_error.size());
   std::vector<int> lengths(size_);
-  DDP_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_));
+  DDP_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
   std::vector<int> offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
   std::string all(offsets[size_ - 1] + lengths[size_ - 1], '\0');
   DDP_MPI_CHECK(MPI_Allgatherv(local_error.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(),
-                               MPI_CHAR, comm_));
+                               MPI_CHAR, comm));
   // Ranks that failed the same way share one line: "ranks 0,1,2,3: ...".
   std::vector<std::pair<std::string, std::string>> groups;  // (ranks, message)
   for (int r = 0; r < size_; ++r) {

@@ -5,9 +5,10 @@
 // unique ID made on rank 0 and broadcast over MPI. Every step that can fail on one rank is agreed on by all
 // ranks, so a missing GPU on rank 3 ends ranks 0-2 with the same message instead of leaving them in a
 // collective. Started without mpirun, Open MPI's singleton mode gives a world of one.
+//
+// MPI stays out of this header (it is part of the public one): the communicator lives in a WorldMpi that only
+// the runtime's own code sees, through runtime/distributed/world_mpi.h.
 #pragma once
-
-#include <mpi.h>
 
 #include <functional>
 #include <memory>
@@ -19,6 +20,7 @@
 namespace ddp {
 
 class NcclCommunicator;
+struct WorldMpi;
 
 enum class DeviceRequest { kAuto, kCpu, kCuda };
 
@@ -58,7 +60,8 @@ class World {
   int local_size() const { return local_size_; }
   const std::string& node_name() const { return node_name_; }
   const Device& device() const { return device_; }
-  MPI_Comm comm() const { return comm_; }
+  // The MPI side of the world, for the runtime's own MPI calls: complete only in runtime/distributed/world_mpi.h.
+  const WorldMpi& mpi() const { return *mpi_; }
   // The world's NCCL communicator; nullptr on the CPU or when options.nccl is false.
   NcclCommunicator* nccl() const { return nccl_.get(); }
 
@@ -81,7 +84,7 @@ class World {
 
   int uncaught_at_start_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   bool owns_mpi_ = false;
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<WorldMpi> mpi_;
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;
