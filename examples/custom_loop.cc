@@ -10,8 +10,6 @@
 // final held-out MSE is below --max-final-ratio (default 0.2) of the initial one.
 //
 //   mpirun -np 2 bazel-bin/examples/custom_loop [--device auto|cpu|cuda] [--steps N] ... (see --help)
-#include <mpi.h>
-
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -307,8 +305,7 @@ double evaluate(ddp::Module& model, const ddp::World& world, const Flags& flags,
     const Tensor mse = ddp::ops::mse_loss(model.forward(x, stream), y, stream);
     sums[0] = static_cast<double>(mse.to_vector<float>(stream)[0]) * static_cast<double>(local);
   }
-  // Host doubles over the world's communicator (MPI_THREAD_MULTIPLE; the MPI backend has its own duplicate).
-  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, world.comm()));
+  world.sum_in_place(sums, 2);
   model.train();
   return sums[0] / sums[1];
 }

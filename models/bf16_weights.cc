@@ -103,7 +103,7 @@ Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const T
     const Tensor& b = linear->bias();
     const Tensor b_copy = b.defined() ? weights.copy(weights.index_of(b)) : Tensor();
     h = ops::linear_mixed(h, w, weights.copy(weights.index_of(w)), b, b_copy,
-                          act != nullptr ? act->activation() : kernels::Activation::kNone,
+                          act != nullptr ? act->activation() : Activation::kNone,
                           i == last_linear ? logits_dtype : DType::kBFloat16, stream);
     if (act != nullptr) ++i;
   }
