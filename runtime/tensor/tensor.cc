@@ -314,6 +314,19 @@ void Tensor::fill_(double value, const Stream& stream) {
   DDP_DISPATCH(device(), fill, dtype(), data_ptr(), numel(), value, stream.handle());
 }
 
+void Tensor::scale_(double factor, const Stream& stream) {
+  DDP_CHECK(dtype() == DType::kFloat32, "Tensor::scale_: needs a float32 tensor, got " + describe());
+  DDP_DISPATCH(device(), scale, data<float>(), numel(), static_cast<float>(factor), stream.handle());
+}
+
+void Tensor::add_(const Tensor& other, const Stream& stream) {
+  DDP_CHECK(dtype() == DType::kFloat32 && other.dtype() == DType::kFloat32 && other.shape() == shape() &&
+                other.device() == device(),
+            "Tensor::add_: adds a float32 tensor of the same shape on the same device, got " + other.describe() +
+                " into " + describe());
+  DDP_DISPATCH(device(), axpby, other.data<float>(), data<float>(), numel(), 1.0f, 1.0f, stream.handle());
+}
+
 void Tensor::uniform_(float low, float high, std::uint64_t seed, std::uint64_t offset, const Stream& stream) {
   if (dtype() == DType::kFloat32) {
     DDP_DISPATCH(device(), uniform, data<float>(), numel(), low, high, seed, offset, stream.handle());

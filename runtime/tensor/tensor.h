@@ -137,6 +137,10 @@ class Tensor {
   Tensor to_dtype(DType dtype, const Stream& stream) const;
   void fill_(double value, const Stream& stream);
   void zero_(const Stream& stream) { fill_(0.0, stream); }
+  // In place on `stream`, float32: this *= factor, and this += other (same shape and device). Autograd does not
+  // see them: they are for buffers (gradients, data, state), not for tensors a recorded op still needs.
+  void scale_(double factor, const Stream& stream);
+  void add_(const Tensor& other, const Stream& stream);
   void uniform_(float low, float high, std::uint64_t seed, std::uint64_t offset, const Stream& stream);
   void normal_(float mean, float stddev, std::uint64_t seed, std::uint64_t offset, const Stream& stream);
   // Host copy of the values; synchronises `stream`. For tests, logging and checkpoints.
