@@ -34,7 +34,7 @@
 #include "models/bf16_weights.h"
 #include "runtime/kernels/cuda/gemm_options.h"
 #include "runtime/core/allocator.h"
-#include "runtime/ddp.h"
+#include "ddp.h"
 
 namespace ddp {
 namespace {

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/ddp.h"
+#include "ddp.h"
 
 namespace custom_loop {
 

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/ddp.h"
+#include "ddp.h"
 #include "runtime/training/training_checkpoint.h"
 
 namespace {

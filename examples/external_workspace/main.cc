@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "runtime/ddp.h"
+#include "ddp.h"
 
 int main(int argc, char** argv) {
   return ddp::run_main([&] {

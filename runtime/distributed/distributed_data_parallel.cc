@@ -12,6 +12,10 @@ CommBuffer whole(const Tensor& t) { return CommBuffer{t.data_ptr(), t.numel(), t
 
 }  // namespace
 
+DistributedDataParallel::DistributedDataParallel(Module& model, Session& session, DdpOptions options)
+    : DistributedDataParallel(model.flat_parameters(session.stream()), session.group(), session.world(),
+                              session.stream(), options) {}
+
 DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, ProcessGroup& group,
                                                  const World& world, const Stream& compute, DdpOptions options)
     : parameters_(parameters), group_(group), compute_(compute), options_(options) {
@@ -40,6 +44,7 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   }
   reducer_ = std::make_unique<Reducer>(group_, std::move(plan), whole(parameters_.flat_grads()), compute_,
                                        reducer_options);
+  layout_version_ = parameters_.layout_version();
   Reducer* reducer = reducer_.get();
   parameters_.add_grad_ready_hook([reducer](std::size_t index) { reducer->mark_ready(index); });
 }
@@ -47,6 +52,10 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
 DistributedDataParallel::~DistributedDataParallel() { parameters_.clear_grad_ready_hooks(); }
 
 void DistributedDataParallel::backward(const Tensor& loss) {
+  DDP_CHECK(parameters_.layout_version() == layout_version_,
+            "the model's parameters were moved or flattened again after DistributedDataParallel was constructed "
+            "(its buckets are slices of the old buffers): move and flatten the model first, then construct "
+            "DistributedDataParallel");
   const double begin_us = options_.trace != nullptr ? options_.trace->now_us() : 0.0;
   reducer_->prepare_for_backward();
   try {

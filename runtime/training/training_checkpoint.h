@@ -3,16 +3,40 @@
 // ("optimizer.<state>.<param>"), and where the run stands (step, epoch, sampler position, seed, world size).
 // The file format, the atomic write and the verification on load are runtime/io's; this file maps a Module
 // and an Optimizer onto it.
+//
+// In a distributed program the two Session calls are all there is to it:
+//
+//   ddp::io::CheckpointMetadata where;           // step, epoch, sampler_position, seed, extra (yours)
+//   ddp::training::save_training_checkpoint(session, dir, model, optimizer, where);
+//   std::optional<ddp::io::CheckpointMetadata> resumed =
+//       ddp::training::restore_latest_training_checkpoint(session, dir, model, optimizer);
 #pragma once
 
 #include <optional>
 #include <string>
 
 #include "models/module.h"
+#include "runtime/distributed/session.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/optim/optimizer.h"
 
 namespace ddp::training {
+
+// Collective: rank 0 writes DIR/ckpt-<metadata.step>.safetensors atomically (DIR is created; the `keep_last`
+// newest checkpoints are kept, 0 keeps all) with metadata.world_size set to the session's; every rank returns
+// once it is written. A failure (a full disk, an unwritable DIR) throws CollectiveError "checkpoint write
+// failed: rank 0: ..." on every rank, and the previous checkpoint stays valid. Synchronises the session's
+// stream. Returns the path written.
+std::string save_training_checkpoint(Session& session, const std::string& dir, const Module& model,
+                                     const Optimizer& optimizer, const io::CheckpointMetadata& metadata,
+                                     int keep_last = 3);
+
+// Collective: every rank loads the newest checkpoint of DIR that verifies (newer damaged ones are skipped
+// with a warning) into `model` and `optimizer` and returns its metadata; nullopt on every rank when DIR holds
+// none (or does not exist). A checkpoint that does not fit the model, or one that only some ranks can see,
+// throws CollectiveError "cannot resume: ..." on every rank. Synchronises the session's stream.
+std::optional<io::CheckpointMetadata> restore_latest_training_checkpoint(Session& session, const std::string& dir,
+                                                                         Module& model, Optimizer& optimizer);
 
 // Writes DIR/ckpt-<step>.safetensors atomically, keeping the `keep_last` newest. Reads the device buffers on
 // `stream` (synchronises it). Call on one rank only.

@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/ddp.h"
+#include "ddp.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
