@@ -6,12 +6,6 @@
 #include "runtime/distributed/parameter_check.h"
 
 namespace ddp {
-namespace {
-
-CommBuffer whole(const Tensor& t) { return CommBuffer{t.data_ptr(), t.numel(), t.dtype(), t.device()}; }
-
-}  // namespace
-
 DistributedDataParallel::DistributedDataParallel(Module& model, Session& session, DdpOptions options)
     : DistributedDataParallel(model.flat_parameters(session.stream()), session.group(), session.world(),
                               session.stream(), options) {}
@@ -33,16 +27,16 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
     DDP_CHECK(parameters_.slot(i).offset == plan.offsets[i], "parameter store layout differs from the bucket plan");
   }
   if (options.broadcast_parameters && group_.size() > 1) {
-    group_.broadcast(whole(parameters_.flat_params()), 0, compute_)->wait(compute_);
+    group_.broadcast(CommBuffer::of(parameters_.flat_params()), 0, compute_)->wait(compute_);
   }
 
   ReducerOptions reducer_options;
   reducer_options.average = options.average;
   if (options.compression == GradientCompression::kBFloat16) {
-    hook_ = std::make_unique<BFloat16CompressionHook>(whole(parameters_.flat_grads()), compute_);
+    hook_ = std::make_unique<BFloat16CompressionHook>(CommBuffer::of(parameters_.flat_grads()), compute_);
     reducer_options.hook = hook_.get();
   }
-  reducer_ = std::make_unique<Reducer>(group_, std::move(plan), whole(parameters_.flat_grads()), compute_,
+  reducer_ = std::make_unique<Reducer>(group_, std::move(plan), CommBuffer::of(parameters_.flat_grads()), compute_,
                                        reducer_options);
   layout_version_ = parameters_.layout_version();
   Reducer* reducer = reducer_.get();

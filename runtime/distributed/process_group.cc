@@ -24,6 +24,23 @@ std::string CollectiveDescription::text() const {
   return s;
 }
 
+CollectiveDescription ProcessGroup::describe_transfers(const char* operation, const std::vector<PeerBuffer>& sends,
+                                                       const std::vector<PeerBuffer>& recvs) const {
+  CommBuffer all;
+  bool first = true;
+  for (const std::vector<PeerBuffer>* list : {&sends, &recvs}) {
+    for (const PeerBuffer& p : *list) {
+      DDP_CHECK(p.peer >= 0 && p.peer < size(), std::string(operation) + ": peer " + std::to_string(p.peer) +
+                                                     " is not a rank of this group of " + std::to_string(size()));
+      DDP_CHECK(p.buffer.count >= 0, std::string(operation) + ": negative element count");
+      if (first) all.dtype = p.buffer.dtype;
+      first = false;
+      all.count += p.buffer.count;
+    }
+  }
+  return describe(operation, all);
+}
+
 Backend parse_backend(const std::string& text) {
   if (text == "nccl") return Backend::kNccl;
   if (text == "mpi") return Backend::kMpi;
