@@ -6,8 +6,18 @@
 #include "runtime/distributed/parameter_check.h"
 
 namespace ddp {
+namespace {
+
+// The session's process group (made on first use: a collective), then the model's flat buffers, in that order.
+ParameterStore& group_then_parameters(Module& model, Session& session) {
+  session.group();
+  return model.flat_parameters(session.stream());
+}
+
+}  // namespace
+
 DistributedDataParallel::DistributedDataParallel(Module& model, Session& session, DdpOptions options)
-    : DistributedDataParallel(model.flat_parameters(session.stream()), session.group(), session.world(),
+    : DistributedDataParallel(group_then_parameters(model, session), session.group(), session.world(),
                               session.stream(), options) {}
 
 DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, ProcessGroup& group,

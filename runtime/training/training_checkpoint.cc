@@ -92,13 +92,15 @@ std::string save_training_checkpoint(Session& session, const std::string& dir, c
   return session.is_lead() ? path : dir + "/" + io::checkpoint_file_name(metadata.step);
 }
 
-std::optional<io::CheckpointMetadata> restore_latest_training_checkpoint(Session& session, const std::string& dir,
-                                                                         Module& model, Optimizer& optimizer) {
+std::optional<RestoredCheckpoint> restore_latest_training_checkpoint(Session& session, const std::string& dir,
+                                                                     Module& model, Optimizer& optimizer,
+                                                                     const CheckpointRefusal& refuse) {
   std::optional<io::LoadedCheckpoint> checkpoint;
   std::string error;
   try {
     checkpoint = io::latest_complete_checkpoint(dir);
-    if (checkpoint) restore_training_checkpoint(*checkpoint, model, optimizer, session.stream());
+    if (checkpoint && refuse) error = refuse(*checkpoint);
+    if (checkpoint && error.empty()) restore_training_checkpoint(*checkpoint, model, optimizer, session.stream());
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -113,7 +115,7 @@ std::optional<io::CheckpointMetadata> restore_latest_training_checkpoint(Session
   }
   session.agree(error, "cannot resume");
   if (!found) return std::nullopt;
-  return checkpoint->metadata;
+  return RestoredCheckpoint{checkpoint->path, checkpoint->metadata};
 }
 
 }  // namespace ddp::training

@@ -8,10 +8,11 @@
 //
 //   ddp::io::CheckpointMetadata where;           // step, epoch, sampler_position, seed, extra (yours)
 //   ddp::training::save_training_checkpoint(session, dir, model, optimizer, where);
-//   std::optional<ddp::io::CheckpointMetadata> resumed =
-//       ddp::training::restore_latest_training_checkpoint(session, dir, model, optimizer);
+//   std::optional<ddp::training::RestoredCheckpoint> resumed =
+//       ddp::training::restore_latest_training_checkpoint(session, dir, model, optimizer);  // resumed->metadata
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -31,12 +32,23 @@ std::string save_training_checkpoint(Session& session, const std::string& dir, c
                                      const Optimizer& optimizer, const io::CheckpointMetadata& metadata,
                                      int keep_last = 3);
 
+// Why a checkpoint cannot continue this run ("" when it can): a program's own checks of the metadata.
+using CheckpointRefusal = std::function<std::string(const io::LoadedCheckpoint&)>;
+
+// The checkpoint a run continues from: its file and where the run stood.
+struct RestoredCheckpoint {
+  std::string path;
+  io::CheckpointMetadata metadata;
+};
+
 // Collective: every rank loads the newest checkpoint of DIR that verifies (newer damaged ones are skipped
-// with a warning) into `model` and `optimizer` and returns its metadata; nullopt on every rank when DIR holds
-// none (or does not exist). A checkpoint that does not fit the model, or one that only some ranks can see,
-// throws CollectiveError "cannot resume: ..." on every rank. Synchronises the session's stream.
-std::optional<io::CheckpointMetadata> restore_latest_training_checkpoint(Session& session, const std::string& dir,
-                                                                         Module& model, Optimizer& optimizer);
+// with a warning) into `model` and `optimizer` and returns its path and metadata; nullopt on every rank when DIR holds
+// none (or does not exist). A checkpoint that does not fit the model or that `refuse` refuses (asked before
+// anything is loaded), or one that only some ranks can see, throws CollectiveError "cannot resume: ..." on
+// every rank. Synchronises the session's stream.
+std::optional<RestoredCheckpoint> restore_latest_training_checkpoint(Session& session, const std::string& dir,
+                                                                     Module& model, Optimizer& optimizer,
+                                                                     const CheckpointRefusal& refuse = nullptr);
 
 // Writes DIR/ckpt-<step>.safetensors atomically, keeping the `keep_last` newest. Reads the device buffers on
 // `stream` (synchronises it). Call on one rank only.

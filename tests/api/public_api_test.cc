@@ -201,11 +201,12 @@ TEST(Checkpoint, SavedAndRestoredThroughTheSession) {
 
   const auto restored = ddp::training::restore_latest_training_checkpoint(session, dir, model, optimizer);
   ASSERT_TRUE(restored.has_value());
-  EXPECT_EQ(restored->step, 2);
-  EXPECT_EQ(restored->epoch, 1);
-  EXPECT_EQ(restored->sampler_position, 8);
-  EXPECT_EQ(restored->world_size, session.size());
-  EXPECT_EQ(restored->extra.at("run.note"), "public api");
+  EXPECT_EQ(restored->path, dir + "/ckpt-00000002.safetensors");
+  EXPECT_EQ(restored->metadata.step, 2);
+  EXPECT_EQ(restored->metadata.epoch, 1);
+  EXPECT_EQ(restored->metadata.sampler_position, 8);
+  EXPECT_EQ(restored->metadata.world_size, session.size());
+  EXPECT_EQ(restored->metadata.extra.at("run.note"), "public api");
   EXPECT_EQ(optimizer.steps(), 2);
   EXPECT_EQ(model.parameters().front().to_vector<float>(stream), saved);
 }
