@@ -2,15 +2,10 @@
 
 #include <algorithm>
 
+#include "bench/timing.h"
 #include "runtime/kernels/kernels.h"
 
 namespace ddp::bench {
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 double time_gemms_alone(const GemmFloorOptions& a, const std::vector<std::int64_t>& sizes, const Device& device,
                         const Stream& stream) {
@@ -50,14 +45,7 @@ double time_gemms_alone(const GemmFloorOptions& a, const std::vector<std::int64_
   for (int i = 0; i < std::max(a.warmup, 2); ++i) gemms();
   stream.synchronize();
   std::vector<double> times_us;
-  for (int r = 0; r < a.repeats; ++r) {
-    Event e0 = Event::create(device, true), e1 = Event::create(device, true);
-    e0.record(stream);
-    for (int i = 0; i < a.iters; ++i) gemms();
-    e1.record(stream);
-    e1.synchronize();
-    times_us.push_back(static_cast<double>(e1.elapsed_ms_since(e0)) * 1000.0 / a.iters);
-  }
+  for (int r = 0; r < a.repeats; ++r) times_us.push_back(time_per_call_us(gemms, a.iters, stream));
   return median(times_us);
 }
 

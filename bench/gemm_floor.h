@@ -25,7 +25,4 @@ struct GemmFloorOptions {
 double time_gemms_alone(const GemmFloorOptions& options, const std::vector<std::int64_t>& sizes,
                         const Device& device, const Stream& stream);
 
-// The median of `values` (the mean of the middle two for an even count).
-double median(std::vector<double> values);
-
 }  // namespace ddp::bench

@@ -18,7 +18,6 @@
 // ddp.h alone, as a user's program; only the GEMM floor (bench/gemm_floor.h) calls the kernel layer.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -29,6 +28,7 @@
 #include <vector>
 
 #include "bench/gemm_floor.h"
+#include "bench/timing.h"
 #include "ddp.h"
 
 namespace ddp {
@@ -221,24 +221,11 @@ class StepBench {
     return error;
   }
 
-  // --repeats times the mean of --iters steps: CUDA events on the GPU, the steady clock on the CPU.
+  // --repeats times the mean of --iters steps (bench/timing.h).
   std::vector<double> time_steps() {
     std::vector<double> times_us;
-    const Device& device = session_.device();
     for (int r = 0; r < a_.repeats; ++r) {
-      if (device.is_cuda()) {
-        Event e0 = Event::create(device, true), e1 = Event::create(device, true);
-        e0.record(stream_);
-        for (int i = 0; i < a_.iters; ++i) run_step();
-        e1.record(stream_);
-        e1.synchronize();
-        times_us.push_back(static_cast<double>(e1.elapsed_ms_since(e0)) * 1000.0 / a_.iters);
-      } else {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < a_.iters; ++i) run_step();
-        times_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-                           a_.iters);
-      }
+      times_us.push_back(bench::time_per_call_us([&] { run_step(); }, a_.iters, stream_));
     }
     stream_.synchronize();
     return times_us;
@@ -259,8 +246,10 @@ class StepBench {
     const std::int64_t cpu_allocs_before = memory_stats(Device::cpu()).num_allocations;
     if (a_.graph) {
       m.graph_error = capture_graph();
-      if (!graph_.captured() && session_.is_lead())
-        std::fprintf(stderr, "step_bench: CUDA graph not used, timing eager steps instead: %s\n", m.graph_error.c_str());
+      if (!graph_.captured() && session_.is_lead()) {
+        std::fprintf(stderr, "step_bench: CUDA graph not used, timing eager steps instead: %s\n",
+                     m.graph_error.c_str());
+      }
     }
     m.captured = graph_.captured();
     m.times_us = time_steps();

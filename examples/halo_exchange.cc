@@ -18,8 +18,8 @@
 // unless d is 0.
 //
 //   mpirun -np 4 bazel-bin/examples/halo_exchange [--device auto|cpu|cuda] [--backend nccl|mpi] [--rows 256] ...
+#include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -45,54 +45,29 @@ struct Flags {
   bool check = true;
 };
 
-long long parse_int(const std::string& flag, const std::string& text, long long low, long long high) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || errno != 0 || v < low || v > high) {
-    throw ddp::InvalidArgument(flag + " must be an integer in [" + std::to_string(low) + ", " +
-                               std::to_string(high) + "], got '" + text + "'");
-  }
-  return v;
-}
-
+// Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ddp::InvalidArgument(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--device") {
-      f.device = ddp::parse_device_request(value());
-    } else if (arg == "--backend") {
-      f.backend = value();
-    } else if (arg == "--rows") {
-      f.rows = parse_int(arg, value(), 1, 1 << 20);
-    } else if (arg == "--cols") {
-      f.cols = parse_int(arg, value(), 1, 1 << 20);
-    } else if (arg == "--steps") {
-      f.steps = parse_int(arg, value(), 0, 1 << 24);
-    } else if (arg == "--rate") {
-      char* end = nullptr;
-      const std::string text = value();
-      f.rate = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || !(f.rate > 0 && f.rate <= 0.25)) {
-        throw ddp::InvalidArgument("--rate must be in (0, 0.25] for a stable update, got '" + text + "'");
-      }
-    } else if (arg == "--log-every") {
-      f.log_every = parse_int(arg, value(), 1, 1 << 24);
-    } else if (arg == "--no-check") {
-      f.check = false;
-    } else if (arg == "--help" || arg == "-h") {
-      std::printf("usage: halo_exchange [--device auto|cpu|cuda] [--backend auto|nccl|mpi] [--rows N] [--cols N]\n"
-                  "                     [--steps N] [--rate R] [--log-every N] [--no-check]\n");
-      std::exit(0);
-    } else {
-      throw ddp::InvalidArgument("unknown flag '" + arg + "'; see --help");
-    }
+  std::string device = "auto";
+  CLI::App app{"Heat diffusion on a plate split across ranks, with a two-stream halo exchange (under mpirun)."};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--device", device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--backend", f.backend, "auto, nccl or mpi")->check(CLI::IsMember({"auto", "nccl", "mpi"}));
+  app.add_option("--rows", f.rows, "interior rows, split across the ranks")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--cols", f.cols, "interior columns")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", f.steps, "time steps")->check(CLI::Range(0, 1 << 24));
+  app.add_option("--rate", f.rate, "r of the update, at most 0.25 for stability")->check(CLI::Range(1e-6, 0.25));
+  app.add_option("--log-every", f.log_every, "steps between heat lines")->check(CLI::Range(1, 1 << 24));
+  app.add_flag("!--no-check", f.check, "skip the comparison with the one-rank result");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    throw ddp::InvalidArgument(std::string(e.what()) + " (see --help)");
   }
+  f.device = ddp::parse_device_request(device);
   return f;
 }
 
@@ -114,7 +89,8 @@ std::vector<float> initial_rows(const Flags& f, long long first, long long rows)
     const long long row = first - 1 + local;
     for (long long col = 0; col < width; ++col) {
       const bool top_edge = row == 0;
-      const bool square = std::llabs(2 * row - (f.rows + 1)) < f.rows / 2 && std::llabs(2 * col - (f.cols + 1)) < f.cols / 2;
+      const bool square =
+          std::llabs(2 * row - (f.rows + 1)) < f.rows / 2 && std::llabs(2 * col - (f.cols + 1)) < f.cols / 2;
       values[static_cast<std::size_t>(local * width + col)] = top_edge || square ? 1.0f : 0.0f;
     }
   }

@@ -484,14 +484,16 @@ class Run {
     }
     session_.agree(error, "bad batch size");
     steps_per_epoch_ = sampler_->batches_per_epoch(f_.batch_size);
-    total_steps_ = f_.max_steps > 0 ? std::min(steps_per_epoch_ * f_.epochs, f_.max_steps) : steps_per_epoch_ * f_.epochs;
+    total_steps_ = steps_per_epoch_ * f_.epochs;
+    if (f_.max_steps > 0) total_steps_ = std::min(total_steps_, f_.max_steps);
     train_ = std::make_unique<ddp::data::ResidentDataset>(ddp::data::view(train_set), session_.device(), stream_);
     test_ = std::make_unique<ddp::data::EvaluationShard>(test_set, session_.rank(), session_.size(), session_.device(),
                                                          stream_);
     sizes_ = {train_set.feature_count};
     for (int l = 0; l < f_.layers; ++l) sizes_.push_back(f_.hidden);
     sizes_.push_back(train_set.num_classes);
-    batch_x_ = Tensor::empty({f_.batch_size, train_set.feature_count}, ddp::DType::kFloat32, session_.device(), stream_);
+    batch_x_ =
+        Tensor::empty({f_.batch_size, train_set.feature_count}, ddp::DType::kFloat32, session_.device(), stream_);
     batch_y_ = Tensor::empty({f_.batch_size}, ddp::DType::kInt32, session_.device(), stream_);
   }
 
@@ -589,7 +591,9 @@ class Run {
     if (!session_.is_lead()) return;
     std::printf("train_mlp: %d rank(s) on %s, backend %s, MLP", session_.size(), session_.device().str().c_str(),
                 ddp::backend_name(session_.backend()).c_str());
-    for (std::size_t i = 0; i < sizes_.size(); ++i) std::printf("%s%lld", i ? "-" : " ", static_cast<long long>(sizes_[i]));
+    for (std::size_t i = 0; i < sizes_.size(); ++i) {
+      std::printf("%s%lld", i ? "-" : " ", static_cast<long long>(sizes_[i]));
+    }
     std::printf(", batch %lld per rank (%lld global), %lld steps per epoch, %s lr %g, %s", f_.batch_size,
                 f_.batch_size * session_.size(), steps_per_epoch_, f_.optimizer.c_str(), f_.lr, f_.precision.c_str());
     if (session_.device().is_cuda()) {
@@ -706,7 +710,9 @@ class Run {
                                                       " (lower --lr, or pass --skip-nonfinite to skip such steps)",
                      "training diverged");
     }
-    if (session_.is_lead()) progress_->line("skipping step " + std::to_string(step_ + 1) + ": the " + quantity + " is not finite");
+    if (session_.is_lead()) {
+      progress_->line("skipping step " + std::to_string(step_ + 1) + ": the " + quantity + " is not finite");
+    }
     // Once the parameters themselves are not finite every step is skipped: a bound instead of a run that ends
     // 'successfully' with nothing learnt.
     ++skipped_in_a_row_;
@@ -749,7 +755,9 @@ class Run {
     std::snprintf(line, sizeof line, "epoch %lld%s test_loss=%.4f test_accuracy=%.4f", epoch,
                   epoch_finished ? "" : " (partial)", last_eval_.loss, last_eval_.accuracy);
     progress_->line(line);
-    if (metrics_) metrics_->write({{"epoch", epoch}, {"test_loss", last_eval_.loss}, {"test_accuracy", last_eval_.accuracy}});
+    if (metrics_) {
+      metrics_->write({{"epoch", epoch}, {"test_loss", last_eval_.loss}, {"test_accuracy", last_eval_.accuracy}});
+    }
   }
 
   void save(long long epoch, long long position) {

@@ -33,6 +33,9 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
+  // The module applied to `x`, enqueued on `stream` (a stream of the module's device; on the CPU the work is
+  // done on return), recorded for backward when grad mode is on. Shape or type errors are InvalidArgument naming
+  // the op and the tensors.
   virtual Tensor forward(const Tensor& x, const Stream& stream) = 0;
   virtual std::string type_name() const = 0;
 
@@ -42,7 +45,8 @@ class Module {
   std::int64_t num_parameters() const;  // elements
   // The parameters by name (the tensors themselves, not copies): PyTorch's state_dict keys.
   NamedTensors state_dict() const { return named_parameters(); }
-  // Copies values in by name; every key must exist with the same shape, and none may be missing.
+  // Copies values in by name on `stream`; every key must exist with the same shape, and none may be missing or
+  // extra (InvalidArgument naming the key otherwise).
   void load_state_dict(const NamedTensors& state, const Stream& stream);
 
   void train(bool training = true);
@@ -61,7 +65,7 @@ class Module {
   // The store, made now in registration order if the module is not flattened yet.
   ParameterStore& flat_parameters(const Stream& stream);
   ParameterStore* parameter_store() const { return store_.get(); }
-  // Zeroes every parameter gradient (the flat buffer when flattened).
+  // Zeroes every parameter gradient before a backward: one fill of the flat buffer on `stream` when flattened.
   void zero_grad(const Stream& stream);
 
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }

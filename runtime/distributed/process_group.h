@@ -156,8 +156,9 @@ class ProcessGroup {
   CollectiveContext context_;
 };
 
-// The process group of `world` for buffers on `device` with `backend`. Throws InvalidArgument for NCCL on a
-// CPU device, or NCCL when the world was created without a communicator.
+// The process group of `world` for buffers on `device` with `backend` (a Session makes its own with this).
+// Collective: every rank calls it at the same point. Throws InvalidArgument for NCCL on a CPU device, or NCCL
+// when the world was created without a communicator.
 std::unique_ptr<ProcessGroup> make_process_group(World& world, const Device& device, Backend backend);
 
 }  // namespace ddp

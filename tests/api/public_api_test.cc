@@ -173,7 +173,9 @@ TEST(Data, ABatchReachesTheDeviceInOneCall) {
 TEST(Checkpoint, SavedAndRestoredThroughTheSession) {
   ddp::Session session(nullptr, nullptr);
   const ddp::Stream& stream = session.stream();
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/api_checkpoints";
+  // Every rank sees the same directory: Bazel's TEST_TMPDIR, or /tmp on the GPU machine (tools/gpu_jobs.txt).
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/ddp_public_api_test_checkpoints";
   ddp::MLP model({6, 8, 3}, ddp::Activation::kRelu, 4, session.device(), stream);
   ddp::DistributedDataParallel ddp_model(model, session);
   ddp::AdamW optimizer(model, ddp::AdamWOptions{}, stream);
