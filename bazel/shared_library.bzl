@@ -25,6 +25,7 @@ def _shared_library_impl(ctx):
     args.add_all(archives)
     args.add("-Wl,--no-whole-archive")
     args.add_all(flags)
+    args.add_all(ctx.fragments.cpp.linkopts)  # --linkopt of the build (a sanitizer's runtime, for one)
     args.add_all(["-lstdc++", "-lm"])
     ctx.actions.run(
         executable = cc_toolchain.compiler_executable,
