@@ -24,12 +24,10 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "ddp.h"
-#include "runtime/training/training_checkpoint.h"
 
 namespace {
 
