@@ -437,14 +437,11 @@ std::pair<std::future<ddp::data::Dataset>, std::future<ddp::data::Dataset>> read
           std::async(std::launch::async, read_split, ddp::data::Split::kTest)};
 }
 
-// The device, backend and threads the flags ask for (a --device that does not parse is reported with the
-// other flag errors, once the session exists).
+// The device, backend and threads the flags ask for (CLI11 has checked them; after a flag error they are the
+// defaults, and the error is reported once the session exists).
 ddp::SessionOptions session_options(const Flags& f) {
   ddp::SessionOptions options;
-  try {
-    options.device = ddp::parse_device_request(f.device);
-  } catch (const InvalidArgument&) {
-  }
+  options.device = ddp::parse_device_request(f.device);
   options.backend = f.backend;
   options.cpu_threads = f.threads;
   return options;
