@@ -17,28 +17,25 @@
 // collectives and phases) on and off in the same run, alternating repeats (on/off, off/on, ...); step_us stays the
 // default (on), and the JSON adds both medians and the median of the paired ratios. A replayed CUDA graph records
 // nothing: compare eager steps.
-// --autotune, --serial-backward and --no-bias-epilogue set runtime/kernels/cuda/gemm_options.h (algorithm timing, one stream
-// in backward, bias and activation by our own pass after the GEMM).
-#include <cblas.h>
-
+// --autotune, --serial-backward and --no-bias-epilogue set ddp::GemmOptions (runtime/kernels/cuda/gemm_options.h:
+// algorithm timing, one stream in backward, bias and activation by our own pass after the GEMM). Written against
+// ddp.h alone, as a user's program; only the GEMM floor (bench/gemm_floor.h) calls the kernel layer, and
+// --recorder-ab the flight recorder's switch.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "models/bf16_weights.h"
-#include "runtime/kernels/cuda/gemm_options.h"
-#include "runtime/core/allocator.h"
-#include "runtime/ddp.h"
+#include "bench/gemm_floor.h"
+#include "bench/timing.h"
+#include "ddp.h"
+#include "runtime/distributed/flight_recorder.h"
 
 namespace ddp {
 namespace {
@@ -67,78 +64,8 @@ struct Args {
   bool shard_optimizer = false;
 };
 
-std::vector<std::int64_t> parse_sizes(const std::string& text) {
-  std::vector<std::int64_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    DDP_CHECK(!item.empty(), "--sizes: empty entry in '" + text + "'");
-    out.push_back(std::stoll(item));
-  }
-  DDP_CHECK(out.size() >= 2, "--sizes needs at least two sizes, got '" + text + "'");
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// The step's GEMMs alone (see the file comment): per layer the forward GEMM and the backward dw and dx GEMMs (no
-// dx for the first layer, whose input needs no gradient), with the step's types, on random operands, timed as
-// the step. Returns the median microseconds per step.
-double time_gemms_alone(const Args& a, const std::vector<std::int64_t>& sizes, const Device& device,
-                        const Stream& stream) {
-  const bool bf16 = a.precision == "bf16";
-  const kernels::MathMode math = a.precision == "tf32" ? kernels::MathMode::kTF32 : kernels::MathMode::kFloat32;
-  const DType in = bf16 ? DType::kBFloat16 : DType::kFloat32;
-  // As the step: bf16 GEMMs write bf16 activations and logits and float32 weight gradients.
-  const kernels::LinearTypes types(in, in, DType::kFloat32);
-  struct Layer {
-    kernels::LinearShape shape;
-    Tensor x, w, y, dy, dx, dw;
-  };
-  std::vector<Layer> layers;
-  const std::size_t n = sizes.size() - 1;
-  for (std::size_t l = 0; l < n; ++l) {
-    const std::int64_t fi = sizes[l], fo = sizes[l + 1];
-    Layer L{{a.batch, fi, fo}, {}, {}, {}, {}, {}, {}};
-    L.x = Tensor::normal({a.batch, fi}, 0.0f, 1.0f, 11, l, device, stream).to_dtype(in, stream);
-    L.w = Tensor::normal({fo, fi}, 0.0f, 0.05f, 12, l, device, stream).to_dtype(in, stream);
-    L.dy = Tensor::normal({a.batch, fo}, 0.0f, 1.0f, 13, l, device, stream).to_dtype(in, stream);
-    L.y = Tensor::empty({a.batch, fo}, types.output, device, stream);
-    L.dw = Tensor::empty({fo, fi}, types.grad, device, stream);
-    if (l > 0) L.dx = Tensor::empty({a.batch, fi}, in, device, stream);
-    layers.push_back(std::move(L));
-  }
-  auto gemms = [&] {
-    for (Layer& L : layers)
-      kernels::cuda::linear_forward(types, math, L.shape, L.x.data_ptr(), L.w.data_ptr(), nullptr,
-                                    kernels::Activation::kNone, L.y.data_ptr(), nullptr, stream.handle());
-    for (std::size_t l = n; l-- > 0;) {
-      Layer& L = layers[l];
-      kernels::cuda::linear_backward(types, math, L.shape, L.dy.data_ptr(), L.x.data_ptr(),
-                                     L.w.data_ptr(), nullptr, nullptr, kernels::Activation::kNone,
-                                     L.dx.defined() ? L.dx.data_ptr() : nullptr, L.dw.data_ptr(), nullptr, false,
-                                     nullptr, stream.handle());
-    }
-  };
-  for (int i = 0; i < std::max(a.warmup, 2); ++i) gemms();
-  stream.synchronize();
-  std::vector<double> times_us;
-  for (int r = 0; r < a.repeats; ++r) {
-    Event e0 = Event::create(device, true), e1 = Event::create(device, true);
-    e0.record(stream);
-    for (int i = 0; i < a.iters; ++i) gemms();
-    e1.record(stream);
-    e1.synchronize();
-    times_us.push_back(static_cast<double>(e1.elapsed_ms_since(e0)) * 1000.0 / a.iters);
-  }
-  return median(times_us);
-}
-
-int run(int argc, char** argv) {
+// Parses the command line; nullopt after --help or a parse error, whose exit status goes to `status`.
+std::optional<Args> parse_args(int argc, char** argv, int* status) {
   Args a;
   CLI::App app{"MLP training-step benchmark (the C++ side of bench/pytorch_step.py)"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as argparse: last one wins
@@ -166,266 +93,323 @@ int run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    *status = app.exit(e);
+    return std::nullopt;
   }
   DDP_CHECK(a.iters > 0 && a.repeats > 0 && a.warmup >= 0 && a.batch > 0, "iters, repeats, batch must be positive");
-  const std::vector<std::int64_t> sizes = parse_sizes(a.sizes);
-  const bool cuda = a.device == "cuda";
-  const bool bf16 = a.precision == "bf16";
-  kernels::cuda::GemmOptions gemm_options = kernels::cuda::gemm_options();
-  if (a.autotune) gemm_options.autotune = true;
-  if (a.serial_backward) gemm_options.concurrent_backward = false;
-  if (a.no_bias_epilogue) gemm_options.bias_epilogue = false;
-  kernels::cuda::set_gemm_options(gemm_options);
+  return a;
+}
 
-  // The backend decides whether the world needs an NCCL communicator (DDP_BACKEND=mpi: several ranks per GPU).
-  const Backend backend = default_backend(cuda ? Device::cuda(0) : Device::cpu());
-  WorldOptions wo;
-  wo.device = cuda ? DeviceRequest::kCuda : DeviceRequest::kCpu;
-  wo.nccl = cuda && a.ddp && backend == Backend::kNccl;
-  World world(&argc, &argv, wo);
-  const Device device = world.device();
-  const int rank = world.rank();
+std::vector<std::int64_t> parse_sizes(const std::string& text) {
+  std::vector<std::int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    DDP_CHECK(!item.empty(), "--sizes: empty entry in '" + text + "'");
+    out.push_back(std::stoll(item));
+  }
+  DDP_CHECK(out.size() >= 2, "--sizes needs at least two sizes, got '" + text + "'");
+  return out;
+}
 
-  int threads = a.threads;
-  if (threads <= 0) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, cores / std::max(1, world.local_size()));
-  }
-  openblas_set_num_threads(threads);
+GemmOptions apply_gemm_flags(const Args& a) {
+  GemmOptions options = gemm_options();
+  if (a.autotune) options.autotune = true;
+  if (a.serial_backward) options.concurrent_backward = false;
+  if (a.no_bias_epilogue) options.bias_epilogue = false;
+  set_gemm_options(options);
+  return options;
+}
 
-  Stream stream = cuda ? Stream::create(device) : Stream();
-  MLP model(sizes, kernels::Activation::kRelu, a.seed, device, stream);
-  if (a.precision == "tf32") model.set_math_mode(kernels::MathMode::kTF32);
-  ParameterStore& store = model.flatten_parameters(stream);
+// The reducer's per-step figures, averaged over untimed steps.
+struct DdpFigures {
+  double backward_ms = 0, allreduce_ms = 0, exposed_ms = 0;
+  double allgather_ms = 0, exposed_allgather_ms = 0;  // sharded: the parameters' all-gathers after the update
+  int buckets = 0;
+};
 
-  std::unique_ptr<ProcessGroup> group;
-  std::unique_ptr<DistributedDataParallel> ddp;
-  if (a.ddp) {
-    group = make_process_group(world, device, backend);
-    DdpOptions options;
-    options.bucket_cap_mb = a.bucket_mb;
-    options.first_bucket_cap_mb = a.first_bucket_mb;
-    options.shard_optimizer = a.shard_optimizer;
-    ddp = std::make_unique<DistributedDataParallel>(store, *group, world, stream, options);
-  }
-  // SGD with momentum by default; AdamW as train_mlp's recipe, with its scalars in device memory as train_mlp
-  // keeps them for its graph (one more small launch per step).
-  std::unique_ptr<Optimizer> optimizer_owner;
-  if (a.optimizer == "adamw") {
-    optimizer_owner = std::make_unique<AdamW>(store, AdamWOptions{2e-3, 0.9, 0.999, 1e-8, 0.05}, stream);
-    optimizer_owner->use_device_scalars(stream);
-  } else {
-    optimizer_owner = std::make_unique<Sgd>(store, SgdOptions{0.01, 0.9, 0.0, 0.0, false}, stream);
-  }
-  Optimizer& optimizer = *optimizer_owner;
-  std::unique_ptr<Bf16Weights> bf16_weights;
-  if (bf16) {
-    bf16_weights = std::make_unique<Bf16Weights>(store, stream);
-    optimizer.set_bf16_copy(bf16_weights->flat());  // the optimizer's kernel refreshes the copy in its own pass
-  }
+// What a run measured, before the ranks' figures are combined.
+struct Measured {
+  std::vector<double> times_us;
+  std::vector<double> times_off_us;  // --recorder-ab: the repeats with the flight recorder off
+  std::int64_t optimizer_state_bytes = 0;  // this rank's (sharded: its share)
+  DdpFigures ddp;
+  std::string graph_error;
+  bool captured = false;
+  std::int64_t device_mallocs = 0;  // backend allocations (cudaMalloc) during the timed steps
+  double cpu_allocs_per_step = 0;
+  double loss = 0;
+};
 
-  // Each rank its own batch: x ~ N(0, 1), labels uniform over the classes.
-  const std::int64_t in = sizes.front(), classes = sizes.back();
-  Tensor x = Tensor::normal({a.batch, in}, 0.0f, 1.0f, a.seed + 1, static_cast<std::uint64_t>(rank) * a.batch * in,
-                            device, stream);
-  std::vector<std::int32_t> labels(static_cast<std::size_t>(a.batch));
-  std::uint64_t lcg = 0x9E3779B97F4A7C15ull * (rank + 1);
-  for (auto& l : labels) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    l = static_cast<std::int32_t>((lcg >> 33) % static_cast<std::uint64_t>(classes));
+// One rank's benchmarked step: the MLP, its optimizer (SGD with momentum, or AdamW as train_mlp's recipe with
+// its scalars in device memory as train_mlp keeps them for its graph), DDP when asked, and a fixed batch.
+class StepBench {
+ public:
+  StepBench(const Args& a, Session& session, const std::vector<std::int64_t>& sizes)
+      : a_(a), session_(session), stream_(session.stream()),
+        model_(sizes, Activation::kRelu, a.seed, session.device(), stream_) {
+    if (a.precision == "tf32") model_.set_math_mode(MathMode::kTF32);
+    model_.flatten_parameters(stream_);
+    if (a.ddp) {
+      ddp_ = std::make_unique<DistributedDataParallel>(
+          model_, session,
+          DdpOptions{.bucket_cap_mb = a.bucket_mb, .first_bucket_cap_mb = a.first_bucket_mb,
+                     .shard_optimizer = a.shard_optimizer});
+    }
+    if (a.optimizer == "adamw") {
+      optimizer_ = std::make_unique<AdamW>(model_, AdamWOptions{2e-3, 0.9, 0.999, 1e-8, 0.05}, stream_);
+      optimizer_->use_device_scalars(stream_);
+    } else {
+      optimizer_ = std::make_unique<Sgd>(model_, SgdOptions{0.01, 0.9, 0.0, 0.0, false}, stream_);
+    }
+    if (a.precision == "bf16") {
+      bf16_weights_ = std::make_unique<Bf16Weights>(*model_.parameter_store(), stream_);
+      optimizer_->set_bf16_copy(bf16_weights_->flat());  // the optimizer's kernel refreshes the copy in its own pass
+    }
+    make_batch(sizes.front(), sizes.back());
+    params_ = model_.parameters();
   }
-  Tensor y = Tensor::from_int32(labels, {a.batch}, device, stream);
-  const std::vector<Tensor> params = store.parameters();
-  stream.synchronize();
-  if (cuda) cuda_allocator(device.index).reset_peak_stats();
-  cpu_allocator().reset_peak_stats();
 
   // One training step. Gradients are zeroed lazily (marked "to be overwritten": backward writes every one of
   // them first), which is what zero_grad(set_to_none=True) buys PyTorch, without a memset kernel.
   // `bwd_begin`/`bwd_end` (GPU, optional) bracket the backward on the compute stream.
-  Tensor last_loss;
-  auto step = [&](Event* bwd_begin, Event* bwd_end) {
-    autograd::zero_grad(params);
-    Tensor logits = bf16 ? forward_bf16(model, *bf16_weights, x, stream) : model.forward(x, stream);
-    Tensor loss = ops::cross_entropy(logits, y, stream);
-    if (bwd_begin != nullptr) bwd_begin->record(stream);
-    if (ddp) {
-      ddp->backward(loss);
+  void step(Event* bwd_begin = nullptr, Event* bwd_end = nullptr) {
+    autograd::zero_grad(params_);
+    Tensor logits = bf16_weights_ ? forward_bf16(model_, *bf16_weights_, x_, stream_) : model_.forward(x_, stream_);
+    Tensor loss = ops::cross_entropy(logits, y_, stream_);
+    if (bwd_begin != nullptr) bwd_begin->record(stream_);
+    if (ddp_) {
+      ddp_->backward(loss);
     } else {
-      autograd::backward(loss, stream);
+      autograd::backward(loss, stream_);
     }
-    if (bwd_end != nullptr) bwd_end->record(stream);
-    optimizer.step(stream);
-    last_loss = loss;
-  };
-
-  for (int i = 0; i < a.warmup; ++i) step(nullptr, nullptr);
-  stream.synchronize();
-
-  // DDP figures, from untimed eager steps (on the GPU each read waits for the step).
-  double backward_ms = 0, allreduce_ms = 0, exposed_ms = 0, allgather_ms = 0, exposed_allgather_ms = 0;
-  int buckets = 0;
-  if (ddp && a.stats_iters > 0) {
-    Event b0 = cuda ? Event::create(device, true) : Event();
-    Event b1 = cuda ? Event::create(device, true) : Event();
-    for (int i = 0; i < a.stats_iters; ++i) {
-      step(cuda ? &b0 : nullptr, cuda ? &b1 : nullptr);
-      const ReducerStats& s = ddp->last_stats();
-      // On the GPU the reducer's backward_ms is host enqueue time: use the device span minus the exposed wait.
-      const double bwd = cuda ? (b1.synchronize(), b1.elapsed_ms_since(b0) - s.exposed_comm_ms) : s.backward_ms;
-      backward_ms += bwd / a.stats_iters;
-      allreduce_ms += s.allreduce_ms / a.stats_iters;
-      exposed_ms += s.exposed_comm_ms / a.stats_iters;
-      buckets = s.buckets;
-      const GatherStats& g = ddp->last_gather_stats();  // sharded: the parameters' all-gathers after the update
-      allgather_ms += g.gather_ms / a.stats_iters;
-      exposed_allgather_ms += g.exposed_ms / a.stats_iters;
-    }
-    stream.synchronize();
+    if (bwd_end != nullptr) bwd_end->record(stream_);
+    optimizer_->step(stream_);
+    last_loss_ = loss;
   }
 
-  const std::int64_t mallocs_before = cuda ? cuda_allocator(device.index).stats().num_backend_allocs : 0;
-  const std::int64_t cpu_allocs_before = cpu_allocator().stats().num_allocations;
+  // DDP figures, from untimed eager steps (on the GPU each read waits for the step).
+  DdpFigures ddp_figures() {
+    DdpFigures f;
+    if (!ddp_ || a_.stats_iters <= 0) return f;
+    const bool cuda = session_.device().is_cuda();
+    Event b0 = cuda ? Event::create(session_.device(), true) : Event();
+    Event b1 = cuda ? Event::create(session_.device(), true) : Event();
+    for (int i = 0; i < a_.stats_iters; ++i) {
+      step(cuda ? &b0 : nullptr, cuda ? &b1 : nullptr);
+      const ReducerStats& s = ddp_->last_stats();
+      // On the GPU the reducer's backward_ms is host enqueue time: use the device span minus the exposed wait.
+      const double bwd = cuda ? (b1.synchronize(), b1.elapsed_ms_since(b0) - s.exposed_comm_ms) : s.backward_ms;
+      f.backward_ms += bwd / a_.stats_iters;
+      f.allreduce_ms += s.allreduce_ms / a_.stats_iters;
+      f.exposed_ms += s.exposed_comm_ms / a_.stats_iters;
+      f.buckets = s.buckets;
+      const GatherStats& g = ddp_->last_gather_stats();
+      f.allgather_ms += g.gather_ms / a_.stats_iters;
+      f.exposed_allgather_ms += g.exposed_ms / a_.stats_iters;
+    }
+    stream_.synchronize();
+    return f;
+  }
 
-  // CUDA graph of the whole step. Capture is refused up front where a host synchronisation would be captured
-  // (the MPI backend's host staging), and detected when it fails (an unsupported call, an allocation).
-  CudaGraph graph;
-  std::string graph_error;
-  if (a.graph) {
-    if (!cuda) {
-      graph_error = "--graph needs --device cuda";
-    } else if (ddp && backend != Backend::kNccl) {
-      graph_error = "the MPI backend stages through the host and synchronises: not capturable";
+  // A CUDA graph of the whole step. Refused up front where a host synchronisation would be captured (the MPI
+  // backend's host staging), and detected when it fails (an unsupported call, an allocation). Returns why the
+  // step is not captured, "" when it is.
+  std::string capture_graph() {
+    std::string error;
+    if (!session_.device().is_cuda()) {
+      error = "--graph needs --device cuda";
+    } else if (ddp_ && session_.backend() != Backend::kNccl) {
+      error = "the MPI backend stages through the host and synchronises: not capturable";
     } else {
-      graph = CudaGraph::capture(stream, [&] { step(nullptr, nullptr); });
-      if (!graph.captured()) {
+      graph_ = CudaGraph::capture(stream_, [&] { step(); });
+      if (!graph_.captured()) {
         autograd::clear_tape();
-        graph_error = graph.error();
+        error = graph_.error();
       }
     }
     // Every rank must agree, or some would replay and others step eagerly with different collectives.
-    if (world.any(!graph.captured()) && graph.captured()) {
-      graph = CudaGraph();
-      graph_error = "another rank could not capture";
+    if (session_.any(!graph_.captured()) && graph_.captured()) {
+      graph_ = CudaGraph();
+      error = "another rank could not capture";
     }
-    if (!graph.captured() && rank == 0)
-      std::fprintf(stderr, "step_bench: CUDA graph not used, timing eager steps instead: %s\n", graph_error.c_str());
-  }
-  const bool captured = graph.captured();
-
-  auto run_step = [&] {
-    if (captured) {
-      graph.replay(stream);
-    } else {
-      step(nullptr, nullptr);
+    if (graph_.captured()) {
+      for (int i = 0; i < std::max(3, a_.warmup / 2); ++i) run_step();
+      stream_.synchronize();
     }
-  };
-  if (captured) {
-    for (int i = 0; i < std::max(3, a.warmup / 2); ++i) run_step();
-    stream.synchronize();
+    return error;
   }
 
-  // One repeat's mean step time. With --recorder-ab every repeat is timed twice, the recorder on and off in
-  // alternating order, so that drift in the machine's speed falls on both alike.
-  std::vector<double> times_us, times_off_us;
-  for (int r = 0; r < a.repeats * (a.recorder_ab ? 2 : 1); ++r) {
-    const bool recorder_on = !a.recorder_ab || (r % 2 == 0) == (r / 2 % 2 == 0);
-    set_flight_recorder_enabled(recorder_on);
-    std::vector<double>& times = recorder_on ? times_us : times_off_us;
-    if (cuda) {
-      Event e0 = Event::create(device, true), e1 = Event::create(device, true);
-      e0.record(stream);
-      for (int i = 0; i < a.iters; ++i) run_step();
-      e1.record(stream);
-      e1.synchronize();
-      times.push_back(static_cast<double>(e1.elapsed_ms_since(e0)) * 1000.0 / a.iters);
-    } else {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < a.iters; ++i) run_step();
-      times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-                      a.iters);
+  // --repeats times the mean of --iters steps (bench/timing.h). With --recorder-ab every repeat is timed twice,
+  // the recorder on and off in alternating order, so that drift in the machine's speed falls on both alike.
+  void time_steps(Measured* m) {
+    for (int r = 0; r < a_.repeats * (a_.recorder_ab ? 2 : 1); ++r) {
+      const bool recorder_on = !a_.recorder_ab || (r % 2 == 0) == (r / 2 % 2 == 0);
+      set_flight_recorder_enabled(recorder_on);
+      (recorder_on ? m->times_us : m->times_off_us)
+          .push_back(bench::time_per_call_us([&] { run_step(); }, a_.iters, stream_));
     }
+    set_flight_recorder_enabled(true);
+    stream_.synchronize();
   }
-  set_flight_recorder_enabled(true);
-  stream.synchronize();
 
-  const std::int64_t mallocs_after =
-      cuda ? cuda_allocator(device.index).stats().num_backend_allocs - mallocs_before : 0;
-  const double cpu_allocs_per_step = static_cast<double>(cpu_allocator().stats().num_allocations - cpu_allocs_before) /
-                                     (static_cast<double>(a.repeats) * a.iters);
-  const double loss = static_cast<double>(last_loss.to_vector<float>(stream)[0]);
-  const double step_us = world.max(median(times_us));
-  double step_off_us = 0, paired_overhead = 0;
-  if (a.recorder_ab) {
-    step_off_us = world.max(median(times_off_us));
-    std::vector<double> ratios;
-    for (std::size_t k = 0; k < times_us.size(); ++k) ratios.push_back(times_us[k] / times_off_us[k] - 1.0);
-    paired_overhead = world.max(median(ratios));
-  }
-  const double peak = world.max(static_cast<double>(cuda ? cuda_allocator(device.index).stats().peak_bytes_in_use
-                                      : cpu_allocator().stats().peak_bytes_in_use));
-  const double mallocs_max = world.max(static_cast<double>(mallocs_after));
-  // After the step's figures: its buffers must not count in the step's peak memory or allocations.
-  const double gemm_us = a.gemm_floor && cuda ? world.max(time_gemms_alone(a, sizes, device, stream)) : 0.0;
-  backward_ms = world.sum(backward_ms) / world.size();  // means over ranks
-  allreduce_ms = world.sum(allreduce_ms) / world.size();
-  exposed_ms = world.sum(exposed_ms) / world.size();
-  allgather_ms = world.sum(allgather_ms) / world.size();
-  exposed_allgather_ms = world.sum(exposed_allgather_ms) / world.size();
-  std::int64_t state_bytes = 0;  // this rank's optimizer state (sharded: its share)
-  for (const auto& entry : optimizer.state()) state_bytes += entry.second.numel() * 4;
-  const double state_bytes_max = world.max(static_cast<double>(state_bytes));
-
-  if (rank == 0) {
-    nlohmann::json j;
-    j["impl"] = captured ? "ddp-cpp-graph" : "ddp-cpp";
-    j["sizes"] = a.sizes;
-    j["optimizer"] = a.optimizer;
-    j["batch"] = a.batch;
-    j["device"] = a.device;
-    j["precision"] = a.precision;
-    j["ranks"] = world.size();
-    j["ddp"] = a.ddp;
-    j["backend"] = a.ddp ? backend_name(backend) : "none";
-    j["graph"] = captured;
-    if (a.graph && !captured) j["graph_error"] = graph_error;
-    j["threads"] = cuda ? 0 : threads;
-    j["step_us"] = step_us;
-    j["samples_per_s"] = static_cast<double>(a.batch) * world.size() / step_us * 1e6;
-    j["peak_bytes"] = static_cast<std::int64_t>(peak);
-    j["mallocs_after_warmup"] = static_cast<std::int64_t>(mallocs_max);
-    j["cpu_allocs_per_step"] = cpu_allocs_per_step;
-    j["loss"] = std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr);
-    j["times_us"] = times_us;
-    j["autotune"] = gemm_options.autotune;
-    j["concurrent_backward"] = gemm_options.concurrent_backward;
-    j["bias_epilogue"] = gemm_options.bias_epilogue;
-    if (gemm_us > 0) j["gemm_us"] = gemm_us;
-    if (a.recorder_ab) {
-      j["step_us_recorder_off"] = step_off_us;
-      j["recorder_overhead"] = step_us / step_off_us - 1.0;
-      j["recorder_overhead_paired"] = paired_overhead;
-      j["times_off_us"] = times_off_us;
-    }
-    if (a.ddp) {
-      j["bucket_mb"] = a.bucket_mb;
-      j["buckets"] = buckets;
-      j["backward_ms"] = backward_ms;
-      j["allreduce_ms"] = allreduce_ms;
-      j["exposed_comm_ms"] = exposed_ms;
-      j["hidden_comm_fraction"] =
-          allreduce_ms > 0 ? nlohmann::json(std::clamp(1.0 - exposed_ms / allreduce_ms, 0.0, 1.0)) : nlohmann::json(nullptr);
-      j["shard_optimizer"] = a.shard_optimizer;
-      if (a.shard_optimizer) {
-        j["allgather_ms"] = allgather_ms;
-        j["exposed_allgather_ms"] = exposed_allgather_ms;
+  // The steps: warm-up, the DDP figures, the graph, the timed repeats, with the allocator counters around them.
+  Measured measure() {
+    const Device& device = session_.device();
+    const bool cuda = device.is_cuda();
+    stream_.synchronize();
+    reset_peak_memory_stats(device);
+    if (cuda) reset_peak_memory_stats(Device::cpu());
+    for (int i = 0; i < a_.warmup; ++i) step();
+    stream_.synchronize();
+    Measured m;
+    m.ddp = ddp_figures();
+    const std::int64_t mallocs_before = cuda ? memory_stats(device).num_backend_allocs : 0;
+    const std::int64_t cpu_allocs_before = memory_stats(Device::cpu()).num_allocations;
+    if (a_.graph) {
+      m.graph_error = capture_graph();
+      if (!graph_.captured() && session_.is_lead()) {
+        std::fprintf(stderr, "step_bench: CUDA graph not used, timing eager steps instead: %s\n",
+                     m.graph_error.c_str());
       }
     }
-    j["optimizer_state_bytes"] = static_cast<std::int64_t>(state_bytes_max);
-    std::printf("%s\n", j.dump().c_str());
-    std::fflush(stdout);
+    m.captured = graph_.captured();
+    time_steps(&m);
+    m.device_mallocs = cuda ? memory_stats(device).num_backend_allocs - mallocs_before : 0;
+    m.cpu_allocs_per_step = static_cast<double>(memory_stats(Device::cpu()).num_allocations - cpu_allocs_before) /
+                            (static_cast<double>(a_.repeats) * a_.iters);
+    m.loss = last_loss_.item(stream_);
+    for (const auto& entry : optimizer_->state()) m.optimizer_state_bytes += entry.second.numel() * 4;
+    return m;
   }
+
+ private:
+  void run_step() {
+    if (graph_.captured()) {
+      graph_.replay(stream_);
+    } else {
+      step();
+    }
+  }
+
+  // Each rank its own batch: x ~ N(0, 1), labels uniform over the classes.
+  void make_batch(std::int64_t in, std::int64_t classes) {
+    const int rank = session_.rank();
+    x_ = Tensor::normal({a_.batch, in}, 0.0f, 1.0f, a_.seed + 1, static_cast<std::uint64_t>(rank) * a_.batch * in,
+                        session_.device(), stream_);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(a_.batch));
+    std::uint64_t lcg = 0x9E3779B97F4A7C15ull * (rank + 1);
+    for (auto& l : labels) {
+      lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+      l = static_cast<std::int32_t>((lcg >> 33) % static_cast<std::uint64_t>(classes));
+    }
+    y_ = Tensor::from_int32(labels, {a_.batch}, session_.device(), stream_);
+  }
+
+  const Args& a_;
+  Session& session_;
+  const Stream& stream_;
+  MLP model_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Bf16Weights> bf16_weights_;
+  Tensor x_, y_, last_loss_;
+  std::vector<Tensor> params_;
+  CudaGraph graph_;
+};
+
+// Rank 0's JSON line, with the same keys as bench/pytorch_step.py's; times are the maximum over ranks, the DDP
+// figures their means.
+void report(const Args& a, Session& session, const Measured& m, const GemmOptions& gemm, double gemm_us) {
+  const double step_us = session.max(bench::median(m.times_us));
+  const double peak = session.max(static_cast<double>(memory_stats(session.device()).peak_bytes_in_use));
+  const double mallocs_max = session.max(static_cast<double>(m.device_mallocs));
+  const std::vector<double> ddp_ms = session.sum(
+      {m.ddp.backward_ms, m.ddp.allreduce_ms, m.ddp.exposed_ms, m.ddp.allgather_ms, m.ddp.exposed_allgather_ms});
+  const double backward_ms = ddp_ms[0] / session.size(), allreduce_ms = ddp_ms[1] / session.size(),
+               exposed_ms = ddp_ms[2] / session.size(), allgather_ms = ddp_ms[3] / session.size(),
+               exposed_allgather_ms = ddp_ms[4] / session.size();
+  double step_off_us = 0, paired_overhead = 0;
+  if (a.recorder_ab) {
+    step_off_us = session.max(bench::median(m.times_off_us));
+    std::vector<double> ratios;
+    for (std::size_t k = 0; k < m.times_us.size(); ++k) ratios.push_back(m.times_us[k] / m.times_off_us[k] - 1.0);
+    paired_overhead = session.max(bench::median(ratios));
+  }
+  const double state_bytes = session.max(static_cast<double>(m.optimizer_state_bytes));
+  if (!session.is_lead()) return;
+  nlohmann::json j;
+  j["impl"] = m.captured ? "ddp-cpp-graph" : "ddp-cpp";
+  j["sizes"] = a.sizes;
+  j["optimizer"] = a.optimizer;
+  j["batch"] = a.batch;
+  j["device"] = a.device;
+  j["precision"] = a.precision;
+  j["ranks"] = session.size();
+  j["ddp"] = a.ddp;
+  j["backend"] = a.ddp ? backend_name(session.backend()) : "none";
+  j["graph"] = m.captured;
+  if (a.graph && !m.captured) j["graph_error"] = m.graph_error;
+  j["threads"] = session.cpu_threads();
+  j["step_us"] = step_us;
+  j["samples_per_s"] = static_cast<double>(a.batch) * session.size() / step_us * 1e6;
+  j["peak_bytes"] = static_cast<std::int64_t>(peak);
+  j["mallocs_after_warmup"] = static_cast<std::int64_t>(mallocs_max);
+  j["cpu_allocs_per_step"] = m.cpu_allocs_per_step;
+  j["loss"] = std::isfinite(m.loss) ? nlohmann::json(m.loss) : nlohmann::json(nullptr);
+  j["times_us"] = m.times_us;
+  j["autotune"] = gemm.autotune;
+  j["concurrent_backward"] = gemm.concurrent_backward;
+  j["bias_epilogue"] = gemm.bias_epilogue;
+  if (gemm_us > 0) j["gemm_us"] = gemm_us;
+  if (a.recorder_ab) {
+    j["step_us_recorder_off"] = step_off_us;
+    j["recorder_overhead"] = step_us / step_off_us - 1.0;
+    j["recorder_overhead_paired"] = paired_overhead;
+    j["times_off_us"] = m.times_off_us;
+  }
+  if (a.ddp) {
+    j["bucket_mb"] = a.bucket_mb;
+    j["buckets"] = m.ddp.buckets;
+    j["backward_ms"] = backward_ms;
+    j["allreduce_ms"] = allreduce_ms;
+    j["exposed_comm_ms"] = exposed_ms;
+    j["hidden_comm_fraction"] =
+        allreduce_ms > 0 ? nlohmann::json(std::clamp(1.0 - exposed_ms / allreduce_ms, 0.0, 1.0)) : nlohmann::json(nullptr);
+    j["shard_optimizer"] = a.shard_optimizer;
+    if (a.shard_optimizer) {
+      j["allgather_ms"] = allgather_ms;
+      j["exposed_allgather_ms"] = exposed_allgather_ms;
+    }
+  }
+  j["optimizer_state_bytes"] = static_cast<std::int64_t>(state_bytes);
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+int run(int argc, char** argv) {
+  int status = 0;
+  const std::optional<Args> args = parse_args(argc, argv, &status);
+  if (!args) return status;
+  const Args& a = *args;
+  const std::vector<std::int64_t> sizes = parse_sizes(a.sizes);
+  const GemmOptions gemm = apply_gemm_flags(a);
+
+  SessionOptions options;
+  options.device = a.device == "cuda" ? DeviceRequest::kCuda : DeviceRequest::kCpu;
+  options.process_group = a.ddp;  // without --ddp no NCCL communicator either (DDP_BACKEND=mpi: ranks share a GPU)
+  options.cpu_threads = a.threads;
+  Session session(&argc, &argv, options);
+  StepBench bench(a, session, sizes);
+  const Measured m = bench.measure();
+  // After the step's figures: the GEMM floor's buffers must not count in the step's peak memory or allocations.
+  const bool cuda = session.device().is_cuda();
+  const double gemm_us =
+      a.gemm_floor && cuda
+          ? session.max(bench::time_gemms_alone({a.batch, a.precision, a.warmup, a.iters, a.repeats}, sizes,
+                                                session.device(), session.stream()))
+          : 0.0;
+  report(a, session, m, gemm, gemm_us);
   return 0;
 }
 

@@ -4,7 +4,6 @@
 //
 //   mpirun -np 4 bazel-bin/examples/allreduce_sum [--device auto|cpu|cuda] [--n-local N]
 #include <cuda_runtime_api.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <cinttypes>
@@ -110,13 +109,9 @@ int main(int argc, char** argv) {
     const double offset = static_cast<double>(world.rank()) * static_cast<double>(n_local);
     for (std::size_t i = 0; i < n_local; ++i) values[i] = static_cast<float>(static_cast<double>(i) + offset);
 
-    double global = 0.0;
-    if (world.device().is_cuda()) {
-      global = local_doubled_sum(world, values);
-    } else {
-      const double local = local_doubled_sum(world, values);
-      DDP_MPI_CHECK(MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, world.comm()));
-    }
+    // On the GPU the sum over ranks ran through NCCL already; on the CPU it is the world's host collective.
+    const double local = local_doubled_sum(world, values);
+    const double global = world.device().is_cuda() ? local : world.sum(local);
 
     // sum_{i<N} 2i = N(N-1), exact in double for N < 2^26.
     const double total = static_cast<double>(n_local) * world.size();

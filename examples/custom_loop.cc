@@ -1,7 +1,6 @@
 // The runtime embedded in a user's own training program: its own model, loss, data and loop, nothing from
-// Fashion-MNIST or train_mlp. It exists to show (and test) what a user writes against runtime/ddp.h alone:
-//   * a Module subclass with a residual structure, whose forward composes ops::linear / ops::gelu and a
-//     user-defined autograd op (residual_add, below: the runtime has no elementwise add, and a user can add one);
+// Fashion-MNIST or train_mlp. It exists to show (and test) what a user writes against ddp.h alone:
+//   * a Module subclass with a residual structure, whose forward composes ops::linear, ops::gelu and ops::add;
 //   * a synthetic regression problem, y = sin(x1) + x2·x3 + noise, generated on the fly and sharded by rank;
 //   * mean squared error (ops::mse_loss), AdamW with a cosine-with-warmup schedule;
 //   * DistributedDataParallel with gradient accumulation: ddp.no_sync() over the first of 2 micro-batches;
@@ -10,8 +9,6 @@
 // final held-out MSE is below --max-final-ratio (default 0.2) of the initial one.
 //
 //   mpirun -np 2 bazel-bin/examples/custom_loop [--device auto|cpu|cuda] [--steps N] ... (see --help)
-#include <mpi.h>
-
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -24,14 +21,14 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/ddp.h"
+#include "ddp.h"
 
 namespace custom_loop {
 
+using ddp::Activation;
 using ddp::Device;
 using ddp::Stream;
 using ddp::Tensor;
-using ddp::kernels::Activation;
 
 constexpr std::int64_t kFeatures = 3;
 
@@ -150,49 +147,6 @@ Flags parse_flags(int argc, char** argv) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// A user-defined op: y = a + b, with its backward recorded on the runtime's tape
-// ---------------------------------------------------------------------------------------------------------
-
-// The kernel contract (runtime/kernels/kernels.h) has a CPU and a CUDA implementation of every function; a user op picks
-// the one for the tensor's device, with that GPU current for the launch.
-void axpby(const Device& device, const float* x, float* y, std::int64_t n, float alpha, float beta,
-           const Stream& stream) {
-  if (device.is_cuda()) {
-    ddp::CudaDeviceGuard guard(device);
-    ddp::kernels::cuda::axpby(x, y, n, alpha, beta, stream.handle());
-  } else {
-    ddp::kernels::cpu::axpby(x, y, n, alpha, beta, stream.handle());
-  }
-}
-
-// The skip connection. Backward passes dy unchanged to both inputs; grad_target says whether to overwrite (first
-// writer in this backward) or accumulate, which matters here: the block input `a` also feeds fc1.
-Tensor residual_add(const Tensor& a, const Tensor& b, const Stream& stream) {
-  DDP_CHECK(a.defined() && b.defined(), "residual_add: both inputs must be defined");
-  DDP_CHECK(a.shape() == b.shape() && a.dtype() == ddp::DType::kFloat32 && b.dtype() == ddp::DType::kFloat32 &&
-                a.device() == b.device(),
-            "residual_add: inputs must be float32 of one shape on one device, got " + a.describe() + " and " +
-                b.describe());
-  const Device device = a.device();
-  Tensor y = Tensor::empty(a.shape(), ddp::DType::kFloat32, device, stream);
-  axpby(device, a.data<float>(), y.data<float>(), a.numel(), 1.0f, 0.0f, stream);
-  axpby(device, b.data<float>(), y.data<float>(), b.numel(), 1.0f, 1.0f, stream);
-  if (ddp::autograd::should_record({&a, &b})) {
-    ddp::autograd::record("residual_add", {a, b}, {y}, [a, b, y, device](const Stream& s) {
-      const Tensor dy = ddp::autograd::grad_of(y);
-      if (!dy.defined()) return;
-      for (const Tensor* input : {&a, &b}) {
-        ddp::autograd::GradTarget target = ddp::autograd::grad_target(*input, s);
-        if (!target.grad.defined()) continue;  // this input needs no gradient
-        axpby(device, dy.data<float>(), target.grad.data<float>(), dy.numel(), 1.0f, target.accumulate ? 1.0f : 0.0f,
-              s);
-      }
-    });
-  }
-  return y;
-}
-
-// ---------------------------------------------------------------------------------------------------------
 // The model: stem -> residual blocks -> head, a user Module (not an MLP)
 // ---------------------------------------------------------------------------------------------------------
 
@@ -212,7 +166,7 @@ class ResidualBlock : public ddp::Module {
   Tensor forward(const Tensor& h, const Stream& stream) override {
     Tensor z = ddp::ops::linear(h, fc1_->weight(), fc1_->bias(), Activation::kGelu, stream);
     z = ddp::ops::linear(z, fc2_->weight(), fc2_->bias(), Activation::kNone, stream);
-    return residual_add(h, z, stream);
+    return ddp::ops::add(h, z, stream);
   }
   std::string type_name() const override { return "ResidualBlock"; }
 
@@ -298,28 +252,59 @@ Batch make_batch(std::uint64_t seed, std::uint64_t stream_id, std::int64_t first
 // Evaluation: mean squared error over the whole held-out set, each rank scoring samples r, r+N, r+2N, ...
 // ---------------------------------------------------------------------------------------------------------
 
-double evaluate(ddp::Module& model, const ddp::World& world, const Flags& flags, const Stream& stream) {
+double evaluate(ddp::Module& model, const ddp::Session& session, const Flags& flags) {
   ddp::autograd::NoGradGuard no_grad;  // nothing recorded: no tape, no activations kept
   model.eval();
-  const std::int64_t n = flags.eval_size, size = world.size(), rank = world.rank();
+  const std::int64_t n = flags.eval_size, size = session.size(), rank = session.rank();
   const std::int64_t local = rank < n ? (n - rank + size - 1) / size : 0;
-  double sums[2] = {0.0, static_cast<double>(local)};  // squared error, samples
+  std::vector<double> sums = {0.0, static_cast<double>(local)};  // squared error, samples
   if (local > 0) {
     const Batch b = make_batch(flags.seed, 1, rank, local, size, /*noisy=*/false);
-    const Tensor x = Tensor::from_vector(b.x, {local, kFeatures}, world.device(), stream);
-    const Tensor y = Tensor::from_vector(b.y, {local, 1}, world.device(), stream);
-    const Tensor mse = ddp::ops::mse_loss(model.forward(x, stream), y, stream);
-    sums[0] = static_cast<double>(mse.to_vector<float>(stream)[0]) * static_cast<double>(local);
+    const Tensor x = Tensor::from_vector(b.x, {local, kFeatures}, session.device(), session.stream());
+    const Tensor y = Tensor::from_vector(b.y, {local, 1}, session.device(), session.stream());
+    const Tensor mse = ddp::ops::mse_loss(model.forward(x, session.stream()), y, session.stream());
+    sums[0] = mse.item(session.stream()) * static_cast<double>(local);
   }
-  // Host doubles over the world's communicator (MPI_THREAD_MULTIPLE; the MPI backend has its own duplicate).
-  DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, world.comm()));
+  sums = session.sum(sums);
   model.train();
   return sums[0] / sums[1];
 }
 
+// One optimizer step over `accum` micro-batches: all but the last under no_sync (local accumulation), the last
+// all-reducing the sum, which one in-place scale over the flat gradients turns into the mean. Returns the
+// micro-batch losses (on the device: reading them waits for the step).
+std::vector<Tensor> train_step(std::int64_t step, ddp::Module& model, ddp::DistributedDataParallel& ddp_model,
+                               ddp::Optimizer& optimizer, const ddp::Session& session, const Flags& flags) {
+  const Stream& stream = session.stream();
+  const std::int64_t b = flags.batch_size, k = flags.accum;
+  model.zero_grad(stream);
+  std::vector<Tensor> losses;
+  for (std::int64_t m = 0; m < k; ++m) {
+    // Global samples of this micro-batch: [(step·k + m)·N·b, +N·b); rank r takes its contiguous b of them.
+    const std::int64_t first = ((step * k + m) * session.size() + session.rank()) * b;
+    const Batch batch = make_batch(flags.seed, 0, first, b, 1, /*noisy=*/true);
+    const Tensor x = Tensor::from_vector(batch.x, {b, kFeatures}, session.device(), stream);
+    const Tensor y = Tensor::from_vector(batch.y, {b, 1}, session.device(), stream);
+    Tensor loss = ddp::ops::mse_loss(model.forward(x, stream), y, stream);
+    if (m + 1 < k) {
+      auto local_only = ddp_model.no_sync();
+      ddp_model.backward(loss);
+    } else {
+      ddp_model.backward(loss);
+    }
+    losses.push_back(loss);
+  }
+  if (k > 1) {
+    Tensor grads = model.parameter_store()->flat_grads();
+    grads.scale_(1.0 / static_cast<double>(k), stream);  // after the last bucket, on the compute stream
+  }
+  optimizer.step(stream);
+  return losses;
+}
+
 int run(int argc, char** argv) {
-  // Flags are parsed before the world exists (it needs --device) but reported once it does, so a typo ends
-  // every rank with one message.
+  // Flags are parsed before the session exists (it needs --device and --backend) but reported once it does, so
+  // a typo ends every rank with one message.
   Flags flags;
   std::string flag_error;
   try {
@@ -327,97 +312,49 @@ int run(int argc, char** argv) {
   } catch (const ddp::InvalidArgument& e) {
     flag_error = e.what();
   }
-  ddp::WorldOptions options;
+  ddp::SessionOptions options;
   options.device = flags.device;
-  // Without NCCL several ranks may share one GPU (the MPI backend); with it the world needs a GPU per rank.
-  const char* env_backend = std::getenv("DDP_BACKEND");
-  options.nccl = flags.backend == "nccl" ||
-                 (flags.backend == "auto" && !(env_backend != nullptr && std::string(env_backend) == "mpi"));
-  ddp::World world(&argc, &argv, options);
-  const ddp::Backend backend =
-      flags.backend == "auto" ? ddp::default_backend(world.device()) : ddp::parse_backend(flags.backend);
-  if (flag_error.empty() && backend == ddp::Backend::kNccl && !world.device().is_cuda()) {
-    flag_error = "--backend nccl needs CUDA devices, but this rank runs on " + world.device().str() +
-                 " (use --backend mpi or --device cuda)";
-  }
-  world.agree(flag_error, "bad command line");
+  options.backend = flags.backend;
+  ddp::Session session(&argc, &argv, options);
+  session.agree(flag_error, "bad command line");
+  const Stream& stream = session.stream();
 
-  const bool lead = world.rank() == 0;
-  const Device device = world.device();
-  Stream stream = Stream::create(device);
-
-  ResidualRegressor model(kFeatures, flags.hidden, flags.blocks, flags.seed, device, stream);
-  auto group = ddp::make_process_group(world, device, backend);
-  // DDP first: it re-lays the flat buffers in bucket order, and the optimizer's state follows that layout.
+  ResidualRegressor model(kFeatures, flags.hidden, flags.blocks, flags.seed, session.device(), stream);
   ddp::DdpOptions ddp_options;
   ddp_options.shard_optimizer = flags.shard_optimizer;  // the loop below is the same either way
-  ddp::DistributedDataParallel ddp(model.flatten_parameters(stream), *group, world, stream, ddp_options);
-  ddp::ParameterStore& store = *model.parameter_store();
-  ddp::AdamW optimizer(store, {.lr = flags.lr, .weight_decay = flags.weight_decay}, stream);
+  ddp::DistributedDataParallel ddp_model(model, session, ddp_options);
+  ddp::AdamW optimizer(model, {.lr = flags.lr, .weight_decay = flags.weight_decay}, stream);
   ddp::CosineWithWarmup schedule(flags.lr, flags.warmup, flags.steps, /*min_lr=*/0.02 * flags.lr);
-
-  const std::int64_t b = flags.batch_size, k = flags.accum, ranks = world.size();
-  if (lead) {
-    std::printf("custom_loop: ranks=%d device=%s backend=%s parameters=%lld steps=%lld batch=%lldx%lldx%lld\n",
-                world.size(), device.str().c_str(), ddp::backend_name(backend).c_str(),
-                static_cast<long long>(model.num_parameters()), static_cast<long long>(flags.steps),
-                static_cast<long long>(ranks), static_cast<long long>(k), static_cast<long long>(b));
+  if (session.is_lead()) {
+    std::printf("custom_loop: ranks=%d device=%s backend=%s parameters=%lld steps=%lld batch=%dx%lldx%lld\n",
+                session.size(), session.device().str().c_str(), ddp::backend_name(session.backend()).c_str(),
+                static_cast<long long>(model.num_parameters()), static_cast<long long>(flags.steps), session.size(),
+                static_cast<long long>(flags.accum), static_cast<long long>(flags.batch_size));
   }
-  const double initial_mse = evaluate(model, world, flags, stream);
-  if (lead) std::printf("initial_mse=%.6f\n", initial_mse);
+  const double initial_mse = evaluate(model, session, flags);
+  if (session.is_lead()) std::printf("initial_mse=%.6f\n", initial_mse);
 
   const auto start = std::chrono::steady_clock::now();
-  std::vector<Tensor> micro_losses;
   for (std::int64_t step = 0; step < flags.steps; ++step) {
     schedule.apply(optimizer);
-    model.zero_grad(stream);
-    micro_losses.clear();
-    for (std::int64_t m = 0; m < k; ++m) {
-      // Global samples of this micro-batch: [(step·k + m)·N·b, +N·b); rank r takes its contiguous b of them.
-      const std::int64_t first = ((step * k + m) * ranks + world.rank()) * b;
-      const Batch batch = make_batch(flags.seed, 0, first, b, 1, /*noisy=*/true);
-      const Tensor x = Tensor::from_vector(batch.x, {b, kFeatures}, device, stream);
-      const Tensor y = Tensor::from_vector(batch.y, {b, 1}, device, stream);
-      Tensor loss = ddp::ops::mse_loss(model.forward(x, stream), y, stream);
-      if (m + 1 < k) {
-        auto local_only = ddp.no_sync();  // accumulate locally; the last micro-batch all-reduces the sum
-        ddp.backward(loss);
-      } else {
-        ddp.backward(loss);
-      }
-      micro_losses.push_back(loss);
-    }
-    // The gradient is now the sum of k micro-batch means (averaged over ranks): make it their mean, one
-    // kernel over the flat gradient buffer, ordered after the last bucket on the compute stream.
-    if (k > 1) {
-      const Tensor& grads = store.flat_grads();
-      if (device.is_cuda()) {
-        ddp::CudaDeviceGuard guard(device);
-        ddp::kernels::cuda::scale(grads.data<float>(), grads.numel(), 1.0f / static_cast<float>(k), stream.handle());
-      } else {
-        ddp::kernels::cpu::scale(grads.data<float>(), grads.numel(), 1.0f / static_cast<float>(k), stream.handle());
-      }
-    }
-    optimizer.step(stream);
-
+    const std::vector<Tensor> losses = train_step(step, model, ddp_model, optimizer, session, flags);
     // The host reads the loss back only when it logs (on the GPU that is a synchronisation).
-    if (lead && ((step + 1) % flags.log_every == 0 || step + 1 == flags.steps)) {
+    if (session.is_lead() && ((step + 1) % flags.log_every == 0 || step + 1 == flags.steps)) {
       double sum = 0.0;
-      for (const Tensor& l : micro_losses) sum += l.to_vector<float>(stream)[0];
+      for (const Tensor& l : losses) sum += l.item(stream);
       std::printf("step %lld/%lld loss %.6f lr %.6g\n", static_cast<long long>(step + 1),
-                  static_cast<long long>(flags.steps), sum / static_cast<double>(k), optimizer.lr());
+                  static_cast<long long>(flags.steps), sum / static_cast<double>(flags.accum), optimizer.lr());
       std::fflush(stdout);
     }
   }
   stream.synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  const double final_mse = evaluate(model, world, flags, stream);
+  const double final_mse = evaluate(model, session, flags);
   const double bound = flags.max_final_ratio * initial_mse;
   const bool ok = std::isfinite(final_mse) && final_mse < bound;
-  if (lead) {
-    std::printf("train_seconds=%.2f\n", seconds);
-    std::printf("final_mse=%.6f\n", final_mse);
+  if (session.is_lead()) {
+    std::printf("train_seconds=%.2f\nfinal_mse=%.6f\n", seconds, final_mse);
     if (!ok) {
       std::fprintf(stderr, "error: final_mse %.6f is not below %.6f (%g x the initial %.6f)\n", final_mse, bound,
                    flags.max_final_ratio, initial_mse);

@@ -9,7 +9,6 @@
 // Checkpoints hold the model under PyTorch's nn.Sequential names, the optimizer state and the sampler
 // position; --resume (or DDP_RESUME=1 from ddprun's restarts) continues from the newest complete one and
 // gives the same losses as a run never stopped (bitwise on the CPU with the same ranks).
-#include <cblas.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,12 +24,10 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "runtime/ddp.h"
-#include "runtime/training/training_checkpoint.h"
+#include "ddp.h"
 
 namespace {
 
@@ -322,7 +319,7 @@ void maybe_inject_fault(long long step, int rank) {
 class PrecisionModel {
  public:
   PrecisionModel(ddp::MLP& mlp, const std::string& precision) : mlp_(mlp), bf16_(precision == "bf16") {
-    if (precision == "tf32") mlp_.set_math_mode(ddp::kernels::MathMode::kTF32);
+    if (precision == "tf32") mlp_.set_math_mode(ddp::MathMode::kTF32);
   }
   // After DistributedDataParallel has laid out the store (the copy follows that layout).
   void attach(ddp::Optimizer& optimizer, const ddp::Stream& stream) {
@@ -351,63 +348,28 @@ struct Evaluation {
   double accuracy = 0;
 };
 
-// Loss and accuracy over the whole test set. Each rank takes an unpadded shard (every sample counted once),
-// gathered once into the device's memory; an evaluation is a forward per chunk with the sums kept on the device
-// and read back once, then summed over ranks.
-class TestShard {
- public:
-  TestShard(const ddp::data::Dataset& test, const ddp::World& world, const ddp::Stream& stream) {
-    ddp::data::SamplerOptions so;
-    so.dataset_size = test.size;
-    so.num_replicas = world.size();
-    so.rank = world.rank();
-    so.shuffle = false;
-    so.even = false;
-    const ddp::data::DistributedSampler sampler(so);
-    const std::int64_t rows = sampler.num_samples();
-    ddp::data::ResidentDataset resident(ddp::data::view(test), world.device(), stream);
-    resident.set_order(sampler.indices(), stream);
-    // One allocation per chunk: each chunk starts where the allocator aligns a block, as a batch of its own
-    // would, so the GEMMs pick the algorithms (and give the bits) they give any batch of that size.
-    for (std::int64_t begin = 0; begin < rows; begin += kChunk) {
-      const std::int64_t n = std::min(kChunk, rows - begin);
-      Chunk c{Tensor::empty({n, test.feature_count}, ddp::DType::kFloat32, world.device(), stream),
-              Tensor::empty({n}, ddp::DType::kInt32, world.device(), stream)};
-      resident.gather(begin, c.x, c.y, stream);
-      chunks_.push_back(std::move(c));
-    }
-    rows_ = rows;
+// Loss and accuracy over the whole test set: a forward per chunk of this rank's shard with the sums kept on the
+// device, read back once, then summed over ranks.
+Evaluation evaluate(const PrecisionModel& model, const ddp::data::EvaluationShard& test, const ddp::Session& session) {
+  ddp::PhaseGuard evaluating(ddp::Phase::kEvaluation);  // what a hang report says of a rank stuck here
+  ddp::autograd::NoGradGuard no_grad;
+  const ddp::Stream& stream = session.stream();
+  model.mlp().eval();
+  std::vector<std::pair<Tensor, Tensor>> parts;  // (mean loss, correct count) per chunk, on the device
+  for (const ddp::data::DeviceBatch& c : test.chunks()) {
+    const Tensor logits = model.logits(c.features, stream, ddp::DType::kFloat32);
+    parts.emplace_back(ddp::ops::cross_entropy(logits, c.labels, stream),
+                       ddp::ops::count_correct(logits, c.labels, stream));
   }
-
-  Evaluation evaluate(const PrecisionModel& model, const ddp::World& world, const ddp::Stream& stream) const {
-    ddp::PhaseGuard evaluating(ddp::Phase::kEvaluation);  // what a hang report says of a rank stuck here
-    ddp::autograd::NoGradGuard no_grad;
-    model.mlp().eval();
-    std::vector<std::pair<Tensor, Tensor>> parts;  // (mean loss, correct count) per chunk, on the device
-    for (const Chunk& c : chunks_) {
-      const Tensor logits = model.logits(c.x, stream, ddp::DType::kFloat32);
-      parts.emplace_back(ddp::ops::cross_entropy(logits, c.y, stream), ddp::ops::count_correct(logits, c.y, stream));
-    }
-    double sums[3] = {0, 0, static_cast<double>(rows_)};  // loss * n, correct, n
-    for (std::size_t k = 0; k < parts.size(); ++k) {  // the first read waits for them all
-      sums[0] += static_cast<double>(parts[k].first.to_vector<float>(stream)[0]) * chunks_[k].y.numel();
-      sums[1] += static_cast<double>(parts[k].second.to_vector<std::int64_t>(stream)[0]);
-    }
-    world.sum_in_place(sums, 3);
-    model.mlp().train();
-    return Evaluation{sums[0] / sums[2], sums[1] / sums[2]};
+  std::vector<double> sums = {0, 0, static_cast<double>(test.rows())};  // loss * n, correct, n
+  for (std::size_t k = 0; k < parts.size(); ++k) {  // the first read waits for them all
+    sums[0] += parts[k].first.item(stream) * test.chunks()[k].labels.numel();
+    sums[1] += parts[k].second.item(stream);
   }
-
- private:
-  // Forwards of 1000 rows on either device, the sums kept on the device until the one wait at the end.
-  static constexpr std::int64_t kChunk = 1000;
-  struct Chunk {
-    Tensor x;  // [n, features] float32
-    Tensor y;  // [n] int32
-  };
-  std::vector<Chunk> chunks_;
-  std::int64_t rows_ = 0;
-};
+  sums = session.sum(sums);
+  model.mlp().train();
+  return Evaluation{sums[0] / sums[2], sums[1] / sums[2]};
+}
 
 // Rank r's trace file: --trace-file itself for rank 0, TRACE.rank<r>.json beside it for the others.
 std::string trace_path(const Flags& f, int rank) {
@@ -424,54 +386,36 @@ struct ResumePoint {
 
 // Loads the newest complete checkpoint of `from` into the model and the optimizer, on every rank alike, or
 // starts from scratch where a restart finds none; anything else that is wrong ends every rank with one message.
-ResumePoint resume(const ResumeFrom& from, const Flags& f, const ddp::World& world, PrecisionModel& model,
-                   ddp::Optimizer& optimizer, const ddp::Stream& stream) {
-  ResumePoint point;
-  if (from.dir.empty()) return point;
-  std::string error = from.required ? resume_path_problem(from.dir) : "";
-  std::optional<ddp::io::LoadedCheckpoint> checkpoint;
-  if (error.empty()) {
-    try {
-      checkpoint = ddp::io::latest_complete_checkpoint(from.dir);
-      if (!checkpoint && from.required) error = "no complete checkpoint in " + from.dir;
-      if (checkpoint) error = recipe_mismatch(*checkpoint, f, world.size());
-      if (checkpoint && error.empty()) {
-        ddp::training::restore_training_checkpoint(*checkpoint, model.mlp(), optimizer, stream);
-        model.refresh(stream);
-        const auto& m = checkpoint->metadata;
-        // Any number of ranks continues at the saved global position (the sampler lays the rest of the
-        // epoch out over this run's ranks).
-        point = ResumePoint{m.step, m.epoch, m.sampler_position, true, m.world_size};
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
+ResumePoint resume(const ResumeFrom& from, const Flags& f, ddp::Session& session, PrecisionModel& model,
+                   ddp::Optimizer& optimizer) {
+  if (from.dir.empty()) return {};
+  session.agree(from.required ? resume_path_problem(from.dir) : "", "cannot resume");
+  const auto restored = ddp::training::restore_latest_training_checkpoint(
+      session, from.dir, model.mlp(), optimizer,
+      [&](const ddp::io::LoadedCheckpoint& checkpoint) { return recipe_mismatch(checkpoint, f, session.size()); });
+  session.agree(!restored && from.required ? "no complete checkpoint in " + from.dir : "", "cannot resume");
+  if (!restored) {
+    if (session.is_lead()) {
+      std::printf("no complete checkpoint in %s yet (DDP_RESUME=1, a ddprun restart): starting from scratch\n",
+                  from.dir.c_str());
     }
+    return {};
   }
-  // Every rank makes the same choice: one starting from scratch while another resumes would train two models
-  // (a checkpoint directory that not every node sees).
-  const bool found = checkpoint.has_value();
-  const bool found_somewhere = world.any(found);
-  const bool missing_somewhere = world.any(!found);
-  if (error.empty() && found_somewhere && missing_somewhere) {
-    error = (found ? checkpoint->path + " exists here but not on every rank"
-                   : "no complete checkpoint in " + from.dir + " here, but another rank has one") +
-            "; is the checkpoint directory shared by all nodes?";
-  }
-  world.agree(error, "cannot resume");
-  if (world.rank() == 0 && found) {
-    std::printf("resumed from %s: step %lld, epoch %lld, sample %lld", checkpoint->path.c_str(), point.step,
+  model.refresh(session.stream());
+  const ddp::io::CheckpointMetadata& m = restored->metadata;
+  // Any number of ranks continues at the saved global position (the sampler lays the rest of the epoch out
+  // over this run's ranks).
+  const ResumePoint point{m.step, m.epoch, m.sampler_position, true, m.world_size};
+  if (session.is_lead()) {
+    std::printf("resumed from %s: step %lld, epoch %lld, sample %lld", restored->path.c_str(), point.step,
                 point.epoch, point.position);
-    if (point.world_size != world.size()) {
-      std::printf(" (written on %d ranks, continuing on %d; global batch %s -> %lld)", point.world_size, world.size(),
-                  checkpoint->metadata.extra.count("train_mlp.global_batch_size")
-                      ? checkpoint->metadata.extra.at("train_mlp.global_batch_size").c_str()
-                      : "?",
-                  f.batch_size * world.size());
+    if (point.world_size != session.size()) {
+      const auto global = m.extra.find("train_mlp.global_batch_size");
+      std::printf(" (written on %d ranks, continuing on %d; global batch %s -> %lld)", point.world_size,
+                  session.size(), global != m.extra.end() ? global->second.c_str() : "?",
+                  f.batch_size * session.size());
     }
     std::printf("\n");
-  } else if (world.rank() == 0) {
-    std::printf("no complete checkpoint in %s yet (DDP_RESUME=1, a ddprun restart): starting from scratch\n",
-                from.dir.c_str());
   }
   return point;
 }
@@ -489,10 +433,10 @@ long long steps_at_end(const ddp::data::SamplerOptions& so, const ResumePoint& s
 }
 
 // Why the step cannot be a CUDA graph in this run, or "" when it can.
-std::string graph_refusal(const Flags& f, const ddp::World& world, ddp::Backend backend) {
+std::string graph_refusal(const Flags& f, const ddp::Session& session) {
   if (f.no_cuda_graph) return "--no-cuda-graph";
-  if (!world.device().is_cuda()) return "the CPU has no graphs";
-  if (backend != ddp::Backend::kNccl) return "the MPI backend stages through the host";
+  if (!session.device().is_cuda()) return "the CPU has no graphs";
+  if (session.backend() != ddp::Backend::kNccl) return "the MPI backend stages through the host";
   if (f.skip_nonfinite) return "--skip-nonfinite reads every loss on the host";
   if (f.clip_grad_norm > 0) return "--clip-grad-norm reads every gradient norm on the host";
   if (!f.trace_file.empty()) return "--trace-file times every backward on the host";
@@ -520,9 +464,400 @@ struct PhaseTimes {
   }
 };
 
+// ---- The run: set-up, resume, the epochs, evaluation ----
+
+// The data set's two splits, read on threads of their own while MPI, the device and NCCL start: both take a
+// good part of a second, and neither needs the other.
+std::pair<std::future<ddp::data::Dataset>, std::future<ddp::data::Dataset>> read_in_background(const std::string& dir) {
+  auto read_split = [dir](ddp::data::Split split) { return ddp::data::load_fashion_mnist(dir, split); };
+  return {std::async(std::launch::async, read_split, ddp::data::Split::kTrain),
+          std::async(std::launch::async, read_split, ddp::data::Split::kTest)};
+}
+
+// The device, backend and threads the flags ask for (CLI11 has checked them; after a flag error they are the
+// defaults, and the error is reported once the session exists).
+ddp::SessionOptions session_options(const Flags& f) {
+  ddp::SessionOptions options;
+  options.device = ddp::parse_device_request(f.device);
+  options.backend = f.backend;
+  options.cpu_threads = f.threads;
+  return options;
+}
+
+class Run {
+ public:
+  Run(const Flags& f, ddp::Session& session, PhaseTimes& times) : f_(f), session_(session), times_(times) {}
+
+  // The data, held on the device that trains (the GPU's memory, or the host's), the sampler that orders the
+  // training set, and the batch buffers each step gathers into (allocated once; the last, shorter batch of an
+  // epoch goes into their first rows).
+  void load_data(std::future<ddp::data::Dataset> train_file, std::future<ddp::data::Dataset> test_file) {
+    ddp::data::Dataset train_set, test_set;
+    std::string error;
+    try {
+      train_set = train_file.get();
+      test_set = test_file.get();
+      if (train_set.size < test_set.size) {
+        error = "the training set of " + f_.data + " has " + std::to_string(train_set.size) +
+                " samples and the test set " + std::to_string(test_set.size) +
+                ": are the train-* and t10k-* files swapped?";
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    session_.agree(error, "cannot read the data set");
+    sampler_options_ = ddp::data::SamplerOptions{
+        .dataset_size = train_set.size, .num_replicas = session_.size(), .rank = session_.rank(), .seed = f_.seed};
+    sampler_ = std::make_unique<ddp::data::DistributedSampler>(sampler_options_);
+    error = "";
+    try {
+      sampler_->check_batch_size(f_.batch_size);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    session_.agree(error, "bad batch size");
+    steps_per_epoch_ = sampler_->batches_per_epoch(f_.batch_size);
+    train_ = std::make_unique<ddp::data::ResidentDataset>(ddp::data::view(train_set), session_.device(), stream_);
+    test_ = std::make_unique<ddp::data::EvaluationShard>(test_set, session_.rank(), session_.size(), session_.device(),
+                                                         stream_);
+    sizes_ = {train_set.feature_count};
+    for (int l = 0; l < f_.layers; ++l) sizes_.push_back(f_.hidden);
+    sizes_.push_back(train_set.num_classes);
+    batch_x_ =
+        Tensor::empty({f_.batch_size, train_set.feature_count}, ddp::DType::kFloat32, session_.device(), stream_);
+    batch_y_ = Tensor::empty({f_.batch_size}, ddp::DType::kInt32, session_.device(), stream_);
+  }
+
+  // The model in the run's precision under DistributedDataParallel, with its optimizer and schedule.
+  void build_model() {
+    const auto activation = f_.activation == "gelu" ? ddp::Activation::kGelu : ddp::Activation::kRelu;
+    mlp_ = std::make_unique<ddp::MLP>(sizes_, activation, f_.seed, session_.device(), stream_);
+    model_ = std::make_unique<PrecisionModel>(*mlp_, f_.precision);
+    if (!f_.trace_file.empty()) trace_ = std::make_unique<ddp::io::TraceRecorder>(session_.rank());
+    ddp_ = std::make_unique<ddp::DistributedDataParallel>(
+        *mlp_, session_,
+        ddp::DdpOptions{.bucket_cap_mb = f_.bucket_mb, .trace = trace_.get(), .shard_optimizer = f_.shard_optimizer});
+    if (f_.optimizer == "sgd") {
+      optimizer_ = std::make_unique<ddp::Sgd>(
+          *mlp_, ddp::SgdOptions{.lr = f_.lr, .momentum = f_.momentum, .weight_decay = f_.weight_decay}, stream_);
+    } else {
+      optimizer_ = std::make_unique<ddp::AdamW>(*mlp_, ddp::AdamWOptions{.lr = f_.lr, .weight_decay = f_.weight_decay},
+                                                stream_);
+    }
+    model_->attach(*optimizer_, stream_);
+    if (f_.schedule == "cosine") {
+      schedule_ = std::make_unique<ddp::CosineWithWarmup>(
+          f_.lr, static_cast<std::int64_t>(f_.warmup_epochs * steps_per_epoch_), steps_per_epoch_ * f_.epochs, 0.0);
+    } else {
+      schedule_ = std::make_unique<ddp::ConstantLr>(f_.lr);
+    }
+  }
+
+  // Outputs and resume, all checked before the first step; then the run's first line.
+  void open_outputs_and_resume() {
+    const ResumeFrom from = resume_directory(f_);
+    std::string error;
+    try {
+      if (session_.is_lead() && !f_.checkpoint_dir.empty()) checkpoint_lock_ = claim_checkpoint_dir(f_, from);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    session_.agree(error, "cannot use the checkpoint directory");
+    start_ = resume(from, f_, session_, *model_, *optimizer_);
+    step_ = start_.step;
+    total_steps_ = steps_at_end(sampler_options_, start_, f_, steps_per_epoch_);
+    if (f_.max_steps > 0) total_steps_ = std::min(total_steps_, f_.max_steps);
+    done_ = step_ >= total_steps_;
+    error = "";
+    try {
+      if (session_.is_lead() && !f_.metrics_file.empty()) {
+        metrics_ = std::make_unique<ddp::io::MetricsWriter>(f_.metrics_file, start_.resumed);
+      }
+      if (!f_.trace_file.empty()) ddp::io::check_can_write_atomically(trace_path(f_, session_.rank()));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    session_.agree(error, "cannot write the run's outputs");
+    graph_error_ = graph_refusal(f_, session_);
+    print_run();
+    progress_ = std::make_unique<Progress>(total_steps_);
+    if (graph_error_.empty() && total_steps_ > step_) optimizer_->plan_steps(*schedule_, total_steps_ - step_, stream_);
+  }
+
+  // Every epoch from the resume point to the end (or --max-steps), each followed by an evaluation.
+  void train() {
+    const auto train_start = PhaseTimes::Clock::now();
+    window_start_ = std::chrono::steady_clock::now();
+    bool evaluated = false;
+    for (long long epoch = start_.epoch; epoch < f_.epochs && !done_; ++epoch) {
+      const long long position = run_epoch(epoch);
+      const bool epoch_finished = sampler_->epoch_finished();
+      // The host runs up to an epoch ahead of the device: wait here, so the time line charges the queued steps
+      // to training and not to the evaluation that would otherwise wait for them (one wait per epoch).
+      stream_.synchronize();
+      evaluate_epoch(epoch, epoch_finished);
+      evaluated = true;
+      if (done_) {
+        save(epoch_finished ? epoch + 1 : epoch, epoch_finished ? 0 : position);
+      } else if (epoch + 1 == f_.epochs) {
+        save(epoch + 1, 0);
+      }
+      window_start_ = std::chrono::steady_clock::now();
+    }
+    if (!evaluated) last_eval_ = evaluate(*model_, *test_, session_);
+    times_.train_s = PhaseTimes::since(train_start) - times_.eval_s - times_.checkpoint_s;
+  }
+
+  void finish() {
+    // Every rank writes its own track; rank r's file is TRACE.rank<r>.json beside rank 0's TRACE.
+    if (trace_) trace_->write(trace_path(f_, session_.rank()));
+    if (session_.is_lead()) {
+      std::printf("%s\n", times_.summary(step_ - start_.step).c_str());
+      std::printf("final step=%lld test_loss=%.4f test_accuracy=%.4f\n", step_, last_eval_.loss, last_eval_.accuracy);
+    }
+  }
+
+ private:
+  struct StepFigures {
+    double mean_loss = 0;  // over ranks, read when logging (or when every loss must be checked)
+    double grad_norm = 0;  // before clipping, with --clip-grad-norm
+    bool replayed = false;
+  };
+
+  void print_run() const {
+    if (!session_.is_lead()) return;
+    std::printf("train_mlp: %d rank(s) on %s, backend %s, MLP", session_.size(), session_.device().str().c_str(),
+                ddp::backend_name(session_.backend()).c_str());
+    for (std::size_t i = 0; i < sizes_.size(); ++i) {
+      std::printf("%s%lld", i ? "-" : " ", static_cast<long long>(sizes_[i]));
+    }
+    std::printf(", batch %lld per rank (%lld global), %lld steps per epoch, %s lr %g, %s", f_.batch_size,
+                f_.batch_size * session_.size(), steps_per_epoch_, f_.optimizer.c_str(), f_.lr, f_.precision.c_str());
+    if (f_.shard_optimizer) std::printf(", optimizer state sharded over %d rank(s)", session_.size());
+    if (session_.device().is_cuda()) {
+      std::printf(", CUDA graph %s", graph_error_.empty() ? "on" : ("off: " + graph_error_).c_str());
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  // One pass over the sampler's batches of `epoch` from where it stands; returns the global sample position
+  // reached (the end of the epoch, or where --max-steps stopped it).
+  long long run_epoch(long long epoch) {
+    ddp::data::DistributedSampler& sampler = *sampler_;
+    sampler.set_epoch(epoch);
+    sampler.set_global_position(epoch == start_.epoch ? start_.position : 0);
+    train_->set_order(sampler.indices(), stream_);
+    train_->set_cursor(sampler.local_position(), stream_);
+    long long position = sampler.global_position();
+    while (sampler.next_batch(f_.batch_size, &rows_)) {
+      const auto n = static_cast<std::int64_t>(rows_.size());
+      const bool full = n == f_.batch_size;
+      const Tensor x = full ? batch_x_ : batch_x_.slice_rows(0, n);
+      const Tensor y = full ? batch_y_ : batch_y_.slice_rows(0, n);
+      position = sampler.global_position();
+      schedule_->apply(*optimizer_);
+      const bool log = (step_ + 1) % f_.log_every == 0 || step_ + 1 == total_steps_;
+      StepFigures figures;
+      if (!train_step(x, y, full, log, &figures)) continue;  // skipped: the next backward overwrites the gradients
+      ++step_;
+      skipped_in_a_row_ = 0;
+      maybe_inject_fault(step_, session_.rank());
+      window_samples_ += n * session_.size();
+      if (log) log_step(epoch, figures);
+      if (f_.checkpoint_every > 0 && step_ % f_.checkpoint_every == 0) save(epoch, position);
+      if (step_ >= total_steps_) {
+        done_ = true;
+        break;
+      }
+    }
+    return position;
+  }
+
+  // Forward, backward and update on (x, y); false when the step was skipped (--skip-nonfinite).
+  bool train_step(const Tensor& x, const Tensor& y, bool full, bool log, StepFigures* out) {
+    out->replayed = graph_error_.empty() && full && eager_steps_ >= kEagerStepsBeforeCapture;
+    if (out->replayed) {
+      const Tensor loss = graphed_step(x, y);
+      // Reading the loss waits for the step: only when logging.
+      if (log) out->mean_loss = session_.mean(loss.item(stream_));
+      return true;
+    }
+    train_->gather_next(x, y, stream_);
+    const Tensor loss = forward_backward(x, y);
+    if (log || f_.skip_nonfinite) {
+      // Reading the loss synchronises: only when logging, or when every step must be checked.
+      const double value = loss.item(stream_);
+      if (session_.any(!std::isfinite(value))) return reject_nonfinite_step("loss", value);
+      out->mean_loss = session_.mean(value);
+    }
+    if (f_.clip_grad_norm > 0) {
+      // Every rank holds the same averaged gradients, so every rank gets the same norm and decides alike.
+      out->grad_norm = ddp::clip_grad_norm(*mlp_->parameter_store(), f_.clip_grad_norm, stream_);
+      if (!std::isfinite(out->grad_norm)) return reject_nonfinite_step("gradient norm", out->grad_norm);
+    }
+    optimizer_->step(stream_);
+    ++eager_steps_;
+    return true;
+  }
+
+  Tensor forward_backward(const Tensor& x, const Tensor& y) {
+    mlp_->zero_grad(stream_);
+    Tensor loss = ddp::ops::cross_entropy(model_->logits(x, stream_), y, stream_);
+    ddp_->backward(loss);
+    return loss;
+  }
+
+  // A full batch replays one CUDA graph of the whole step: the batch's gather from the data set's cursor,
+  // forward, backward with its all-reduces and the update kernel, which takes its learning rate and bias
+  // corrections from the optimizer's plan (a table of every remaining step's scalars, written once). Nothing is
+  // launched between replays. The graph is captured at the first full batch after a few eager ones (they fill
+  // the allocator's cache and cuBLASLt's plans, so the capture allocates nothing); the shorter last batch of an
+  // epoch runs eagerly, from the same cursor and the same plan.
+  Tensor graphed_step(const Tensor& x, const Tensor& y) {
+    optimizer_->prepare_step(stream_);
+    if (!graph_.captured()) {
+      graph_ = ddp::CudaGraph::capture(stream_, [&] {
+        train_->gather_next(x, y, stream_);
+        graph_loss_ = forward_backward(x, y);
+        optimizer_->apply_step(stream_);
+      });
+      if (!graph_.captured()) ddp::autograd::clear_tape();
+      // All ranks replay or none do: a rank stepping eagerly beside graphs would still issue the same
+      // collectives, but a failed capture may have left NCCL calls behind that the others never see.
+      const bool failed_somewhere = session_.any(!graph_.captured());
+      if (failed_somewhere) {
+        graph_error_ = graph_.captured() ? "another rank could not capture it" : graph_.error();
+        graph_ = ddp::CudaGraph();
+        if (session_.is_lead()) {
+          progress_->line("CUDA graph off (" + graph_error_ + "): eager steps from here; --no-cuda-graph skips the attempt");
+        }
+        train_->gather_next(x, y, stream_);
+        Tensor loss = forward_backward(x, y);
+        optimizer_->apply_step(stream_);
+        return loss;
+      }
+    }
+    graph_.replay(stream_);
+    return graph_loss_;
+  }
+
+  // Called on every rank when `quantity` is not finite on some rank at the step about to be taken: without
+  // --skip-nonfinite the job ends with one message naming the ranks; with it the step is skipped (false).
+  bool reject_nonfinite_step(const std::string& quantity, double local_value) {
+    const std::string at = " at step " + std::to_string(step_ + 1);
+    if (!f_.skip_nonfinite) {
+      session_.agree(std::isfinite(local_value) ? ""
+                                                : "the " + quantity + " is " + std::to_string(local_value) + at +
+                                                      " (lower --lr, or pass --skip-nonfinite to skip such steps)",
+                     "training diverged");
+    }
+    if (session_.is_lead()) {
+      progress_->line("skipping step " + std::to_string(step_ + 1) + ": the " + quantity + " is not finite");
+    }
+    // Once the parameters themselves are not finite every step is skipped: a bound instead of a run that ends
+    // 'successfully' with nothing learnt.
+    ++skipped_in_a_row_;
+    session_.agree(skipped_in_a_row_ < f_.skip_nonfinite_limit
+                       ? ""
+                       : std::to_string(skipped_in_a_row_) + " batches in a row gave a non-finite " + quantity + at +
+                             " and were skipped (the parameters are probably no longer finite): lower --lr, or raise "
+                             "--skip-nonfinite-limit",
+                   "training diverged");
+    return false;
+  }
+
+  void log_step(long long epoch, const StepFigures& figures) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
+    const ddp::ReducerStats& stats = ddp_->last_stats();  // of the last eager step: a replay has no timings
+    const double hidden = figures.replayed || !stats.timed ? -1.0
+                          : stats.allreduce_ms > 0 ? std::clamp(1.0 - stats.exposed_comm_ms / stats.allreduce_ms, 0.0, 1.0)
+                                                   : 1.0;
+    if (session_.is_lead()) {
+      const double rate = window_samples_ / std::max(seconds, 1e-9);
+      progress_->step(step_, epoch, figures.mean_loss, rate, hidden);
+      if (metrics_) {
+        nlohmann::json line = {{"step", step_}, {"epoch", epoch}, {"loss", figures.mean_loss}, {"samples_per_s", rate}};
+        if (hidden >= 0) line["comm_hidden"] = hidden;
+        line["lr"] = optimizer_->lr();
+        if (f_.clip_grad_norm > 0) line["grad_norm"] = figures.grad_norm;  // before clipping
+        metrics_->write(line);
+      }
+    }
+    window_start_ = std::chrono::steady_clock::now();
+    window_samples_ = 0;
+  }
+
+  void evaluate_epoch(long long epoch, bool epoch_finished) {
+    const auto eval_start = PhaseTimes::Clock::now();
+    last_eval_ = evaluate(*model_, *test_, session_);
+    times_.eval_s += PhaseTimes::since(eval_start);
+    if (!session_.is_lead()) return;
+    char line[160];
+    std::snprintf(line, sizeof line, "epoch %lld%s test_loss=%.4f test_accuracy=%.4f", epoch,
+                  epoch_finished ? "" : " (partial)", last_eval_.loss, last_eval_.accuracy);
+    progress_->line(line);
+    if (metrics_) {
+      metrics_->write({{"epoch", epoch}, {"test_loss", last_eval_.loss}, {"test_accuracy", last_eval_.accuracy}});
+    }
+  }
+
+  void save(long long epoch, long long position) {
+    if (f_.checkpoint_dir.empty()) return;
+    const auto save_start = PhaseTimes::Clock::now();
+    ddp::io::CheckpointMetadata m;
+    m.step = step_;
+    m.epoch = epoch;
+    m.sampler_position = position;
+    m.seed = f_.seed;
+    m.rng_state = "sampler:seed+epoch";  // the only randomness after initialisation is the data order
+    m.extra = recipe(f_, session_.size());
+    ddp::training::save_training_checkpoint(session_, f_.checkpoint_dir, *mlp_, *optimizer_, m, f_.keep_checkpoints);
+    times_.checkpoint_s += PhaseTimes::since(save_start);
+  }
+
+  static constexpr long long kEagerStepsBeforeCapture = 3;
+  const Flags& f_;
+  ddp::Session& session_;
+  PhaseTimes& times_;
+  const ddp::Stream& stream_ = session_.stream();
+  // Data.
+  ddp::data::SamplerOptions sampler_options_;
+  std::unique_ptr<ddp::data::DistributedSampler> sampler_;
+  long long steps_per_epoch_ = 0, total_steps_ = 0;
+  std::unique_ptr<ddp::data::ResidentDataset> train_;
+  std::unique_ptr<ddp::data::EvaluationShard> test_;
+  std::vector<std::int64_t> sizes_;  // the MLP's layer sizes
+  Tensor batch_x_, batch_y_;
+  std::vector<std::int64_t> rows_;
+  // Model.
+  std::unique_ptr<ddp::MLP> mlp_;
+  std::unique_ptr<PrecisionModel> model_;
+  std::unique_ptr<ddp::io::TraceRecorder> trace_;
+  std::unique_ptr<ddp::DistributedDataParallel> ddp_;
+  std::unique_ptr<ddp::Optimizer> optimizer_;
+  std::unique_ptr<ddp::LrSchedule> schedule_;
+  // Outputs and where the run stands.
+  std::unique_ptr<ddp::io::CheckpointDirectoryLock> checkpoint_lock_;
+  std::unique_ptr<ddp::io::MetricsWriter> metrics_;  // rank 0's
+  std::unique_ptr<Progress> progress_;
+  ResumePoint start_;
+  long long step_ = 0;
+  bool done_ = false;  // --max-steps reached (perhaps by the run resumed)
+  long long skipped_in_a_row_ = 0;
+  Evaluation last_eval_;
+  std::chrono::steady_clock::time_point window_start_;
+  long long window_samples_ = 0;
+  // The step as a CUDA graph.
+  ddp::CudaGraph graph_;
+  std::string graph_error_;  // why the step is not (or no longer) a graph; "" while it is
+  Tensor graph_loss_;        // written by every replay
+  long long eager_steps_ = 0;
+};
+
 int train(int argc, char** argv) {
   PhaseTimes times;
-  // Flags are parsed before the world exists (it needs --device and --backend) and refused once it does, so
+  // Flags are parsed before the session exists (it needs --device and --backend) and refused once it does, so
   // a typo ends every rank with one message.
   int mpi_rank = 0;
   if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) mpi_rank = std::atoi(r);
@@ -533,371 +868,29 @@ int train(int argc, char** argv) {
   } catch (const InvalidArgument& e) {
     flag_error = e.what();
   }
-  // The data set is read (two files, on threads of their own) while MPI, the device and NCCL start: both take a
-  // good part of a second, and neither needs the other.
-  auto read_split = [dir = flags.data](ddp::data::Split split) { return ddp::data::load_fashion_mnist(dir, split); };
-  auto train_future = std::async(std::launch::async, read_split, ddp::data::Split::kTrain);
-  auto test_future = std::async(std::launch::async, read_split, ddp::data::Split::kTest);
-  ddp::WorldOptions world_options;
-  try {
-    world_options.device = ddp::parse_device_request(flags.device);
-  } catch (const InvalidArgument&) {
-  }
-  if (!flags.backend.empty()) setenv("DDP_BACKEND", flags.backend.c_str(), 1);
-  const char* backend_env = std::getenv("DDP_BACKEND");
-  world_options.nccl = backend_env == nullptr || std::string(backend_env) != "mpi";
-  ddp::World world(&argc, &argv, world_options);
+  auto [train_file, test_file] = read_in_background(flags.data);
+  ddp::Session session(&argc, &argv, session_options(flags));
   if (flag_error.empty() && flags.global_batch_size > 0) {
     try {
-      flags.batch_size = ddp::data::per_replica_batch_size(flags.global_batch_size, world.size());
+      flags.batch_size = ddp::data::per_replica_batch_size(flags.global_batch_size, session.size());
     } catch (const InvalidArgument& e) {
       flag_error = e.what();
     }
   }
-  world.agree(flag_error, "bad command line");
+  session.agree(flag_error, "bad command line");
   times.world_s = PhaseTimes::since(times.start);
-  times.world = world.startup();
-  const bool lead = world.rank() == 0;
+  times.world = session.world().startup();
 
-  if (world.device().is_cpu()) {
-    int threads = flags.threads;
-    if (threads == 0) threads = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / world.local_size());
-    openblas_set_num_threads(threads);
-  }
-  ddp::Stream stream = ddp::Stream::create(world.device());
-
-  // ---- Data: read once, then held on the device that trains (the GPU's memory, or the host's) ----
+  Run run(flags, session, times);
   const auto data_start = PhaseTimes::Clock::now();
-  std::string data_error;
-  ddp::data::Dataset train_set;
-  ddp::data::Dataset test_set;
-  try {
-    train_set = train_future.get();
-    test_set = test_future.get();
-    if (train_set.size < test_set.size) {
-      data_error = "the training set of " + flags.data + " has " + std::to_string(train_set.size) +
-                   " samples and the test set " + std::to_string(test_set.size) +
-                   ": are the train-* and t10k-* files swapped?";
-    }
-  } catch (const std::exception& e) {
-    data_error = e.what();
-  }
-  world.agree(data_error, "cannot read the data set");
-
-  ddp::data::SamplerOptions so;
-  so.dataset_size = train_set.size;
-  so.num_replicas = world.size();
-  so.rank = world.rank();
-  so.seed = flags.seed;
-  ddp::data::DistributedSampler sampler(so);
-  std::string batch_error;
-  try {
-    sampler.check_batch_size(flags.batch_size);
-  } catch (const std::exception& e) {
-    batch_error = e.what();
-  }
-  world.agree(batch_error, "bad batch size");
-  const long long steps_per_epoch = sampler.batches_per_epoch(flags.batch_size);
-
-  ddp::data::ResidentDataset train_data(ddp::data::view(train_set), world.device(), stream);
-  const TestShard test_shard(test_set, world, stream);
-  const std::int64_t features = train_set.feature_count;
-  const int classes = train_set.num_classes;
-  train_set = {};  // the device holds the copies now
-  test_set = {};
-  // The batch buffers, allocated once: a step's gather writes into them (the last, shorter batch of an epoch
-  // into their first rows).
-  const Tensor batch_x = Tensor::empty({flags.batch_size, features}, ddp::DType::kFloat32, world.device(), stream);
-  const Tensor batch_y = Tensor::empty({flags.batch_size}, ddp::DType::kInt32, world.device(), stream);
-
+  run.load_data(std::move(train_file), std::move(test_file));
   times.data_s = PhaseTimes::since(data_start);
   const auto setup_start = PhaseTimes::Clock::now();
-
-  // ---- Model, DDP, optimizer ----
-  std::vector<std::int64_t> sizes = {features};
-  for (int l = 0; l < flags.layers; ++l) sizes.push_back(flags.hidden);
-  sizes.push_back(classes);
-  const auto activation = flags.activation == "gelu" ? ddp::kernels::Activation::kGelu : ddp::kernels::Activation::kRelu;
-  ddp::MLP mlp(sizes, activation, flags.seed, world.device(), stream);
-  PrecisionModel model(mlp, flags.precision);
-  auto group = ddp::make_process_group(world, world.device(), ddp::default_backend(world.device()));
-  std::unique_ptr<ddp::io::TraceRecorder> trace;
-  if (!flags.trace_file.empty()) trace = std::make_unique<ddp::io::TraceRecorder>(world.rank());
-  ddp::DdpOptions ddp_options;
-  ddp_options.bucket_cap_mb = flags.bucket_mb;
-  ddp_options.trace = trace.get();
-  ddp_options.shard_optimizer = flags.shard_optimizer;
-  ddp::DistributedDataParallel ddp_model(mlp.flatten_parameters(stream), *group, world, stream, ddp_options);
-
-  std::unique_ptr<ddp::Optimizer> optimizer;
-  if (flags.optimizer == "sgd") {
-    ddp::SgdOptions o;
-    o.lr = flags.lr;
-    o.momentum = flags.momentum;
-    o.weight_decay = flags.weight_decay;
-    optimizer = std::make_unique<ddp::Sgd>(*mlp.parameter_store(), o, stream);
-  } else {
-    ddp::AdamWOptions o;
-    o.lr = flags.lr;
-    o.weight_decay = flags.weight_decay;
-    optimizer = std::make_unique<ddp::AdamW>(*mlp.parameter_store(), o, stream);
-  }
-  model.attach(*optimizer, stream);
-  const long long schedule_steps = steps_per_epoch * flags.epochs;
-  std::unique_ptr<ddp::LrSchedule> schedule;
-  if (flags.schedule == "cosine") {
-    schedule = std::make_unique<ddp::CosineWithWarmup>(
-        flags.lr, static_cast<std::int64_t>(flags.warmup_epochs * steps_per_epoch), schedule_steps, 0.0);
-  } else {
-    schedule = std::make_unique<ddp::ConstantLr>(flags.lr);
-  }
-
-  // ---- Outputs and resume, all checked before the first step ----
-  const ResumeFrom resume_from = resume_directory(flags);
-  std::unique_ptr<ddp::io::CheckpointDirectoryLock> checkpoint_lock;
-  std::string claim_error;
-  try {
-    if (lead && !flags.checkpoint_dir.empty()) checkpoint_lock = claim_checkpoint_dir(flags, resume_from);
-  } catch (const std::exception& e) {
-    claim_error = e.what();
-  }
-  world.agree(claim_error, "cannot use the checkpoint directory");
-  const ResumePoint start = resume(resume_from, flags, world, model, *optimizer, stream);
-  long long step = start.step;
-  long long total_steps = steps_at_end(so, start, flags, steps_per_epoch);
-  if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
-  std::unique_ptr<ddp::io::MetricsWriter> metrics;
-  std::string output_error;
-  try {
-    if (lead && !flags.metrics_file.empty()) metrics = std::make_unique<ddp::io::MetricsWriter>(flags.metrics_file, start.resumed);
-    if (!flags.trace_file.empty()) ddp::io::check_can_write_atomically(trace_path(flags, world.rank()));
-  } catch (const std::exception& e) {
-    output_error = e.what();
-  }
-  world.agree(output_error, "cannot write the run's outputs");
-
-  const std::string graph_off = graph_refusal(flags, world, group->backend());
-  if (lead) {
-    std::printf("train_mlp: %d rank(s) on %s, backend %s, MLP", world.size(), world.device().str().c_str(),
-                ddp::backend_name(group->backend()).c_str());
-    for (std::size_t i = 0; i < sizes.size(); ++i) std::printf("%s%lld", i ? "-" : " ", static_cast<long long>(sizes[i]));
-    std::printf(", batch %lld per rank (%lld global), %lld steps per epoch, %s lr %g, %s", flags.batch_size,
-                flags.batch_size * world.size(), steps_per_epoch, flags.optimizer.c_str(), flags.lr,
-                flags.precision.c_str());
-    if (flags.shard_optimizer) std::printf(", optimizer state sharded over %d rank(s)", world.size());
-    if (world.device().is_cuda()) std::printf(", CUDA graph %s", graph_off.empty() ? "on" : ("off: " + graph_off).c_str());
-    std::printf("\n");
-    std::fflush(stdout);
-  }
-
-  auto save = [&](long long epoch, long long position) {
-    if (flags.checkpoint_dir.empty()) return;
-    const auto save_start = PhaseTimes::Clock::now();
-    std::string error;
-    if (lead || optimizer->sharded()) {  // sharded, every rank sends its part of the state to rank 0
-      try {
-        ddp::io::CheckpointMetadata m;
-        m.step = step;
-        m.epoch = epoch;
-        m.sampler_position = position;
-        m.world_size = world.size();
-        m.seed = flags.seed;
-        m.rng_state = "sampler:seed+epoch";  // the only randomness after initialisation is the data order
-        m.extra = recipe(flags, world.size());
-        ddp::training::save_training_checkpoint(flags.checkpoint_dir, mlp, *optimizer, m, stream,
-                                                flags.keep_checkpoints);
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-    }
-    world.agree(error, "checkpoint write failed");
-    times.checkpoint_s += PhaseTimes::since(save_start);
-  };
-
-  // ---- The step ----
-  Progress progress(total_steps);
-  auto forward_backward = [&](const Tensor& x, const Tensor& y) {
-    mlp.zero_grad(stream);
-    Tensor loss = ddp::ops::cross_entropy(model.logits(x, stream), y, stream);
-    ddp_model.backward(loss);
-    return loss;
-  };
-  // A full batch replays one CUDA graph of the whole step: the batch's gather from the data set's cursor, forward,
-  // backward with its all-reduces and the update kernel, which takes its learning rate and bias corrections from
-  // the optimizer's plan (a table of every remaining step's scalars, written once). Nothing is launched between
-  // replays. The graph is captured at the first full batch after a few eager ones (they fill the allocator's cache
-  // and cuBLASLt's plans, so the capture allocates nothing); the shorter last batch of an epoch runs eagerly,
-  // from the same cursor and the same plan.
-  constexpr long long kEagerStepsBeforeCapture = 3;
-  ddp::CudaGraph graph;
-  std::string graph_error = graph_off;
-  Tensor graph_loss;  // written by every replay
-  if (graph_error.empty() && total_steps > step) optimizer->plan_steps(*schedule, total_steps - step, stream);
-  long long eager_steps = 0;
-  auto graphed_step = [&](const Tensor& x, const Tensor& y) -> Tensor {
-    optimizer->prepare_step(stream);
-    if (!graph.captured()) {
-      graph = ddp::CudaGraph::capture(stream, [&] {
-        train_data.gather_next(x, y, stream);
-        graph_loss = forward_backward(x, y);
-        optimizer->apply_step(stream);
-      });
-      if (!graph.captured()) ddp::autograd::clear_tape();
-      // All ranks replay or none do: a rank stepping eagerly beside graphs would still issue the same
-      // collectives, but a failed capture may have left NCCL calls behind that the others never see.
-      const bool failed_somewhere = world.any(!graph.captured());
-      if (failed_somewhere) {
-        graph_error = graph.captured() ? "another rank could not capture it" : graph.error();
-        graph = ddp::CudaGraph();
-        if (lead) progress.line("CUDA graph off (" + graph_error + "): eager steps from here; --no-cuda-graph skips the attempt");
-        train_data.gather_next(x, y, stream);
-        Tensor loss = forward_backward(x, y);
-        optimizer->apply_step(stream);
-        return loss;
-      }
-    }
-    graph.replay(stream);
-    return graph_loss;
-  };
-
-  // ---- Train ----
-  auto window_start = std::chrono::steady_clock::now();
-  long long window_samples = 0;
-  bool done = step >= total_steps;
-  Evaluation last_eval;
-  bool evaluated = false;
-  long long skipped_in_a_row = 0;
-  // Called on every rank when `quantity` is not finite on some rank at the step about to be taken: without
-  // --skip-nonfinite the job ends with one message naming the ranks; with it the caller skips the step.
-  auto reject_nonfinite_step = [&](const std::string& quantity, double local_value) {
-    if (!flags.skip_nonfinite) {
-      world.agree(std::isfinite(local_value) ? ""
-                                             : "the " + quantity + " is " + std::to_string(local_value) +
-                                                   " at step " + std::to_string(step + 1) +
-                                                   " (lower --lr, or pass --skip-nonfinite to skip such steps)",
-                  "training diverged");
-    }
-    if (lead) progress.line("skipping step " + std::to_string(step + 1) + ": the " + quantity + " is not finite");
-    // Once the parameters themselves are not finite every step is skipped: a bound instead of a run that ends
-    // 'successfully' with nothing learnt.
-    ++skipped_in_a_row;
-    world.agree(skipped_in_a_row < flags.skip_nonfinite_limit
-                    ? ""
-                    : std::to_string(skipped_in_a_row) + " batches in a row gave a non-finite " + quantity +
-                          " at step " + std::to_string(step + 1) +
-                          " and were skipped (the parameters are probably no longer finite): lower --lr, or raise "
-                          "--skip-nonfinite-limit",
-                "training diverged");
-  };
-  std::vector<std::int64_t> rows;
+  run.build_model();
+  run.open_outputs_and_resume();
   times.setup_s = PhaseTimes::since(setup_start);
-  const auto train_start = PhaseTimes::Clock::now();
-  for (long long epoch = start.epoch; epoch < flags.epochs && !done; ++epoch) {
-    sampler.set_epoch(epoch);
-    sampler.set_global_position(epoch == start.epoch ? start.position : 0);
-    train_data.set_order(sampler.indices(), stream);
-    train_data.set_cursor(sampler.local_position(), stream);
-    long long position = sampler.global_position();
-    while (sampler.next_batch(flags.batch_size, &rows)) {
-      const auto n = static_cast<std::int64_t>(rows.size());
-      const bool full = n == flags.batch_size;
-      const Tensor x = full ? batch_x : batch_x.slice_rows(0, n);
-      const Tensor y = full ? batch_y : batch_y.slice_rows(0, n);
-      position = sampler.global_position();
-      schedule->apply(*optimizer);
-      const bool log = (step + 1) % flags.log_every == 0 || step + 1 == total_steps;
-      double mean_loss = 0;
-      double grad_norm = 0;
-      const bool replayed = graph_error.empty() && full && eager_steps >= kEagerStepsBeforeCapture;
-      if (replayed) {
-        const Tensor loss = graphed_step(x, y);
-        // Reading the loss waits for the step: only when logging.
-        if (log) mean_loss = world.sum(loss.to_vector<float>(stream)[0]) / world.size();
-      } else {
-        train_data.gather_next(x, y, stream);
-        const Tensor loss = forward_backward(x, y);
-        if (log || flags.skip_nonfinite) {
-          // Reading the loss synchronises: only when logging, or when every step must be checked.
-          const float value = loss.to_vector<float>(stream)[0];
-          if (world.any(!std::isfinite(value))) {
-            reject_nonfinite_step("loss", value);
-            continue;  // no update: the next step's backward overwrites the gradients
-          }
-          mean_loss = world.sum(value) / world.size();
-        }
-        if (flags.clip_grad_norm > 0) {
-          // Every rank holds the same averaged gradients, so every rank gets the same norm and decides alike.
-          grad_norm = ddp::clip_grad_norm(*mlp.parameter_store(), flags.clip_grad_norm, stream);
-          if (!std::isfinite(grad_norm)) {
-            reject_nonfinite_step("gradient norm", grad_norm);
-            continue;
-          }
-        }
-        optimizer->step(stream);
-        ++eager_steps;
-      }
-      ++step;
-      skipped_in_a_row = 0;
-      maybe_inject_fault(step, world.rank());
-      window_samples += n * world.size();
-      if (log) {
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-        const ddp::ReducerStats& stats = ddp_model.last_stats();  // of the last eager step: a replay has no timings
-        const double hidden = replayed || !stats.timed ? -1.0
-                              : stats.allreduce_ms > 0 ? std::clamp(1.0 - stats.exposed_comm_ms / stats.allreduce_ms, 0.0, 1.0)
-                                                       : 1.0;
-        if (lead) {
-          const double rate = window_samples / std::max(seconds, 1e-9);
-          progress.step(step, epoch, mean_loss, rate, hidden);
-          if (metrics) {
-            nlohmann::json line = {{"step", step}, {"epoch", epoch}, {"loss", mean_loss}, {"samples_per_s", rate}};
-            if (hidden >= 0) line["comm_hidden"] = hidden;
-            line["lr"] = optimizer->lr();
-            if (flags.clip_grad_norm > 0) line["grad_norm"] = grad_norm;  // before clipping
-            metrics->write(line);
-          }
-        }
-        window_start = std::chrono::steady_clock::now();
-        window_samples = 0;
-      }
-      if (flags.checkpoint_every > 0 && step % flags.checkpoint_every == 0) save(epoch, position);
-      if (step >= total_steps) {
-        done = true;
-        break;
-      }
-    }
-    const bool epoch_finished = sampler.epoch_finished();
-    // The host runs up to an epoch ahead of the device: wait here, so the time line charges the queued steps to
-    // training and not to the evaluation that would otherwise wait for them (one wait per epoch).
-    stream.synchronize();
-    const auto eval_start = PhaseTimes::Clock::now();
-    last_eval = test_shard.evaluate(model, world, stream);
-    times.eval_s += PhaseTimes::since(eval_start);
-    evaluated = true;
-    if (lead) {
-      char line[160];
-      std::snprintf(line, sizeof line, "epoch %lld%s test_loss=%.4f test_accuracy=%.4f", epoch,
-                    epoch_finished ? "" : " (partial)", last_eval.loss, last_eval.accuracy);
-      progress.line(line);
-      if (metrics) metrics->write({{"epoch", epoch}, {"test_loss", last_eval.loss}, {"test_accuracy", last_eval.accuracy}});
-    }
-    if (done) {
-      save(epoch_finished ? epoch + 1 : epoch, epoch_finished ? 0 : position);
-    } else if (epoch + 1 == flags.epochs) {
-      save(epoch + 1, 0);
-    }
-    window_start = std::chrono::steady_clock::now();
-  }
-  if (!evaluated) last_eval = test_shard.evaluate(model, world, stream);
-  times.train_s = PhaseTimes::since(train_start) - times.eval_s - times.checkpoint_s;
-  if (trace) {
-    // Every rank writes its own track; rank r's file is TRACE.rank<r>.json beside rank 0's TRACE.
-    trace->write(trace_path(flags, world.rank()));
-  }
-  if (lead) {
-    std::printf("%s\n", times.summary(step - start.step).c_str());
-    std::printf("final step=%lld test_loss=%.4f test_accuracy=%.4f\n", step, last_eval.loss, last_eval.accuracy);
-  }
+  run.train();
+  run.finish();
   return 0;
 }
 

@@ -30,12 +30,20 @@ void cast_into_grad(const Tensor& src, const autograd::GradTarget& target, const
 
 }  // namespace
 
-Bf16Weights::Bf16Weights(const ParameterStore& store, const Stream& stream) : store_(store) {
+Bf16Weights::Bf16Weights(const ParameterStore& store, const Stream& stream)
+    : store_(store), layout_version_(store.layout_version()) {
   flat_ = Tensor::empty({store.total_numel()}, DType::kBFloat16, store.device(), stream);
   refresh(stream);
 }
 
+void Bf16Weights::check_layout() const {
+  DDP_CHECK(store_.layout_version() == layout_version_,
+            "Bf16Weights was made for an older layout of the parameters (DistributedDataParallel lays them out in "
+            "bucket order, moving a model re-lays them): make it after DistributedDataParallel and the last move");
+}
+
 void Bf16Weights::refresh(const Stream& stream) {
+  check_layout();
   const Tensor& p = store_.flat_params();
   DDP_DISPATCH(p.device(), cast, DType::kFloat32, p.data_ptr(), DType::kBFloat16, flat_.data_ptr(), p.numel(),
                stream.handle());
@@ -48,11 +56,13 @@ std::size_t Bf16Weights::index_of(const Tensor& param) const {
 }
 
 Tensor Bf16Weights::copy(std::size_t index) const {
+  check_layout();
   const ParameterSlot& slot = store_.slot(index);
   return flat_.flat_slice(slot.offset, slot.shape);
 }
 
 Tensor Bf16Weights::weight(std::size_t index) const {
+  check_layout();
   const ParameterSlot& slot = store_.slot(index);
   Tensor copy = flat_.flat_slice(slot.offset, slot.shape);
   Tensor param = slot.param;
@@ -105,7 +115,7 @@ Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const T
     const Tensor& b = linear->bias();
     const Tensor b_copy = b.defined() ? weights.copy(weights.index_of(b)) : Tensor();
     h = ops::linear_mixed(h, w, weights.copy(weights.index_of(w)), b, b_copy,
-                          act != nullptr ? act->activation() : kernels::Activation::kNone,
+                          act != nullptr ? act->activation() : Activation::kNone,
                           i == last_linear ? logits_dtype : DType::kBFloat16, stream);
     if (act != nullptr) ++i;
   }

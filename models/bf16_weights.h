@@ -30,7 +30,8 @@ namespace ddp {
 
 class Bf16Weights {
  public:
-  // Allocates the bf16 copy in `store`'s current layout and fills it. Re-create it after a relayout.
+  // Allocates the bf16 copy in `store`'s current layout and fills it. Made for that layout: after a relayout
+  // (DistributedDataParallel's, a move) every use throws InvalidArgument saying to make it afterwards.
   Bf16Weights(const ParameterStore& store, const Stream& stream);
   // Casts the FP32 parameters into the bf16 copy: one kernel over the flat buffer.
   void refresh(const Stream& stream);
@@ -45,7 +46,10 @@ class Bf16Weights {
   const Tensor& flat() const { return flat_; }
 
  private:
+  void check_layout() const;
+
   const ParameterStore& store_;
+  std::int64_t layout_version_;  // the store's layout the copy is in
   Tensor flat_;  // bfloat16 [total_numel]
 };
 

@@ -28,10 +28,10 @@ Linear::Linear(std::int64_t in, std::int64_t out, bool bias, std::uint64_t seed,
 std::uint64_t Linear::init_counters() const { return static_cast<std::uint64_t>(out_ * in_ + out_); }
 
 Tensor Linear::forward(const Tensor& x, const Stream& stream) {
-  return forward_fused(x, kernels::Activation::kNone, stream);
+  return forward_fused(x, Activation::kNone, stream);
 }
 
-Tensor Linear::forward_fused(const Tensor& x, kernels::Activation act, const Stream& stream) {
+Tensor Linear::forward_fused(const Tensor& x, Activation act, const Stream& stream) {
   return ops::linear(x, weight_, bias_, act, stream, math_);
 }
 
@@ -39,11 +39,11 @@ Tensor ActivationLayer::forward(const Tensor& x, const Stream& stream) { return 
 
 std::string ActivationLayer::type_name() const {
   switch (act_) {
-    case kernels::Activation::kRelu:
+    case Activation::kRelu:
       return "ReLU";
-    case kernels::Activation::kGelu:
+    case Activation::kGelu:
       return "GELU";
-    case kernels::Activation::kNone:
+    case Activation::kNone:
       break;
   }
   return "Identity";
@@ -60,7 +60,7 @@ Tensor Sequential::forward(const Tensor& x, const Stream& stream) {
   for (std::size_t i = 0; i < kids.size(); ++i) {
     auto* linear = dynamic_cast<Linear*>(kids[i].second.get());
     auto* act = i + 1 < kids.size() ? dynamic_cast<ActivationLayer*>(kids[i + 1].second.get()) : nullptr;
-    if (linear != nullptr && act != nullptr && act->activation() != kernels::Activation::kNone) {
+    if (linear != nullptr && act != nullptr && act->activation() != Activation::kNone) {
       h = linear->forward_fused(h, act->activation(), stream);
       ++i;
       continue;
@@ -70,7 +70,7 @@ Tensor Sequential::forward(const Tensor& x, const Stream& stream) {
   return h;
 }
 
-MLP::MLP(const std::vector<std::int64_t>& sizes, kernels::Activation activation, std::uint64_t seed,
+MLP::MLP(const std::vector<std::int64_t>& sizes, Activation activation, std::uint64_t seed,
          const Device& device, const Stream& stream)
     : sizes_(sizes) {
   DDP_CHECK(sizes.size() >= 2, "MLP: needs at least an input and an output size, got " + shape_str(sizes));
@@ -84,7 +84,7 @@ MLP::MLP(const std::vector<std::int64_t>& sizes, kernels::Activation activation,
   }
 }
 
-void MLP::set_math_mode(kernels::MathMode math) {
+void MLP::set_math_mode(MathMode math) {
   for (const auto& [name, child] : children())
     if (auto* l = dynamic_cast<Linear*>(child.get())) l->set_math_mode(math);
 }

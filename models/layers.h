@@ -22,7 +22,7 @@ class Linear : public Module {
          const Device& device = Device::cpu(), const Stream& stream = cpu_stream());
   Tensor forward(const Tensor& x, const Stream& stream) override;
   // forward with the activation fused into the GEMM epilogue.
-  Tensor forward_fused(const Tensor& x, kernels::Activation act, const Stream& stream);
+  Tensor forward_fused(const Tensor& x, Activation act, const Stream& stream);
   std::string type_name() const override { return "Linear"; }
 
   const Tensor& weight() const { return weight_; }  // [out, in]
@@ -32,24 +32,24 @@ class Linear : public Module {
   // Counters this layer's initialisation consumes (out·in + out).
   std::uint64_t init_counters() const;
   // FP32 or TF32 GEMMs on the GPU.
-  void set_math_mode(kernels::MathMode math) { math_ = math; }
+  void set_math_mode(MathMode math) { math_ = math; }
 
  private:
   std::int64_t in_, out_;
   Tensor weight_, bias_;
-  kernels::MathMode math_ = kernels::MathMode::kFloat32;
+  MathMode math_ = MathMode::kFloat32;
 };
 
 // A parameter-free activation layer (nn.ReLU / nn.GELU): it occupies an index in a Sequential, like PyTorch.
 class ActivationLayer : public Module {
  public:
-  explicit ActivationLayer(kernels::Activation act) : act_(act) {}
+  explicit ActivationLayer(Activation act) : act_(act) {}
   Tensor forward(const Tensor& x, const Stream& stream) override;
   std::string type_name() const override;
-  kernels::Activation activation() const { return act_; }
+  Activation activation() const { return act_; }
 
  private:
-  kernels::Activation act_;
+  Activation act_;
 };
 
 class Sequential : public Module {
@@ -68,10 +68,10 @@ class Sequential : public Module {
 // same layers, so the state dict keys are 0.weight, 0.bias, 2.weight, 2.bias.
 class MLP : public Sequential {
  public:
-  MLP(const std::vector<std::int64_t>& sizes, kernels::Activation activation = kernels::Activation::kRelu,
+  MLP(const std::vector<std::int64_t>& sizes, Activation activation = Activation::kRelu,
       std::uint64_t seed = 0, const Device& device = Device::cpu(), const Stream& stream = cpu_stream());
   std::string type_name() const override { return "MLP"; }
-  void set_math_mode(kernels::MathMode math);
+  void set_math_mode(MathMode math);
   const std::vector<std::int64_t>& sizes() const { return sizes_; }
 
  private:

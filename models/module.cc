@@ -80,8 +80,7 @@ void Module::train(bool training) {
 
 void Module::to(const Device& device, const Stream& stream) {
   if (store_ != nullptr) {
-    std::vector<std::size_t> layout = store_->layout();
-    flatten_onto(device, stream, std::move(layout));
+    if (device != store_->device()) flatten_onto(device, stream, store_->layout());
     return;
   }
   for (auto& [name, t] : named_parameters()) {
@@ -113,10 +112,24 @@ ParameterStore& Module::flatten_parameters(const Stream& stream, std::vector<std
   return flatten_onto(parameters_device(), stream, std::move(layout));
 }
 
+ParameterStore& Module::flat_parameters(const Stream& stream) {
+  return store_ != nullptr ? *store_ : flatten_parameters(stream);
+}
+
 ParameterStore& Module::flatten_onto(const Device& device, const Stream& stream, std::vector<std::size_t> layout) {
   set_device(device);
-  // The new store copies from wherever the parameters are now (possibly the old store's buffers).
-  store_ = std::make_shared<ParameterStore>(named_parameters(), device, stream, std::move(layout));
+  const NamedTensors parameters = named_parameters();
+  if (store_ != nullptr && store_->holds(parameters)) {
+    // In place: an optimizer or DDP holding the store sees a new layout instead of a dangling reference.
+    if (device != store_->device()) {
+      store_->move_to(device, std::move(layout), stream);
+    } else {
+      store_->relayout(std::move(layout), stream);
+    }
+    return *store_;
+  }
+  // A first store, or parameters registered since the last one: the new store copies from wherever they are.
+  store_ = std::make_shared<ParameterStore>(parameters, device, stream, std::move(layout));
   return *store_;
 }
 

@@ -6,8 +6,10 @@
 //
 // Flat buffers: flatten_parameters() moves every parameter into one ParameterStore (runtime/autograd/
 // parameter_store.h) on the module's device; parameter tensors (every handle, including the ones inside the
-// layers) become views into it, so forward/backward need no change. Call it once the module is on its final
-// device; the optimizer and the DDP reducer then work on the store.
+// layers) become views into it, so forward/backward need no change. DistributedDataParallel and the optimizers
+// built from a module flatten it themselves when nobody has yet, and work on the store. The store, once made,
+// stays the same object for the module's life: flattening again or moving the module re-lays it in place, and
+// whoever holds it (an optimizer, DDP) sees the new layout_version() and follows it or refuses, saying why.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +33,9 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
+  // The module applied to `x`, enqueued on `stream` (a stream of the module's device; on the CPU the work is
+  // done on return), recorded for backward when grad mode is on. Shape or type errors are InvalidArgument naming
+  // the op and the tensors.
   virtual Tensor forward(const Tensor& x, const Stream& stream) = 0;
   virtual std::string type_name() const = 0;
 
@@ -40,7 +45,8 @@ class Module {
   std::int64_t num_parameters() const;  // elements
   // The parameters by name (the tensors themselves, not copies): PyTorch's state_dict keys.
   NamedTensors state_dict() const { return named_parameters(); }
-  // Copies values in by name; every key must exist with the same shape, and none may be missing.
+  // Copies values in by name on `stream`; every key must exist with the same shape, and none may be missing or
+  // extra (InvalidArgument naming the key otherwise).
   void load_state_dict(const NamedTensors& state, const Stream& stream);
 
   void train(bool training = true);
@@ -48,16 +54,18 @@ class Module {
   bool is_training() const { return training_; }
 
   // Moves every parameter to `device` (values copied on `stream`). If the parameters are flattened, the store
-  // is rebuilt there with the same layout; gradients are reset.
+  // moves there in place with the same layout; gradients are reset. Nothing happens on the device they are on.
   void to(const Device& device, const Stream& stream);
   const Device& device() const { return device_; }
 
   // Puts all parameters into one flat buffer (and their gradients into another) on the device that holds them
   // (they must all be on one; InvalidArgument otherwise), in `layout` order (registration indices; empty:
-  // registration order). Replaces any previous store.
+  // registration order). A module already flattened is re-laid out in place (values and gradients kept).
   ParameterStore& flatten_parameters(const Stream& stream, std::vector<std::size_t> layout = {});
+  // The store, made now in registration order if the module is not flattened yet.
+  ParameterStore& flat_parameters(const Stream& stream);
   ParameterStore* parameter_store() const { return store_.get(); }
-  // Zeroes every parameter gradient (the flat buffer when flattened).
+  // Zeroes every parameter gradient before a backward: one fill of the flat buffer on `stream` when flattened.
   void zero_grad(const Stream& stream);
 
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }

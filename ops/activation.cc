@@ -7,7 +7,7 @@
 
 namespace ddp::ops {
 
-Tensor activation(const Tensor& x, kernels::Activation act, const Stream& stream) {
+Tensor activation(const Tensor& x, Activation act, const Stream& stream) {
   constexpr const char* kOp = "activation";
   detail::check_defined(kOp, "x", x);
   detail::check_dtype(kOp, "x", x, DType::kFloat32);
@@ -16,7 +16,7 @@ Tensor activation(const Tensor& x, kernels::Activation act, const Stream& stream
   Tensor y = Tensor::empty(x.shape(), DType::kFloat32, device, stream);
   DDP_DISPATCH(device, activation_forward, act, x.data<float>(), y.data<float>(), x.numel(), stream.handle());
   if (autograd::should_record({&x})) {
-    const char* name = act == kernels::Activation::kRelu ? "relu" : act == kernels::Activation::kGelu ? "gelu" : "identity";
+    const char* name = act == Activation::kRelu ? "relu" : act == Activation::kGelu ? "gelu" : "identity";
     autograd::record(name, {x}, {y}, [x, y, act, device](const Stream& s) {
       Tensor dy = autograd::grad_of(y);
       if (!dy.defined()) return;

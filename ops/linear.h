@@ -12,8 +12,6 @@
 
 namespace ddp::ops {
 
-using kernels::Activation;
-using kernels::MathMode;
 
 // y[batch, out] = act(x[batch, in] · w[out, in]ᵀ + b[out]); `b` may be undefined. float32 or bfloat16 (all
 // three the same). On the GPU the bias and ReLU are fused into the cuBLASLt epilogue; `math` picks FP32 or

@@ -25,7 +25,7 @@ LAYERS = [  # (folder or file, rank): equal ranks may not include each other unl
     ("runtime/distributed", 7),
     ("runtime/data", 8),
     ("runtime/training", 9),
-    ("runtime/ddp.h", 10),
+    ("ddp.h", 10),
 ]
 LAUNCHER_MAY_INCLUDE = ("runtime/core", "launcher")
 UNCHECKED = ("examples/", "bench/", "tests/", "third_party/", "bazel/", "tools/")

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   bazel-bootstrap bazel-rules-java bazel-platforms bazel-skylib   # Bazel 4.2.3 and the repositories it needs
   g++ clang libclang-rt-14-dev                                    # compilers; clang + runtime for fuzzers
+  cmake pkg-config make                                           # building against an installed runtime (tools/install.sh)
   openmpi-bin libopenmpi-dev                                      # MPI bootstrap and the CPU backend
   openssh-client openssh-server                                   # several hosts: Open MPI's ssh launch, tested
   libopenblas-dev zlib1g-dev                                      # CPU GEMM; gzip for the dataset and CRC32

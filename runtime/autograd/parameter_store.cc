@@ -131,6 +131,20 @@ void ParameterStore::set_update_shard(std::shared_ptr<UpdateShard> shard) {
   ++layout_version_;
 }
 
+void ParameterStore::move_to(const Device& device, std::vector<std::size_t> layout, const Stream& stream) {
+  device_ = device;
+  build(checked_layout(std::move(layout), slots_.size()), {}, 0, stream, /*copy_grads=*/false);
+  zero_grad(stream);
+}
+
+bool ParameterStore::holds(const std::vector<std::pair<std::string, Tensor>>& parameters) const {
+  if (parameters.size() != slots_.size()) return false;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].param.same(parameters[i].second)) return false;
+  }
+  return true;
+}
+
 void ParameterStore::zero_grad(const Stream& stream) {
   flat_grads_.zero_(stream);
   for (ParameterSlot& s : slots_) s.param.autograd_meta().grad_valid = false;

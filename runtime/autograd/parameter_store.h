@@ -82,6 +82,12 @@ class ParameterStore {
   // elements, the gaps zero.
   void relayout(std::vector<std::size_t> layout, const Stream& stream, const std::vector<std::int64_t>& offsets = {},
                 std::int64_t total = 0);
+  // Moves both buffers to `device` in `layout` order, preserving parameter values and zeroing the gradients
+  // (`stream` must be able to copy between the two devices). This object stays: whoever holds it sees a new
+  // layout_version().
+  void move_to(const Device& device, std::vector<std::size_t> layout, const Stream& stream);
+  // True when `parameters` are this store's tensors (by identity), in registration order.
+  bool holds(const std::vector<std::pair<std::string, Tensor>>& parameters) const;
   // Zero-fills the flat gradient buffer (one kernel) and marks every gradient "to be overwritten".
   void zero_grad(const Stream& stream);
 

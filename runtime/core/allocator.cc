@@ -355,4 +355,16 @@ CpuAllocator& cpu_allocator() {
   return *allocator;
 }
 
+MemoryStats memory_stats(const Device& device) {
+  return device.is_cuda() ? cuda_allocator(device.index).stats() : cpu_allocator().stats();
+}
+
+void reset_peak_memory_stats(const Device& device) {
+  if (device.is_cuda()) {
+    cuda_allocator(device.index).reset_peak_stats();
+  } else {
+    cpu_allocator().reset_peak_stats();
+  }
+}
+
 }  // namespace ddp

@@ -136,4 +136,10 @@ class CpuAllocator {
 
 CpuAllocator& cpu_allocator();
 
+// The statistics of the allocator behind tensors on `device` (a GPU's caching allocator, or the CPU allocator),
+// as torch.cuda.memory_stats: bytes in use and their peak, allocations, and how often the backend was called.
+MemoryStats memory_stats(const Device& device);
+// Starts the peak figures of `device`'s allocator again from what is in use now.
+void reset_peak_memory_stats(const Device& device);
+
 }  // namespace ddp

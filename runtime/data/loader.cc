@@ -11,6 +11,12 @@
 namespace ddp {
 namespace data {
 
+DeviceBatch to_device(const Batch& batch, const Device& device, const Stream& stream) {
+  return DeviceBatch{
+      Tensor::from_host(batch.features, {batch.size, batch.feature_count}, DType::kFloat32, device, stream),
+      Tensor::from_host(batch.labels, {batch.size}, DType::kInt32, device, stream)};
+}
+
 HostAllocator default_host_allocator() {
   HostAllocator a;
   a.allocate = [](size_t bytes) { return ::operator new(bytes, std::align_val_t{64}); };

@@ -20,8 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/core/device.h"
+#include "runtime/core/stream.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/sampler.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ddp {
 namespace data {
@@ -47,6 +50,19 @@ struct Batch {
   int64_t global_position_after = 0;
   const std::vector<int64_t>* sample_indices = nullptr;  // the data set rows gathered, in order
 };
+
+// A batch as tensors on a device, what a training step consumes.
+struct DeviceBatch {
+  Tensor features;  // [size, feature_count] float32
+  Tensor labels;    // [size] int32
+};
+
+// Copies `batch` to `device` on `stream` (asynchronously through pinned staging on a GPU): the batch's buffers
+// may be reused, and the loader's next() called, as soon as this returns.
+//
+//   while (const ddp::data::Batch* batch = loader.next()) {
+//     auto [x, y] = ddp::data::to_device(*batch, session.device(), session.stream());
+DeviceBatch to_device(const Batch& batch, const Device& device, const Stream& stream);
 
 struct LoaderOptions {
   int64_t batch_size = 0;

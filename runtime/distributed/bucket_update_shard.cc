@@ -8,6 +8,7 @@
 #include "runtime/core/check.h"
 #include "runtime/core/graph.h"
 #include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/world_mpi.h"
 
 namespace ddp {
 
@@ -19,7 +20,7 @@ BucketUpdateShard::BucketUpdateShard(ProcessGroup& group, const World& world, Bu
   DDP_CHECK(parameters.count == plan_.total && parameters.dtype == DType::kFloat32,
             "BucketUpdateShard: the flat parameter buffer must be the plan's " + std::to_string(plan_.total) +
                 " float32 elements");
-  DDP_MPI_CHECK(MPI_Comm_dup(world.comm(), &comm_));
+  DDP_MPI_CHECK(MPI_Comm_dup(mpi_comm(world), &comm_));
   DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   owned_.resize(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) {

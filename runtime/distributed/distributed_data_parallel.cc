@@ -10,7 +10,11 @@
 namespace ddp {
 namespace {
 
-CommBuffer whole(const Tensor& t) { return CommBuffer{t.data_ptr(), t.numel(), t.dtype(), t.device()}; }
+// The session's process group (made on first use: a collective), then the model's flat buffers, in that order.
+ParameterStore& group_then_parameters(Module& model, Session& session) {
+  session.group();
+  return model.flat_parameters(session.stream());
+}
 
 // Why the optimizer state cannot be sharded as asked, or "" (the same answer on every rank: the models match).
 std::string shard_refusal(const std::vector<ParameterSpec>& specs, const DdpOptions& options, int ranks) {
@@ -29,6 +33,10 @@ std::string shard_refusal(const std::vector<ParameterSpec>& specs, const DdpOpti
 }
 
 }  // namespace
+
+DistributedDataParallel::DistributedDataParallel(Module& model, Session& session, DdpOptions options)
+    : DistributedDataParallel(group_then_parameters(model, session), session.group(), session.world(),
+                              session.stream(), options) {}
 
 DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, ProcessGroup& group,
                                                  const World& world, const Stream& compute, DdpOptions options)
@@ -49,25 +57,26 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
     DDP_ASSERT(parameters_.slot(i).offset == plan.offsets[i], "parameter store layout differs from the bucket plan");
   }
   if (options.broadcast_parameters && group_.size() > 1) {
-    group_.broadcast(whole(parameters_.flat_params()), 0, compute_)->wait(compute_);
+    group_.broadcast(CommBuffer::of(parameters_.flat_params()), 0, compute_)->wait(compute_);
   }
 
   ReducerOptions reducer_options;
   reducer_options.average = options.average;
   reducer_options.shard = options.shard_optimizer;
   if (options.compression == GradientCompression::kBFloat16) {
-    hook_ = std::make_unique<BFloat16CompressionHook>(whole(parameters_.flat_grads()), compute_);
+    hook_ = std::make_unique<BFloat16CompressionHook>(CommBuffer::of(parameters_.flat_grads()), compute_);
     reducer_options.hook = hook_.get();
   }
-  reducer_ = std::make_unique<Reducer>(group_, std::move(plan), whole(parameters_.flat_grads()), compute_,
+  reducer_ = std::make_unique<Reducer>(group_, std::move(plan), CommBuffer::of(parameters_.flat_grads()), compute_,
                                        reducer_options);
   Reducer* reducer = reducer_.get();
   parameters_.add_grad_ready_hook([reducer](std::size_t index) { reducer->mark_ready(index); });
   if (options.shard_optimizer) {
-    shard_ = std::make_shared<BucketUpdateShard>(group_, world, reducer_->plan(), whole(parameters_.flat_params()),
+    shard_ = std::make_shared<BucketUpdateShard>(group_, world, reducer_->plan(), CommBuffer::of(parameters_.flat_params()),
                                                  compute_);
     parameters_.set_update_shard(shard_);
   }
+  layout_version_ = parameters_.layout_version();  // after the shard: setting it counts as a new layout
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -81,6 +90,10 @@ const GatherStats& DistributedDataParallel::last_gather_stats() {
 }
 
 void DistributedDataParallel::backward(const Tensor& loss) {
+  DDP_CHECK(parameters_.layout_version() == layout_version_,
+            "the model's parameters were moved or flattened again after DistributedDataParallel was constructed "
+            "(its buckets are slices of the old buffers): move and flatten the model first, then construct "
+            "DistributedDataParallel");
   PhaseGuard phase(Phase::kBackward);
   if (join_ != nullptr) {
     bool sync = reducer_->sync();

@@ -4,10 +4,14 @@
 // `backward(loss)` then all-reduces buckets as their gradients become final, averaged, overlapping the rest of
 // backward, and leaves the compute stream ordered after the last bucket: the optimizer can follow at once.
 //
-//   ddp::DistributedDataParallel ddp(model.parameters(), *group, world, stream);
+//   ddp::DistributedDataParallel ddp(model, session);  // flattens the model if nobody has yet
 //   loss = ...forward...;
 //   ddp.backward(loss);          // instead of autograd::backward(loss, stream)
 //   optimizer.step(stream);
+//
+// Order: the optimizer may be made before or after DDP (one made before follows the bucket layout, as long as
+// it has not stepped yet; after a step it refuses, saying so). Moving or re-flattening the model after DDP was
+// made is refused at the next backward.
 //
 // `no_sync()` accumulates gradients locally for gradient accumulation; the backward after the guard ends
 // all-reduces the sum. `join(loop)` runs a loop whose ranks have different numbers of batches (join.h).
@@ -23,11 +27,13 @@
 #include <functional>
 #include <memory>
 
+#include "models/module.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/distributed/bucket_plan.h"
 #include "runtime/distributed/join.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/reducer.h"
+#include "runtime/distributed/session.h"
 #include "runtime/distributed/world.h"
 #include "runtime/io/trace.h"
 
@@ -62,13 +68,23 @@ struct DdpOptions {
 
 class DistributedDataParallel {
  public:
+  // `model`'s parameters (flattened here when the model is not yet), over the session's process group, with
+  // the session's stream as the compute stream. Collective: every rank constructs it at the same point. Throws
+  // CollectiveError (every rank) when the models differ across ranks.
+  DistributedDataParallel(Module& model, Session& session, DdpOptions options = {});
+  // The same over a ParameterStore, a process group and a stream of one's own. `compute` must outlive this.
   DistributedDataParallel(ParameterStore& parameters, ProcessGroup& group, const World& world,
                           const Stream& compute, DdpOptions options = {});
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  // Backward of `loss` on the compute stream with the gradients all-reduced as they become final.
+  // Backward of `loss` (a one-element float32 tensor) on the compute stream, with the gradients all-reduced
+  // (averaged, unless DdpOptions::average is off) as they become final. Returns once everything is enqueued:
+  // the compute stream is ordered after the last bucket, so the optimizer can be enqueued at once; on the CPU
+  // the gradients are final on return. Every rank must call it the same number of times. Throws
+  // InvalidArgument when a parameter got no gradient (see find_unused_parameters) or the parameters were
+  // re-laid out since construction.
   void backward(const Tensor& loss);
 
   // While a NoSync guard lives, backward() accumulates gradients locally (no communication).
@@ -120,6 +136,7 @@ class DistributedDataParallel {
   void broadcast_from_last_joiner(bool last_joiner);
 
   ParameterStore& parameters_;
+  std::int64_t layout_version_ = 0;  // the store's layout the reducer's buckets are slices of
   ProcessGroup& group_;
   const Stream& compute_;
   const World& world_;

@@ -6,6 +6,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/world_mpi.h"
 
 namespace ddp {
 namespace {
@@ -41,9 +42,9 @@ void verify_parameters_match(const World& world, const std::vector<ParameterSpec
   const std::vector<std::string> mine = describe_all(parameters);
   std::string reference = join(mine);
   long long length = static_cast<long long>(reference.size());
-  DDP_MPI_CHECK(MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, world.comm()));
+  DDP_MPI_CHECK(MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, mpi_comm(world)));
   reference.resize(static_cast<std::size_t>(length));
-  DDP_MPI_CHECK(MPI_Bcast(&reference[0], static_cast<int>(length), MPI_CHAR, 0, world.comm()));
+  DDP_MPI_CHECK(MPI_Bcast(&reference[0], static_cast<int>(length), MPI_CHAR, 0, mpi_comm(world)));
 
   std::string error;
   if (world.rank() != 0) {

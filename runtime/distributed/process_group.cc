@@ -8,7 +8,7 @@
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/process_group_mpi.h"
 #include "runtime/distributed/process_group_nccl.h"
-#include "runtime/distributed/world.h"
+#include "runtime/distributed/world_mpi.h"
 
 namespace ddp {
 
@@ -39,6 +39,26 @@ CollectiveDescription ProcessGroup::issue(const char* collective, const CommBuff
         context_.bucket, context_.buckets, step));
     if (!difference.empty()) throw CollectiveError(difference, rank());
   }
+  return d;
+}
+
+CollectiveDescription ProcessGroup::issue_transfers(const char* operation, const std::vector<PeerBuffer>& sends,
+                                                    const std::vector<PeerBuffer>& recvs) const {
+  CommBuffer all;
+  bool first = true;
+  for (const std::vector<PeerBuffer>* list : {&sends, &recvs}) {
+    for (const PeerBuffer& p : *list) {
+      DDP_CHECK(p.peer >= 0 && p.peer < size(), std::string(operation) + ": peer " + std::to_string(p.peer) +
+                                                     " is not a rank of this group of " + std::to_string(size()));
+      DDP_CHECK(p.buffer.count >= 0, std::string(operation) + ": negative element count");
+      if (first) all.dtype = p.buffer.dtype;
+      first = false;
+      all.count += p.buffer.count;
+    }
+  }
+  CollectiveDescription d{operation, 0, all.count, all.dtype, backend(), rank(), context_};
+  d.seq = record_collective_issued(operation, all.count, all.dtype, context_.bucket, context_.buckets,
+                                   current_step());
   return d;
 }
 
@@ -76,7 +96,7 @@ std::unique_ptr<ProcessGroup> make_process_group(World& world, const Device& dev
               "(WorldOptions.nccl = false, or DDP_BACKEND=mpi)");
     return std::make_unique<ProcessGroupNccl>(world);
   }
-  return std::make_unique<ProcessGroupMpi>(world.comm(), device);
+  return std::make_unique<ProcessGroupMpi>(mpi_comm(world), device);
 }
 
 }  // namespace ddp

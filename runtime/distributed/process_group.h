@@ -6,7 +6,11 @@
 // Ordering: a collective on a CUDA buffer starts only after the work already queued on the caller's `stream`
 // (device-side wait, no host block), and Work::wait(stream) makes `stream` wait for the collective the same
 // way. On the CPU, `stream` is the calling thread: the collective reads the buffer once it is queued, so the
-// caller must not touch the buffer until wait() returns.
+// caller must not touch the buffer until wait() returns. Point-to-point transfers (send_recv) follow the same
+// rules.
+//
+// Every rank must issue the same collectives in the same order (a missing one is reported by the watchdog
+// after DDP_COLLECTIVE_TIMEOUT_S, naming the rank and the collective, and ends the job).
 #pragma once
 
 #include <chrono>
@@ -15,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/device.h"
@@ -37,6 +42,16 @@ struct CommBuffer {
   Device device = Device::cpu();
 
   std::size_t bytes() const { return static_cast<std::size_t>(count) * dtype_size(dtype); }
+  // The whole of `tensor` (contiguous, as every Tensor is; a view is its own slice of the storage).
+  static CommBuffer of(const Tensor& tensor) {
+    return CommBuffer{tensor.data_ptr(), tensor.numel(), tensor.dtype(), tensor.device()};
+  }
+};
+
+// A buffer to send to, or to receive from, one peer rank.
+struct PeerBuffer {
+  CommBuffer buffer;
+  int peer = 0;
 };
 
 // What a collective is for, kept as numbers and put into words only when a message needs them, so that issuing
@@ -137,6 +152,21 @@ class ProcessGroup {
                                                const Stream& stream) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
 
+  // Point to point: sends each buffer of `sends` to its peer and receives each buffer of `recvs` from its peer,
+  // all as one operation (an NCCL group; MPI_Isend/MPI_Irecv and one wait), so ranks exchanging with each
+  // other cannot deadlock whatever order they list their buffers in. Buffers between two ranks match in the
+  // order listed: this rank's k-th send to rank p is p's k-th receive from this rank, with the same count and
+  // dtype. A rank that has nothing to exchange at a step need not call it. InvalidArgument for a peer that is
+  // no rank or a buffer on another device than the group's.
+  virtual std::shared_ptr<Work> send_recv(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                                          const Stream& stream) = 0;
+  std::shared_ptr<Work> send(const CommBuffer& buffer, int peer, const Stream& stream) {
+    return send_recv({PeerBuffer{buffer, peer}}, {}, stream);
+  }
+  std::shared_ptr<Work> recv(const CommBuffer& buffer, int peer, const Stream& stream) {
+    return send_recv({}, {PeerBuffer{buffer, peer}}, stream);
+  }
+
   // What the next collectives are for (a gradient bucket of a backward): the watchdog's message names it.
   void set_context(const CollectiveContext& context) { context_ = context; }
   const CollectiveContext& context() const { return context_; }
@@ -148,6 +178,10 @@ class ProcessGroup {
   // part in the comparison.
   CollectiveDescription issue(const char* collective, const CommBuffer& buffer, int root = -1,
                               std::optional<ReduceOp> reduce = std::nullopt) const;
+  // Every send_recv starts here: checks the peers (InvalidArgument naming the bad one) and records it in the
+  // flight recorder by its element count. Not compared across ranks: only the ranks it pairs take part.
+  CollectiveDescription issue_transfers(const char* operation, const std::vector<PeerBuffer>& sends,
+                                        const std::vector<PeerBuffer>& recvs) const;
 
  private:
   CollectiveContext context_;
@@ -158,8 +192,9 @@ class ProcessGroup {
 // overlap; any other overlap throws InvalidArgument naming `what`.
 bool is_own_slice(const CommBuffer& part, const CommBuffer& whole, int rank, const char* what);
 
-// The process group of `world` for buffers on `device` with `backend`. Throws InvalidArgument for NCCL on a
-// CPU device, or NCCL when the world was created without a communicator.
+// The process group of `world` for buffers on `device` with `backend` (a Session makes its own with this).
+// Collective: every rank calls it at the same point. Throws InvalidArgument for NCCL on a CPU device, or NCCL
+// when the world was created without a communicator.
 std::unique_ptr<ProcessGroup> make_process_group(World& world, const Device& device, Backend backend);
 
 }  // namespace ddp

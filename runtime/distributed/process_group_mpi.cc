@@ -371,6 +371,59 @@ std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, cons
   });
 }
 
+std::shared_ptr<Work> ProcessGroupMpi::send_recv(const std::vector<PeerBuffer>& sends,
+                                                 const std::vector<PeerBuffer>& recvs, const Stream& stream) {
+  const CollectiveDescription what = issue_transfers("MPI_Isend/MPI_Irecv", sends, recvs);
+  for (const std::vector<PeerBuffer>* list : {&sends, &recvs}) {
+    for (const PeerBuffer& p : *list) {
+      checked_count(p.buffer.count, "send_recv");
+      DDP_CHECK(p.buffer.device.is_cpu() || p.buffer.device == device_,
+                "send_recv: the MPI backend on " + device_.str() + " got a buffer on " + p.buffer.device.str());
+    }
+  }
+  const bool stage_device_buffers = !mpi_takes_device_pointers_;
+  return enqueue(what, stream, [=](Staging& staging) {
+    // Where MPI reads and writes each buffer: the buffer itself, or its slice of the pinned staging area.
+    auto staged = [&](const CommBuffer& b) { return b.device.is_cuda() && stage_device_buffers; };
+    std::size_t staged_bytes = 0;
+    for (const std::vector<PeerBuffer>* list : {&sends, &recvs})
+      for (const PeerBuffer& p : *list) staged_bytes += staged(p.buffer) ? p.buffer.bytes() : 0;
+    char* host = staged_bytes > 0 ? static_cast<char*>(staging.reserve(staged_bytes)) : nullptr;
+    auto place = [&](const CommBuffer& b) -> void* {
+      if (!staged(b)) return b.data;
+      void* at = host;
+      host += b.bytes();
+      return at;
+    };
+    std::vector<void*> send_at, recv_at;
+    for (const PeerBuffer& p : sends) {
+      send_at.push_back(place(p.buffer));
+      if (send_at.back() != p.buffer.data) {
+        staging.copy(send_at.back(), p.buffer.data, p.buffer.bytes(), cudaMemcpyDeviceToHost);
+      }
+    }
+    for (const PeerBuffer& p : recvs) recv_at.push_back(place(p.buffer));
+    // Receives posted first, then sends; one wait for all of them.
+    std::vector<MPI_Request> requests(sends.size() + recvs.size(), MPI_REQUEST_NULL);
+    constexpr int kTag = 17;  // this group's own communicator carries nothing else point to point
+    for (std::size_t i = 0; i < recvs.size(); ++i) {
+      const CommBuffer& b = recvs[i].buffer;
+      DDP_MPI_CHECK(MPI_Irecv(recv_at[i], static_cast<int>(b.count), mpi_type(b.dtype), recvs[i].peer, kTag, comm_,
+                              &requests[i]));
+    }
+    for (std::size_t i = 0; i < sends.size(); ++i) {
+      const CommBuffer& b = sends[i].buffer;
+      DDP_MPI_CHECK(MPI_Isend(send_at[i], static_cast<int>(b.count), mpi_type(b.dtype), sends[i].peer, kTag, comm_,
+                              &requests[recvs.size() + i]));
+    }
+    DDP_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+    for (std::size_t i = 0; i < recvs.size(); ++i) {
+      const CommBuffer& b = recvs[i].buffer;
+      if (recv_at[i] != b.data) staging.copy(b.data, recv_at[i], b.bytes(), cudaMemcpyHostToDevice);
+    }
+  });
+}
+
 std::shared_ptr<Work> ProcessGroupMpi::barrier() {
   if (size_ == 1) return std::make_shared<CompletedWork>();
   auto work = enqueue(issue("MPI_Barrier", CommBuffer{}), Stream(), [this](Staging&) { DDP_MPI_CHECK(MPI_Barrier(comm_)); });

@@ -36,6 +36,8 @@ class ProcessGroupMpi : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(const CommBuffer& input, const CommBuffer& output, ReduceOp op,
                                        const Stream& stream) override;
   std::shared_ptr<Work> barrier() override;
+  std::shared_ptr<Work> send_recv(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                                  const Stream& stream) override;
 
  private:
   class MpiWork;

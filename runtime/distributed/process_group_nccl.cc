@@ -222,6 +222,39 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const CommBuffer& in, con
   });
 }
 
+std::shared_ptr<Work> ProcessGroupNccl::send_recv(const std::vector<PeerBuffer>& sends,
+                                                  const std::vector<PeerBuffer>& recvs, const Stream& stream) {
+  const CollectiveDescription what = issue_transfers("ncclSend/ncclRecv", sends, recvs);
+  for (const std::vector<PeerBuffer>* list : {&sends, &recvs})
+    for (const PeerBuffer& p : *list) check_buffer(p.buffer, "send_recv");
+  return run(stream, what, [&] {
+    // One group: NCCL pairs every send with its receive only once all are posted, so neighbours exchanging with
+    // each other cannot wait on one another. Inside a group a call only records the operation; a failure
+    // still ends the group so that the communicator stays usable for the error report.
+    DDP_NCCL_CALL(&comm(), ncclGroupStart());
+    ncclResult_t status = ncclSuccess;
+    const char* failed = "";
+    auto post = [&](ncclResult_t result, const char* call) {
+      if (status == ncclSuccess && result != ncclSuccess && result != ncclInProgress) {
+        status = result;
+        failed = call;
+      }
+    };
+    for (const PeerBuffer& p : sends) {
+      post(ncclSend(p.buffer.data, p.buffer.count, nccl_type(p.buffer.dtype), p.peer, comm().handle(),
+                    comm_stream_.handle()),
+           "ncclSend");
+    }
+    for (const PeerBuffer& p : recvs) {
+      post(ncclRecv(p.buffer.data, p.buffer.count, nccl_type(p.buffer.dtype), p.peer, comm().handle(),
+                    comm_stream_.handle()),
+           "ncclRecv");
+    }
+    DDP_NCCL_CALL(&comm(), ncclGroupEnd());
+    if (status != ncclSuccess) detail::throw_nccl(status, failed, __FILE__, __LINE__);
+  });
+}
+
 std::shared_ptr<Work> ProcessGroupNccl::barrier() {
   if (size_ == 1) return std::make_shared<CompletedWork>();
   // NCCL has no barrier: a one-element all-reduce that every rank must join is one.

@@ -1,4 +1,3 @@
-#include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/world.h"
 
 #include <cuda_runtime_api.h>
@@ -16,9 +15,11 @@
 #include "runtime/core/phase.h"
 #include "runtime/distributed/collective_check.h"
 #include "runtime/distributed/collective_deadline.h"
+#include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/nccl_communicator.h"
 #include "runtime/distributed/side_channel.h"
+#include "runtime/distributed/world_mpi.h"
 
 namespace ddp {
 namespace {
@@ -60,6 +61,26 @@ std::future<void> warm_up_device(DeviceRequest request) {
   });
 }
 
+// Runs the host collective `start` issues (a nonblocking MPI call) as flight-recorder collective `operation` of
+// `count` elements of `dtype`, under the collective deadline (and DDP_DEBUG's comparison).
+void run_host_collective(int rank, const char* operation, int count, DType dtype,
+                         const std::function<int(MPI_Request*)>& start) {
+  const std::int64_t step = current_step();
+  const std::int64_t seq = record_collective_issued(operation, count, dtype, -1, 0, step);
+  if (collective_check_enabled()) {
+    const std::string difference =
+        check_collective(CollectiveFingerprint(seq, operation, count, dtype, -1, -1, -1, 0, step));
+    if (!difference.empty()) throw CollectiveError(difference, rank);
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  DDP_MPI_CHECK(start(&request));
+  wait_within_deadline(&request, [&] {
+    return "rank " + std::to_string(rank) + "'s " + operation + " #" + std::to_string(seq) + " of " +
+           std::to_string(count) + " " + dtype_name(dtype) + " elements (host)";
+  });
+  record_collective_completed(seq);
+}
+
 }  // namespace
 
 DeviceRequest parse_device_request(const std::string& text) {
@@ -69,9 +90,11 @@ DeviceRequest parse_device_request(const std::string& text) {
   throw InvalidArgument("unknown device '" + text + "': choose one of auto, cpu, cuda");
 }
 
-World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at_start_(std::uncaught_exceptions()) {
+World::World(int* argc, char*** argv, const WorldOptions& options)
+    : uncaught_at_start_(std::uncaught_exceptions()), mpi_(std::make_unique<WorldMpi>()) {
   std::future<void> device_warm_up = warm_up_device(options.device);
   const auto mpi_start = std::chrono::steady_clock::now();
+  MPI_Comm& comm = mpi_->comm;
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -87,14 +110,14 @@ World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at
       }
     }
   }
-  DDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  DDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
   // Errors come back as status codes (and so as exceptions) instead of aborting inside MPI.
-  DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-  DDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-  DDP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  DDP_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+  DDP_MPI_CHECK(MPI_Comm_size(comm, &size_));
 
   MPI_Comm node = MPI_COMM_NULL;
-  DDP_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  DDP_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
   DDP_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
   DDP_MPI_CHECK(MPI_Comm_size(node, &local_size_));
   MPI_Comm_free(&node);
@@ -103,8 +126,8 @@ World::World(int* argc, char*** argv, const WorldOptions& options) : uncaught_at
   int length = 0;
   DDP_MPI_CHECK(MPI_Get_processor_name(name, &length));
   node_name_.assign(name, length);
-  side_channel_ = SideChannel::start(comm_);
-  const std::string debug_error = start_collective_check(comm_);
+  side_channel_ = SideChannel::start(comm);
+  const std::string debug_error = start_collective_check(comm);
   if (!debug_error.empty()) throw CollectiveError(debug_error, rank_);
   startup_.mpi_s = seconds_since(mpi_start);
 
@@ -126,13 +149,14 @@ NcclCommunicator* World::nccl() const {
 }
 
 void World::bind_device(const WorldOptions& options) {
+  const MPI_Comm comm = mpi_->comm;
   const CudaAvailability& cuda = cuda_availability();
   const int gpus = cuda.device_count;
 
   // Every rank must run on the same kind of device: CUDA only if all ranks have a GPU.
   int local_has_gpu = gpus > 0 ? 1 : 0;
   int all_have_gpu = 0;
-  DDP_MPI_CHECK(MPI_Allreduce(&local_has_gpu, &all_have_gpu, 1, MPI_INT, MPI_MIN, comm_));
+  DDP_MPI_CHECK(MPI_Allreduce(&local_has_gpu, &all_have_gpu, 1, MPI_INT, MPI_MIN, comm));
 
   std::string error;
   bool use_cuda = false;
@@ -174,7 +198,7 @@ void World::bind_device(const WorldOptions& options) {
 void World::create_nccl() const {
   std::string nccl_error;
   try {
-    nccl_ = NcclCommunicator::create(comm_, device_, nccl_init_timeout_s_);
+    nccl_ = NcclCommunicator::create(mpi_->comm, device_, nccl_init_timeout_s_);
   } catch (const std::exception& e) {
     nccl_error = e.what();
   }
@@ -189,26 +213,8 @@ World::~World() {
   nccl_.reset();
   side_channel_.reset();
   stop_collective_check();
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (mpi_->comm != MPI_COMM_NULL) MPI_Comm_free(&mpi_->comm);
   if (owns_mpi_ && mpi_is_running()) MPI_Finalize();
-}
-
-void World::host_collective(const char* operation, int count, DType dtype,
-                            const std::function<int(MPI_Request*)>& start) const {
-  const std::int64_t step = current_step();
-  const std::int64_t seq = record_collective_issued(operation, count, dtype, -1, 0, step);
-  if (collective_check_enabled()) {
-    const std::string difference =
-        check_collective(CollectiveFingerprint(seq, operation, count, dtype, -1, -1, -1, 0, step));
-    if (!difference.empty()) throw CollectiveError(difference, rank_);
-  }
-  MPI_Request request = MPI_REQUEST_NULL;
-  DDP_MPI_CHECK(start(&request));
-  wait_within_deadline(&request, [&] {
-    return "rank " + std::to_string(rank_) + "'s " + operation + " #" + std::to_string(seq) + " of " +
-           std::to_string(count) + " " + dtype_name(dtype) + " elements (host)";
-  });
-  record_collective_completed(seq);
 }
 
 double World::sum(double value) const {
@@ -217,35 +223,36 @@ double World::sum(double value) const {
 }
 
 void World::sum_in_place(double* values, int count) const {
-  host_collective("World::sum", count, DType::kFloat64, [&](MPI_Request* request) {
-    return MPI_Iallreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm_, request);
+  run_host_collective(rank_, "World::sum", count, DType::kFloat64, [&](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, mpi_->comm, request);
   });
 }
 
 double World::max(double value) const {
-  host_collective("World::max", 1, DType::kFloat64, [&](MPI_Request* request) {
-    return MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm_, request);
+  run_host_collective(rank_, "World::max", 1, DType::kFloat64, [&](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, mpi_->comm, request);
   });
   return value;
 }
 
 void World::agree(const std::string& local_error, const std::string& what) const {
+  const MPI_Comm comm = mpi_->comm;
   int failed = local_error.empty() ? 0 : 1;
   int any_failed = 0;
-  host_collective("World::agree", 1, DType::kInt32, [&](MPI_Request* request) {
-    return MPI_Iallreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm_, request);
+  run_host_collective(rank_, "World::agree", 1, DType::kInt32, [&](MPI_Request* request) {
+    return MPI_Iallreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm, request);
   });
   if (!any_failed) return;
 
   // Gather every rank's message so the report names each failing rank, not only ours.
   const int length = static_cast<int>(local_error.size());
   std::vector<int> lengths(size_);
-  DDP_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_));
+  DDP_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
   std::vector<int> offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
   std::string all(offsets[size_ - 1] + lengths[size_ - 1], '\0');
   DDP_MPI_CHECK(MPI_Allgatherv(local_error.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(),
-                               MPI_CHAR, comm_));
+                               MPI_CHAR, comm));
   // Ranks that failed the same way share one line: "ranks 0,1,2,3: ...".
   std::vector<std::pair<std::string, std::string>> groups;  // (ranks, message)
   for (int r = 0; r < size_; ++r) {

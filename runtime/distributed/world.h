@@ -9,9 +9,10 @@
 // It also starts what explains a hang: the side channel over which ranks say where they are (side_channel.h)
 // and, under DDP_DEBUG=collectives, the comparison of every collective across ranks (collective_check.h). Its
 // own host collectives (agree, sum, max) are recorded in the flight recorder and have the collective deadline.
+//
+// MPI stays out of this header (it is part of the public one): the communicator lives in a WorldMpi that only
+// the runtime's own code sees, through runtime/distributed/world_mpi.h.
 #pragma once
-
-#include <mpi.h>
 
 #include <functional>
 #include <memory>
@@ -25,6 +26,7 @@ namespace ddp {
 
 class NcclCommunicator;
 class SideChannel;
+struct WorldMpi;
 
 enum class DeviceRequest { kAuto, kCpu, kCuda };
 
@@ -71,7 +73,8 @@ class World {
   int local_size() const { return local_size_; }
   const std::string& node_name() const { return node_name_; }
   const Device& device() const { return device_; }
-  MPI_Comm comm() const { return comm_; }
+  // The MPI side of the world, for the runtime's own MPI calls: complete only in runtime/distributed/world_mpi.h.
+  const WorldMpi& mpi() const { return *mpi_; }
   // The world's NCCL communicator; nullptr on the CPU or when options.nccl is false. In a world of one it is
   // made on the first call (its creation is a good part of a second, and the NCCL backend's in-place collectives
   // need none there); in larger worlds at construction, since making it is collective.
@@ -99,14 +102,10 @@ class World {
  private:
   void bind_device(const WorldOptions& options);
   void create_nccl() const;
-  // Runs the host collective `start` issues (a nonblocking MPI call on comm_) as flight-recorder collective
-  // `operation` of `count` elements of `dtype`, under the collective deadline (and DDP_DEBUG's comparison).
-  void host_collective(const char* operation, int count, DType dtype,
-                       const std::function<int(MPI_Request*)>& start) const;
 
   int uncaught_at_start_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   bool owns_mpi_ = false;
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<WorldMpi> mpi_;
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;

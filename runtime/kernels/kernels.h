@@ -17,14 +17,23 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/stream.h"  // StreamHandle
 
-namespace ddp::kernels {
+namespace ddp {
 
-// GELU is the exact (erf) form, as torch.nn.GELU() by default.
+// The activation a layer applies (fused into its GEMM where it follows one). GELU is the exact (erf) form, as
+// torch.nn.GELU() by default. Public concepts, so they live in namespace ddp; the kernels use the same types.
 enum class Activation : std::uint8_t { kNone, kRelu, kGelu };
 
 // Matmul precision for float32 inputs on the GPU: exact FP32, or TF32 tensor cores. bf16 inputs always
 // accumulate in FP32. Ignored on the CPU.
 enum class MathMode : std::uint8_t { kFloat32, kTF32 };
+
+}  // namespace ddp
+
+namespace ddp::kernels {
+
+using StreamHandle = CUstream_st*;  // nullptr on the CPU
+using ddp::Activation;
+using ddp::MathMode;
 
 // Element types of one Linear call. `input` is x's and w's (and dz's and dx's in the backward). `output` is y's,
 // the bias's and pre_activation's (so dy's and the saved activation's); `grad` is dw's and dbias's. All three

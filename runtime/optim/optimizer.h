@@ -12,6 +12,9 @@
 // runs its kernel over each of them, telling the shard after each (which hands the updated span to the other
 // ranks while the next one is updated), then waits for the other ranks' spans. The arithmetic per element is
 // the same as unsharded, so the parameters are the same bits given the same gradients.
+//
+//   ddp::AdamW optimizer(model, {.lr = 1e-3}, stream);   // before or after DistributedDataParallel
+//   ... ddp_model.backward(loss); optimizer.step(stream);
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/module.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/phase.h"
@@ -39,7 +43,9 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every parameter from its current gradient: prepare_step, then apply_step.
+  // One update of every parameter from its current gradient: prepare_step, then apply_step. Enqueued on
+  // `stream` (the stream backward ran on, or one ordered after it); the host does not wait. Throws
+  // InvalidArgument when the parameters were re-laid out after an earlier step (see the top of this file).
   void step(const Stream& stream) {
     PhaseGuard phase(Phase::kOptimizer);
     prepare_step(stream);
@@ -141,6 +147,10 @@ struct SgdOptions {
 // the update is g + μ·buf (Nesterov) or buf; p −= lr·update.
 class Sgd : public Optimizer {
  public:
+  // Over `model`'s parameters (flattened here when the model is not yet) or a store; the state is allocated
+  // on `stream`. InvalidArgument for negative hyperparameters or Nesterov without momentum.
+  Sgd(Module& model, const SgdOptions& options, const Stream& stream)
+      : Sgd(model.flat_parameters(stream), options, stream) {}
   Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream);
   void prepare_step(const Stream& stream) override;
   void apply_step(const Stream& stream) override;
@@ -168,6 +178,10 @@ struct AdamWOptions {
 // torch.optim.AdamW (amsgrad off): p *= 1 − lr·wd; m, v updated; p −= lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + eps).
 class AdamW : public Optimizer {
  public:
+  // Over `model`'s parameters (flattened here when the model is not yet) or a store; the state is allocated
+  // on `stream`. InvalidArgument for a negative lr or eps, or betas outside [0, 1).
+  AdamW(Module& model, const AdamWOptions& options, const Stream& stream)
+      : AdamW(model.flat_parameters(stream), options, stream) {}
   AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream);
   void prepare_step(const Stream& stream) override;
   void apply_step(const Stream& stream) override;

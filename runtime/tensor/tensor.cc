@@ -98,26 +98,37 @@ Tensor Tensor::normal(const Shape& shape, float mean, float stddev, std::uint64_
   return t;
 }
 
-namespace {
-template <typename T>
-Tensor from_host(const std::vector<T>& values, const Shape& shape, DType dtype, const Device& device,
-                 const Stream& stream) {
-  DDP_CHECK(static_cast<std::int64_t>(values.size()) == shape_numel(shape),
-            "Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " + shape_str(shape));
-  Tensor host = Tensor::empty(shape, dtype, Device::cpu(), cpu_stream());
-  if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
-  return device.is_cpu() ? host : host.copy_to(device, stream);
+Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, const Device& device,
+                         const Stream& stream) {
+  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (device.is_cpu()) {
+    Tensor t = empty(shape, dtype, Device::cpu(), cpu_stream());
+    if (bytes > 0) std::memcpy(t.data_ptr(), data, bytes);
+    return t;
+  }
+  // Into pinned memory first, so the copy to the device is asynchronous and the caller's memory free at once.
+  auto staging = std::make_shared<TensorImpl>();
+  staging->shape = shape;
+  staging->dtype = dtype;
+  staging->storage = Storage::allocate_pinned(bytes, stream);
+  if (bytes > 0) std::memcpy(staging->storage->data(), data, bytes);
+  Tensor out = empty(shape, dtype, device, stream);
+  out.copy_from(Tensor(std::move(staging)), stream);
+  return out;
 }
-}  // namespace
 
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, const Device& device,
                            const Stream& stream) {
-  return from_host(values, shape, DType::kFloat32, device, stream);
+  DDP_CHECK(static_cast<std::int64_t>(values.size()) == shape_numel(shape),
+            "Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " + shape_str(shape));
+  return from_host(values.data(), shape, DType::kFloat32, device, stream);
 }
 
 Tensor Tensor::from_int32(const std::vector<std::int32_t>& values, const Shape& shape, const Device& device,
                            const Stream& stream) {
-  return from_host(values, shape, DType::kInt32, device, stream);
+  DDP_CHECK(static_cast<std::int64_t>(values.size()) == shape_numel(shape),
+            "Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " + shape_str(shape));
+  return from_host(values.data(), shape, DType::kInt32, device, stream);
 }
 
 // ---- Tensor: properties ----
@@ -314,6 +325,19 @@ void Tensor::fill_(double value, const Stream& stream) {
   DDP_DISPATCH(device(), fill, dtype(), data_ptr(), numel(), value, stream.handle());
 }
 
+void Tensor::scale_(double factor, const Stream& stream) {
+  DDP_CHECK(dtype() == DType::kFloat32, "Tensor::scale_: needs a float32 tensor, got " + describe());
+  DDP_DISPATCH(device(), scale, data<float>(), numel(), static_cast<float>(factor), stream.handle());
+}
+
+void Tensor::add_(const Tensor& other, const Stream& stream) {
+  DDP_CHECK(dtype() == DType::kFloat32 && other.dtype() == DType::kFloat32 && other.shape() == shape() &&
+                other.device() == device(),
+            "Tensor::add_: adds a float32 tensor of the same shape on the same device, got " + other.describe() +
+                " into " + describe());
+  DDP_DISPATCH(device(), axpby, other.data<float>(), data<float>(), numel(), 1.0f, 1.0f, stream.handle());
+}
+
 void Tensor::uniform_(float low, float high, std::uint64_t seed, std::uint64_t offset, const Stream& stream) {
   if (dtype() == DType::kFloat32) {
     DDP_DISPATCH(device(), uniform, data<float>(), numel(), low, high, seed, offset, stream.handle());
@@ -353,6 +377,20 @@ template std::vector<float> Tensor::to_vector<float>(const Stream&) const;
 template std::vector<std::uint16_t> Tensor::to_vector<std::uint16_t>(const Stream&) const;
 template std::vector<std::int32_t> Tensor::to_vector<std::int32_t>(const Stream&) const;
 template std::vector<std::int64_t> Tensor::to_vector<std::int64_t>(const Stream&) const;
+
+double Tensor::item(const Stream& stream) const {
+  DDP_CHECK(numel() == 1, "Tensor::item: needs a tensor of one element, got " + describe());
+  switch (dtype()) {
+    case DType::kFloat32:
+      return to_vector<float>(stream)[0];
+    case DType::kBFloat16:
+      return to_dtype(DType::kFloat32, stream).to_vector<float>(stream)[0];
+    case DType::kInt32:
+      return to_vector<std::int32_t>(stream)[0];
+    default:
+      return static_cast<double>(to_vector<std::int64_t>(stream)[0]);
+  }
+}
 
 void Tensor::record_stream(const Stream& stream) const { storage()->record_stream(stream); }
 

@@ -100,6 +100,10 @@ class Tensor {
                             const Stream& stream);
   static Tensor from_int32(const std::vector<std::int32_t>& values, const Shape& shape, const Device& device,
                             const Stream& stream);
+  // From `shape`'s number of `dtype` elements at `data` in host memory, which may be reused as soon as this
+  // returns (a GPU copy goes through pinned staging and is enqueued on `stream`).
+  static Tensor from_host(const void* data, const Shape& shape, DType dtype, const Device& device,
+                          const Stream& stream);
 
   // ---- Properties ----
   bool defined() const { return impl_ != nullptr; }
@@ -137,11 +141,18 @@ class Tensor {
   Tensor to_dtype(DType dtype, const Stream& stream) const;
   void fill_(double value, const Stream& stream);
   void zero_(const Stream& stream) { fill_(0.0, stream); }
+  // In place on `stream`, float32: this *= factor, and this += other (same shape and device). Autograd does not
+  // see them: they are for buffers (gradients, data, state), not for tensors a recorded op still needs.
+  void scale_(double factor, const Stream& stream);
+  void add_(const Tensor& other, const Stream& stream);
   void uniform_(float low, float high, std::uint64_t seed, std::uint64_t offset, const Stream& stream);
   void normal_(float mean, float stddev, std::uint64_t seed, std::uint64_t offset, const Stream& stream);
   // Host copy of the values; synchronises `stream`. For tests, logging and checkpoints.
   template <typename T>
   std::vector<T> to_vector(const Stream& stream) const;
+  // The value of a one-element tensor (a loss, a count) as a double, read back to the host: synchronises
+  // `stream` when the tensor is on a GPU. InvalidArgument for any other number of elements.
+  double item(const Stream& stream) const;
   // Marks the memory as used by `stream` (see Storage::record_stream).
   void record_stream(const Stream& stream) const;
 

@@ -202,4 +202,48 @@ void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module&
   stream.synchronize();
 }
 
+std::string save_training_checkpoint(Session& session, const std::string& dir, const Module& model,
+                                     const Optimizer& optimizer, const io::CheckpointMetadata& metadata,
+                                     int keep_last) {
+  std::string path;
+  std::string error;
+  if (session.is_lead() || optimizer.sharded()) {  // sharded, every rank sends its part of the state to rank 0
+    try {
+      io::CheckpointMetadata m = metadata;
+      m.world_size = session.size();
+      path = save_training_checkpoint(dir, model, optimizer, m, session.stream(), keep_last);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  session.agree(error, "checkpoint write failed");
+  return session.is_lead() ? path : dir + "/" + io::checkpoint_file_name(metadata.step);
+}
+
+std::optional<RestoredCheckpoint> restore_latest_training_checkpoint(Session& session, const std::string& dir,
+                                                                     Module& model, Optimizer& optimizer,
+                                                                     const CheckpointRefusal& refuse) {
+  std::optional<io::LoadedCheckpoint> checkpoint;
+  std::string error;
+  try {
+    checkpoint = io::latest_complete_checkpoint(dir);
+    if (checkpoint && refuse) error = refuse(*checkpoint);
+    if (checkpoint && error.empty()) restore_training_checkpoint(*checkpoint, model, optimizer, session.stream());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // Every rank makes the same choice: one starting from scratch while another resumes would train two models.
+  const bool found = checkpoint.has_value();
+  const bool found_somewhere = session.any(found);  // both collectives on every rank, errors or not
+  const bool missing_somewhere = session.any(!found);
+  if (error.empty() && found_somewhere && missing_somewhere) {
+    error = (found ? checkpoint->path + " exists here but not on every rank"
+                   : "no complete checkpoint in " + dir + " here, but another rank has one") +
+            "; is the checkpoint directory shared by all nodes?";
+  }
+  session.agree(error, "cannot resume");
+  if (!found) return std::nullopt;
+  return RestoredCheckpoint{checkpoint->path, checkpoint->metadata};
+}
+
 }  // namespace ddp::training

@@ -3,16 +3,53 @@
 // ("optimizer.<state>.<param>"), and where the run stands (step, epoch, sampler position, seed, world size).
 // The file format, the atomic write and the verification on load are runtime/io's; this file maps a Module
 // and an Optimizer onto it.
+//
+// In a distributed program the two Session calls are all there is to it:
+//
+//   ddp::io::CheckpointMetadata where;           // step, epoch, sampler_position, seed, extra (yours)
+//   ddp::training::save_training_checkpoint(session, dir, model, optimizer, where);
+//   std::optional<ddp::training::RestoredCheckpoint> resumed =
+//       ddp::training::restore_latest_training_checkpoint(session, dir, model, optimizer);  // resumed->metadata
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "models/module.h"
+#include "runtime/distributed/session.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/optim/optimizer.h"
 
 namespace ddp::training {
+
+// Collective: rank 0 writes DIR/ckpt-<metadata.step>.safetensors atomically (DIR is created; the `keep_last`
+// newest checkpoints are kept, 0 keeps all) with metadata.world_size set to the session's; every rank returns
+// once it is written. A failure (a full disk, an unwritable DIR) throws CollectiveError "checkpoint write
+// failed: rank 0: ..." on every rank, and the previous checkpoint stays valid. A sharded optimizer's state is
+// gathered to rank 0 from every rank while it writes. Synchronises the session's stream. Returns the path
+// written.
+std::string save_training_checkpoint(Session& session, const std::string& dir, const Module& model,
+                                     const Optimizer& optimizer, const io::CheckpointMetadata& metadata,
+                                     int keep_last = 3);
+
+// Why a checkpoint cannot continue this run ("" when it can): a program's own checks of the metadata.
+using CheckpointRefusal = std::function<std::string(const io::LoadedCheckpoint&)>;
+
+// The checkpoint a run continues from: its file and where the run stood.
+struct RestoredCheckpoint {
+  std::string path;
+  io::CheckpointMetadata metadata;
+};
+
+// Collective: every rank loads the newest checkpoint of DIR that verifies (newer damaged ones are skipped
+// with a warning) into `model` and `optimizer` and returns its path and metadata; nullopt on every rank when DIR holds
+// none (or does not exist). A checkpoint that does not fit the model or that `refuse` refuses (asked before
+// anything is loaded), or one that only some ranks can see, throws CollectiveError "cannot resume: ..." on
+// every rank. Synchronises the session's stream.
+std::optional<RestoredCheckpoint> restore_latest_training_checkpoint(Session& session, const std::string& dir,
+                                                                     Module& model, Optimizer& optimizer,
+                                                                     const CheckpointRefusal& refuse = nullptr);
 
 // Writes DIR/ckpt-<step>.safetensors atomically, keeping the `keep_last` newest. Reads the device buffers on
 // `stream` (synchronises it), one tensor at a time. Call on one rank only, unless the optimizer is sharded

@@ -14,8 +14,8 @@
 #include <memory>
 #include <vector>
 
+#include "ddp.h"
 #include "runtime/core/allocator.h"
-#include "runtime/ddp.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/ddp.h"
+#include "ddp.h"
 #include "runtime/training/training_checkpoint.h"
 
 namespace {

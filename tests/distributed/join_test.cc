@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/ddp.h"
+#include "ddp.h"
+#include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -110,8 +111,8 @@ class JoinTest : public ::testing::Test {
   // True when every rank holds bitwise these values.
   bool same_on_every_rank(const std::vector<float>& values) {
     std::vector<float> low = values, high = values;
-    MPI_Allreduce(MPI_IN_PLACE, low.data(), static_cast<int>(low.size()), MPI_FLOAT, MPI_MIN, test_world().comm());
-    MPI_Allreduce(MPI_IN_PLACE, high.data(), static_cast<int>(high.size()), MPI_FLOAT, MPI_MAX, test_world().comm());
+    MPI_Allreduce(MPI_IN_PLACE, low.data(), static_cast<int>(low.size()), MPI_FLOAT, MPI_MIN, mpi_comm(test_world()));
+    MPI_Allreduce(MPI_IN_PLACE, high.data(), static_cast<int>(high.size()), MPI_FLOAT, MPI_MAX, mpi_comm(test_world()));
     return low == values && high == values;
   }
 

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp::testing {
@@ -26,6 +27,6 @@ int main(int argc, char** argv) {
   ddp::testing::g_world = &world;
   int local = RUN_ALL_TESTS();
   int worst = 0;
-  MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, world.comm());
+  MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, mpi_comm(world));
   return worst;
 }

@@ -279,6 +279,61 @@ TEST_F(ProcessGroupTest, CollectiveWaitsForWorkQueuedOnTheCallersStream) {
   DDP_CUDA_CHECK(cudaFree(busy));
 }
 
+// Each rank sends its own block to the next rank of a ring and receives the previous one's, while also
+// exchanging a second pair with both neighbours, listed in an order that would deadlock as blocking calls.
+// With 2 ranks both neighbours are the same rank, so the two buffers to it must match in the order listed.
+TEST_F(ProcessGroupTest, SendRecvExchangesWithNeighboursInListedOrder) {
+  const std::size_t n = 10007;
+  const int next = (rank_ + 1) % size_, previous = (rank_ + size_ - 1) % size_;
+  auto block = [&](int from, int which) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(from * 1000 + which * 100) + static_cast<float>(i % 91);
+    return v;
+  };
+  DeviceBuffer<float> to_next(device_, n), to_previous(device_, n), from_previous(device_, n), from_next(device_, n);
+  to_next.upload(block(rank_, 0), stream_);
+  to_previous.upload(block(rank_, 1), stream_);
+  auto work = pg_->send_recv({{to_next.comm(DType::kFloat32), next}, {to_previous.comm(DType::kFloat32), previous}},
+                             {{from_previous.comm(DType::kFloat32), previous}, {from_next.comm(DType::kFloat32), next}},
+                             stream_);
+  work->wait(stream_);
+  EXPECT_EQ(work->exception(), nullptr);
+  EXPECT_EQ(from_previous.download(stream_), block(previous, 0));
+  EXPECT_EQ(from_next.download(stream_), block(next, 1));
+
+  // Single transfers of another type, around the ring (not to oneself: NCCL pairs a send to oneself only with a
+  // receive of the same group).
+  if (size_ == 1) return;
+  std::vector<std::int64_t> mine(33, (std::int64_t{1} << 40) + rank_);
+  DeviceBuffer<std::int64_t> out(device_, mine.size()), in(device_, mine.size());
+  out.upload(mine, stream_);
+  if (rank_ % 2 == 0) {  // even ranks send first, odd ranks receive first: each call completes on its own
+    pg_->send(out.comm(DType::kInt64), next, stream_)->wait(stream_);
+    pg_->recv(in.comm(DType::kInt64), previous, stream_)->wait(stream_);
+  } else {
+    pg_->recv(in.comm(DType::kInt64), previous, stream_)->wait(stream_);
+    pg_->send(out.comm(DType::kInt64), next, stream_)->wait(stream_);
+  }
+  EXPECT_EQ(in.download(stream_)[32], (std::int64_t{1} << 40) + previous);
+}
+
+TEST_F(ProcessGroupTest, SendRecvWaitsForWorkQueuedOnTheCallersStream) {
+  if (!device_.is_cuda()) GTEST_SKIP() << "ordering against a device stream needs a GPU";
+  const std::size_t big = 256 << 20;
+  char* busy = nullptr;
+  DDP_CUDA_CHECK(cudaMalloc(&busy, big));
+  DeviceBuffer<float> out(device_, 1 << 20), in(device_, 1 << 20);
+  out.upload(std::vector<float>(1 << 20, 0.0f), stream_);
+  for (int i = 0; i < 40; ++i) DDP_CUDA_CHECK(cudaMemsetAsync(busy, i, big, stream_.handle()));
+  out.upload(std::vector<float>(1 << 20, static_cast<float>(rank_ + 1)), stream_);
+  const int next = (rank_ + 1) % size_, previous = (rank_ + size_ - 1) % size_;
+  pg_->send_recv({{out.comm(DType::kFloat32), next}}, {{in.comm(DType::kFloat32), previous}}, stream_)->wait(stream_);
+  const auto got = in.download(stream_);
+  EXPECT_EQ(got[0], static_cast<float>(previous + 1));
+  EXPECT_EQ(got.back(), static_cast<float>(previous + 1));
+  DDP_CUDA_CHECK(cudaFree(busy));
+}
+
 TEST_F(ProcessGroupTest, BadArgumentsAreRefusedClearly) {
   DeviceBuffer<float> in(device_, 10);
   DeviceBuffer<float> wrong(device_, 10 * size_ + 1);
@@ -289,6 +344,16 @@ TEST_F(ProcessGroupTest, BadArgumentsAreRefusedClearly) {
                InvalidArgument);
   EXPECT_THROW(pg_->broadcast(in.comm(DType::kFloat32), size_, stream_), InvalidArgument);
   EXPECT_THROW(parse_backend("gloo"), InvalidArgument);
+  try {
+    pg_->send(in.comm(DType::kFloat32), size_, stream_);
+    FAIL() << "a send to rank " << size_ << " of " << size_ << " was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("peer " + std::to_string(size_) + " is not a rank of this group of " +
+                                         std::to_string(size_)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(pg_->recv(in.comm(DType::kFloat32), -1, stream_), InvalidArgument);
 }
 
 }  // namespace

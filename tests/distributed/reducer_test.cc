@@ -17,6 +17,7 @@
 #include "runtime/distributed/bf16_compression_hook.h"
 #include "runtime/distributed/parameter_check.h"
 #include "runtime/distributed/reducer.h"
+#include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -73,7 +74,7 @@ TEST(BucketPlan, IsIdenticalOnEveryRank) {
     for (std::size_t p : b.parameters) mine.push_back(static_cast<long long>(p));
   }
   std::vector<long long> root = mine;
-  ASSERT_EQ(MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_LONG_LONG, 0, test_world().comm()),
+  ASSERT_EQ(MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_LONG_LONG, 0, mpi_comm(test_world())),
             MPI_SUCCESS);
   EXPECT_EQ(mine, root);
 }

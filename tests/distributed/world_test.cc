@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/core/device.h"
+#include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -26,7 +27,7 @@ TEST(World, RanksCoverZeroToSizeOnce) {
   }
   std::vector<int> ranks(world.size());
   int mine = world.rank();
-  ASSERT_EQ(MPI_Allgather(&mine, 1, MPI_INT, ranks.data(), 1, MPI_INT, world.comm()), MPI_SUCCESS);
+  ASSERT_EQ(MPI_Allgather(&mine, 1, MPI_INT, ranks.data(), 1, MPI_INT, mpi_comm(world)), MPI_SUCCESS);
   std::vector<int> expected(world.size());
   std::iota(expected.begin(), expected.end(), 0);
   EXPECT_EQ(ranks, expected);

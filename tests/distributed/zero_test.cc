@@ -26,9 +26,10 @@
 #include <vector>
 
 #include "runtime/core/allocator.h"
-#include "runtime/ddp.h"
+#include "ddp.h"
 #include "runtime/io/atomic_file.h"
 #include "runtime/training/training_checkpoint.h"
+#include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -355,7 +356,7 @@ std::string shared_directory(const char* name) {
     std::snprintf(path, sizeof path, "%s", pattern.c_str());
     if (::mkdtemp(path) == nullptr) path[0] = '\0';
   }
-  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, test_world().comm());
+  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, mpi_comm(test_world()));
   return path;
 }
 
@@ -390,7 +391,7 @@ TEST_F(ZeroTest, ACheckpointSavedShardedResumesShardedAndUnsharded) {
   if (test_world().rank() == 0 && size_ <= 2) {
     EXPECT_EQ(io::read_file(path), io::read_file(plain_path)) << "the sharded run's file differs from the unsharded";
   }
-  MPI_Barrier(test_world().comm());  // the file is complete before any rank reads it
+  MPI_Barrier(mpi_comm(test_world()));  // the file is complete before any rank reads it
 
   const io::LoadedCheckpoint loaded = io::load_checkpoint(dir + "/sharded/" + io::checkpoint_file_name(3));
   TrainingRun resumed(recipe, true, *group_, stream_);
@@ -417,7 +418,7 @@ TEST_F(ZeroTest, AFailedWriteOnRankZeroLeavesNoRankWaiting) {
   sharded.step(0);
   const std::string not_a_directory = dir + "/file";
   if (test_world().rank() == 0) io::write_file_atomically(not_a_directory, std::string("x"));
-  MPI_Barrier(test_world().comm());
+  MPI_Barrier(mpi_comm(test_world()));
   std::string error;
   try {
     training::save_training_checkpoint(not_a_directory, sharded.model(), sharded.optimizer(), metadata_at(1), stream_);

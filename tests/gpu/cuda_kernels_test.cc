@@ -778,6 +778,40 @@ TEST_F(CudaKernels, AxpbyAndScale) {
   }
 }
 
+// add and mul (with and without accumulation) give the CPU implementation's bits, on aligned and misaligned
+// pointers (the vector and the scalar paths).
+TEST_F(CudaKernels, AddAndMulEqualTheCpuBitwise) {
+  const std::int64_t n = 100003;
+  const auto ah = random_nonzero(n, 53), bh = random_nonzero(n, 54), yh = random_nonzero(n, 55);
+  for (int misalign : {0, 1}) {
+    DeviceBuffer ad((n + 1) * 4), bd((n + 1) * 4), yd((n + 1) * 4);
+    float* a = ad.get<float>() + misalign;
+    float* b = bd.get<float>() + misalign;
+    float* y = yd.get<float>() + misalign;
+    DDP_CUDA_CHECK(cudaMemcpy(a, ah.data(), n * 4, cudaMemcpyHostToDevice));
+    DDP_CUDA_CHECK(cudaMemcpy(b, bh.data(), n * 4, cudaMemcpyHostToDevice));
+    for (int kind = 0; kind < 3; ++kind) {  // add, mul, mul accumulating
+      std::vector<float> want = yh;
+      if (kind == 2) {
+        DDP_CUDA_CHECK(cudaMemcpy(y, yh.data(), n * 4, cudaMemcpyHostToDevice));
+      } else {
+        yd.poison();  // overwritten without being read
+      }
+      if (kind == 0) {
+        gpu::add(a, b, y, n, stream_);
+        cpu::add(ah.data(), bh.data(), want.data(), n, nullptr);
+      } else {
+        gpu::mul(a, b, y, n, kind == 2, stream_);
+        cpu::mul(ah.data(), bh.data(), want.data(), n, kind == 2, nullptr);
+      }
+      sync();
+      std::vector<float> got(n);
+      DDP_CUDA_CHECK(cudaMemcpy(got.data(), y, n * 4, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), n * 4)) << "kind " << kind << " misalign " << misalign;
+    }
+  }
+}
+
 TEST_F(CudaKernels, CastRoundsToNearestEven) {
   std::vector<float> src = random_nonzero(10007, 61, 100.0f);
   // Exact halfway cases with even and odd lower bf16 bits, tiny, huge and special values.

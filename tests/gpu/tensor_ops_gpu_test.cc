@@ -294,6 +294,39 @@ TEST_F(Gpu, ActivationsAndLosses) {
   expect_close(host(gp.grad()), host(p.grad()), kElementwise, "mse gradient");
 }
 
+// add, scale and mul on the GPU give the CPU's bits forward and backward; to_device's gradient crosses back in
+// both directions.
+TEST_F(Gpu, ElementwiseOpsAndDeviceCopies) {
+  Tensor a = cpu_leaf({7, 129}, 40), b = cpu_leaf({7, 129}, 41);
+  Tensor t = Tensor::uniform({7, 129}, -1, 1, 42, 0, Device::cpu(), cpu_stream());
+  Tensor ga = gpu(a), gb = gpu(b);
+  auto f = [](const Tensor& x, const Tensor& y, const Stream& st) {
+    return ops::add(ops::mul(x, y, st), ops::scale(x, -0.75, st), st);
+  };
+  Tensor yc = f(a, b, cpu_stream()), yg = f(ga, gb, s());
+  EXPECT_EQ(host(yg), host(yc));
+  autograd::backward(ops::mse_loss(yc, t, cpu_stream()), cpu_stream());
+  autograd::backward(ops::mse_loss(yg, gpu(t), s()), s());
+  expect_close(host(ga.grad()), host(a.grad()), kElementwise, "elementwise gradient of a");
+  expect_close(host(gb.grad()), host(b.grad()), kElementwise, "elementwise gradient of b");
+
+  // CPU leaf -> GPU computation: the gradient comes back to the host.
+  Tensor h = cpu_leaf({300}, 43);
+  Tensor th = Tensor::uniform({300}, -1, 1, 44, 0, Device::cpu(), cpu_stream());
+  autograd::backward(ops::mse_loss(ops::scale(ops::to_device(h, Device::cuda(0), s()), 2.0, s()), gpu(th), s()), s());
+  Tensor h_ref = cpu_leaf({300}, 43);
+  autograd::backward(ops::mse_loss(ops::scale(h_ref, 2.0, cpu_stream()), th, cpu_stream()), cpu_stream());
+  expect_close(host(h.grad()), host(h_ref.grad()), kElementwise, "to_device(cuda) gradient");
+  // GPU leaf -> CPU loss, backward on the GPU's stream.
+  Tensor d = gpu(cpu_leaf({300}, 45));
+  Tensor back = ops::to_device(d, Device::cpu(), s());
+  s().synchronize();
+  autograd::backward(ops::mse_loss(back, th, cpu_stream()), s());
+  Tensor d_ref = cpu_leaf({300}, 45);
+  autograd::backward(ops::mse_loss(d_ref, th, cpu_stream()), cpu_stream());
+  expect_close(host(d.grad()), host(d_ref.grad()), kElementwise, "to_device(cpu) gradient");
+}
+
 // A full training step, three times: forward, cross-entropy, backward into the flat gradient buffer, SGD.
 void mlp_steps(const Stream& s, MathMode math, Bound bound) {
   const std::vector<std::int64_t> sizes{64, 48, 32, 10};

@@ -70,6 +70,32 @@ TEST(Models, LoadStateDictChecksNamesAndShapes) {
   EXPECT_TRUE(b.state_dict()[0].second.shares_storage_with(b.parameter_store()->flat_params()));
 }
 
+// A module's store is one object for its life: flattening again re-lays it in place (values kept, a new
+// layout_version), so an optimizer holding it follows or refuses instead of holding a dangling reference; a
+// bf16 copy made for the old layout refuses to be used.
+TEST(Models, FlatteningAgainReLaysTheSameStoreInPlace) {
+  MLP model({3, 4, 2}, Activation::kRelu, 1, Device::cpu(), S());
+  ParameterStore& store = model.flat_parameters(S());
+  EXPECT_EQ(&model.flat_parameters(S()), &store);  // made once
+  const std::vector<float> weight = model.parameters().front().to_vector<float>(S());
+  const std::int64_t version = store.layout_version();
+  Bf16Weights copy(store, S());
+  Sgd optimizer(model, SgdOptions{}, S());
+  EXPECT_EQ(&optimizer.store(), &store);
+  EXPECT_EQ(&model.flatten_parameters(S(), {3, 2, 1, 0}), &store);
+  EXPECT_GT(store.layout_version(), version);
+  EXPECT_EQ(store.slot(0).offset, store.slot(1).offset + 16);  // parameter 0 now after parameter 1 (4 values, padded)
+  EXPECT_EQ(model.parameters().front().to_vector<float>(S()), weight);
+  EXPECT_THROW(copy.refresh(S()), InvalidArgument);
+  // The optimizer had not stepped: it follows the new layout.
+  const Tensor x = Tensor::uniform({5, 3}, -1.0f, 1.0f, 2, 0, Device::cpu(), S());
+  const Tensor y = Tensor::from_int32({0, 1, 1, 0, 1}, {5}, Device::cpu(), S());
+  model.zero_grad(S());
+  autograd::backward(ops::cross_entropy(model.forward(x, S()), y, S()), S());
+  EXPECT_NO_THROW(optimizer.step(S()));
+  EXPECT_NE(model.parameters().front().to_vector<float>(S()), weight);
+}
+
 TEST(Models, TrainEvalPropagates) {
   MLP m({4, 3, 2});
   EXPECT_TRUE(m.is_training());

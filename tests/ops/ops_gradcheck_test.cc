@@ -328,5 +328,66 @@ TEST(Metrics, ArgmaxAndAccuracy) {
   EXPECT_NEAR(ops::accuracy(logits, y, S()), 2.0 / 3.0, 1e-12);
 }
 
+// add, scale and mul: forward against double arithmetic, gradients by finite differences, also when one tensor
+// is both inputs (its gradient is then the sum of both terms: overwrite, then accumulate).
+TEST(Elementwise, AddScaleMulValuesAndGradients) {
+  Tensor a = leaf({4, 5}, 60), b = leaf({4, 5}, 61);
+  Tensor t = target_like({4, 5});
+  {
+    autograd::NoGradGuard g;
+    const std::vector<float> sum = ops::add(a, b, S()).to_vector<float>(S());
+    const std::vector<float> scaled = ops::scale(a, -2.5, S()).to_vector<float>(S());
+    const std::vector<float> product = ops::mul(a, b, S()).to_vector<float>(S());
+    const float *ap = a.data<float>(), *bp = b.data<float>();
+    for (std::size_t i = 0; i < sum.size(); ++i) {
+      EXPECT_EQ(sum[i], ap[i] + bp[i]);
+      EXPECT_EQ(scaled[i], -2.5f * ap[i]);
+      EXPECT_EQ(product[i], ap[i] * bp[i]);
+    }
+  }
+  gradcheck([&] { return ops::mse_loss(ops::add(a, b, S()), t, S()); }, {a, b}, "add");
+  gradcheck([&] { return ops::mse_loss(ops::scale(a, -2.5, S()), t, S()); }, {a}, "scale");
+  gradcheck([&] { return ops::mse_loss(ops::mul(a, b, S()), t, S()); }, {a, b}, "mul");
+  gradcheck([&] { return ops::mse_loss(ops::mul(a, a, S()), t, S()); }, {a}, "mul(a, a)");
+  gradcheck([&] { return ops::mse_loss(ops::add(a, ops::mul(a, b, S()), S()), t, S()); }, {a, b}, "a + a*b");
+}
+
+TEST(Elementwise, RefusesMismatchedInputs) {
+  Tensor a = leaf({4, 5}, 62);
+  try {
+    ops::add(a, leaf({5, 4}, 63), S());
+    FAIL() << "shapes [4, 5] and [5, 4] were added";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("add: the inputs must have one shape, got float32 [4, 5] on cpu and "
+                                         "float32 [5, 4] on cpu"),
+              std::string::npos)
+        << e.what();
+  }
+  Tensor labels = Tensor::from_int32({1, 2}, {2}, Device::cpu(), S());
+  EXPECT_THROW(ops::mul(labels, labels, S()), InvalidArgument);
+  EXPECT_THROW(ops::scale(Tensor(), 2.0, S()), InvalidArgument);
+}
+
+// On the CPU to_device is a copy whose gradient is the identity (tests/gpu covers the copies across devices).
+TEST(Elementwise, ToDeviceCopiesAndPassesTheGradient) {
+  Tensor a = leaf({3, 4}, 64);
+  Tensor t = target_like({3, 4});
+  Tensor copy = ops::to_device(a, Device::cpu(), S());
+  EXPECT_FALSE(copy.shares_storage_with(a));
+  EXPECT_EQ(copy.to_vector<float>(S()), a.to_vector<float>(S()));
+  gradcheck([&] { return ops::mse_loss(ops::scale(ops::to_device(a, Device::cpu(), S()), 3.0, S()), t, S()); }, {a},
+            "to_device");
+}
+
+TEST(Elementwise, InPlaceScaleAndAdd) {
+  Tensor a = Tensor::from_vector({1, -2, 3}, {3}, Device::cpu(), S());
+  Tensor b = Tensor::from_vector({0.5f, 0.25f, -1}, {3}, Device::cpu(), S());
+  a.scale_(2.0, S());
+  EXPECT_EQ(a.to_vector<float>(S()), (std::vector<float>{2, -4, 6}));
+  a.add_(b, S());
+  EXPECT_EQ(a.to_vector<float>(S()), (std::vector<float>{2.5f, -3.75f, 5}));
+  EXPECT_THROW(a.add_(Tensor::zeros({4}, DType::kFloat32, Device::cpu(), S()), S()), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace ddp

@@ -41,6 +41,16 @@ TEST(Tensor, CreationAndProperties) {
   EXPECT_THROW(undefined.shape(), Error);
 }
 
+TEST(Tensor, ItemAndFromHost) {
+  const std::int64_t counts[3] = {7, -2, 1LL << 40};
+  Tensor t = Tensor::from_host(counts, {3}, DType::kInt64, Device::cpu(), cpu_stream());
+  EXPECT_EQ(t.to_vector<std::int64_t>(cpu_stream()), (std::vector<std::int64_t>{7, -2, 1LL << 40}));
+  EXPECT_EQ(t.flat_slice(2, {1}).item(cpu_stream()), static_cast<double>(1LL << 40));
+  EXPECT_EQ(Tensor::full({1, 1}, 0.375, DType::kFloat32, Device::cpu(), cpu_stream()).item(cpu_stream()), 0.375);
+  EXPECT_EQ(Tensor::full({1}, -3, DType::kInt32, Device::cpu(), cpu_stream()).item(cpu_stream()), -3.0);
+  EXPECT_THROW(t.item(cpu_stream()), InvalidArgument);  // three elements
+}
+
 TEST(Tensor, DtypeIsChecked) {
   Tensor t = Tensor::zeros({2}, DType::kInt32, kCpu, cpu_stream());
   EXPECT_NO_THROW(t.data<std::int32_t>());

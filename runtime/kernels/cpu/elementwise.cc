@@ -1,4 +1,4 @@
-// CPU elementwise kernels: standalone activations, fills, axpby/scale, casts, reductions and row gathers. Plain loops over
+// CPU elementwise kernels: standalone activations, fills, axpby/scale/add/mul, casts, reductions and row gathers. Plain loops over
 // contiguous arrays, which -O3 vectorises.
 #include <cmath>
 #include <cstdint>
@@ -95,6 +95,21 @@ void axpby(const float* x, float* y, std::int64_t n, float alpha, float beta, St
 
 void scale(float* x, std::int64_t n, float alpha, StreamHandle /*stream*/) {
   for (std::int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+void add(const float* a, const float* b, float* y, std::int64_t n, StreamHandle /*stream*/) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void mul(const float* a, const float* b, float* y, std::int64_t n, bool accumulate, StreamHandle /*stream*/) {
+  if (accumulate) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float product = a[i] * b[i];
+      y[i] += product;
+    }
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+  }
 }
 
 void cast(DType from, const void* src, DType to, void* dst, std::int64_t n, StreamHandle /*stream*/) {

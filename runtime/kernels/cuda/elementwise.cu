@@ -1,4 +1,4 @@
-// Elementwise utilities of the kernel contract: fill, axpby, scale, cast, sum_squares, gather_rows.
+// Elementwise utilities of the kernel contract: fill, axpby, scale, add, mul, cast, sum_squares, gather_rows.
 //
 // Each is one grid-stride kernel, using 16-byte vector accesses when every pointer involved is 16-byte aligned
 // (tensor views into a flat parameter buffer need not be). sum_squares is the one reduction: a fixed number of
@@ -84,6 +84,50 @@ __global__ void scale_kernel(float* x, std::int64_t n, float alpha, bool vectori
       [&](std::int64_t i) { x[i] = one(x[i]); });
 }
 
+// ---- add / mul: y = op(a, b, y) elementwise, with the rounding spelled out (no fused multiply-add) so that the
+// bits equal the CPU implementation's ----
+struct AddOp {
+  static constexpr bool kReadsY = false;
+  __device__ float operator()(float a, float b, float) const { return __fadd_rn(a, b); }
+};
+struct MulOp {
+  static constexpr bool kReadsY = false;
+  __device__ float operator()(float a, float b, float) const { return __fmul_rn(a, b); }
+};
+struct MulAccumulateOp {
+  static constexpr bool kReadsY = true;
+  __device__ float operator()(float a, float b, float y) const { return __fadd_rn(y, __fmul_rn(a, b)); }
+};
+
+template <typename Op>
+__global__ void binary_kernel(const float* a, const float* b, float* y, std::int64_t n, Op op, bool vectorized) {
+  std::int64_t scalar_from = 0;
+  if (vectorized) {
+    const std::int64_t n4 = n / 4;
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* y4 = reinterpret_cast<float4*>(y);
+    for (std::int64_t v = thread_index(); v < n4; v += grid_stride()) {
+      const float4 p = a4[v];
+      const float4 q = b4[v];
+      const float4 old = Op::kReadsY ? y4[v] : make_float4(0.f, 0.f, 0.f, 0.f);
+      y4[v] = make_float4(op(p.x, q.x, old.x), op(p.y, q.y, old.y), op(p.z, q.z, old.z), op(p.w, q.w, old.w));
+    }
+    scalar_from = n4 * 4;
+  }
+  for (std::int64_t i = scalar_from + thread_index(); i < n; i += grid_stride()) {
+    y[i] = op(a[i], b[i], Op::kReadsY ? y[i] : 0.0f);
+  }
+}
+
+template <typename Op>
+void launch_binary(const float* a, const float* b, float* y, std::int64_t n, Op op, cudaStream_t stream) {
+  if (n <= 0) return;
+  const bool vectorized = aligned16(a) && aligned16(b) && aligned16(y);
+  binary_kernel<Op><<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(a, b, y, n, op, vectorized);
+  DDP_CUDA_CHECK_LAUNCH();
+}
+
 // ---- cast ----
 __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst, std::int64_t n,
                                    bool vectorized) {
@@ -164,6 +208,18 @@ void scale(float* x, std::int64_t n, float alpha, StreamHandle stream) {
   const bool vectorized = aligned16(x);
   scale_kernel<<<blocks_by_four(n, vectorized), kThreads, 0, stream>>>(x, n, alpha, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
+}
+
+void add(const float* a, const float* b, float* y, std::int64_t n, StreamHandle stream) {
+  launch_binary(a, b, y, n, AddOp{}, stream);
+}
+
+void mul(const float* a, const float* b, float* y, std::int64_t n, bool accumulate, StreamHandle stream) {
+  if (accumulate) {
+    launch_binary(a, b, y, n, MulAccumulateOp{}, stream);
+  } else {
+    launch_binary(a, b, y, n, MulOp{}, stream);
+  }
 }
 
 void cast(DType from, const void* src, DType to, void* dst, std::int64_t n, StreamHandle stream) {

@@ -35,3 +35,10 @@ GemmOptions gemm_options();
 void set_gemm_options(const GemmOptions& options);
 
 }  // namespace ddp::kernels::cuda
+
+namespace ddp {
+// The public names (the GPU Linear's settings are part of the public API).
+using kernels::cuda::gemm_options;
+using kernels::cuda::GemmOptions;
+using kernels::cuda::set_gemm_options;
+}  // namespace ddp

@@ -1,0 +1,67 @@
+// The runtime's public header: include "ddp.h" and link the one public target (Bazel: //:ddp, or @ddp//:ddp
+// from another workspace; CMake: find_package(ddp) and ddp::ddp; pkg-config: ddp). Nothing else is public,
+// and nothing reachable from here includes <mpi.h>, <nccl.h> or a CUDA header (a test checks it).
+//
+//   ddp::Session session(&argc, &argv);                       // MPI, rank, GPU, stream, backend, process group
+//   const ddp::Stream& stream = session.stream();
+//   ddp::MLP model({784, 512, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device(), stream);
+//   ddp::DistributedDataParallel ddp_model(model, session);   // flattens, checks, broadcasts rank 0's weights
+//   ddp::AdamW optimizer(model, {.lr = 1e-3}, stream);        // before or after DDP
+//   for (...) {
+//     model.zero_grad(stream);
+//     ddp_model.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream));
+//     optimizer.step(stream);
+//   }
+//
+// Where each part is documented (every header opens with what it is for; each call says what it does, what it
+// throws and on which stream it runs):
+//   runtime/distributed/session.h        Session: set-up, default stream, host collectives (sum, mean, any)
+//   runtime/distributed/distributed_data_parallel.h   DistributedDataParallel, DdpOptions, no_sync()
+//   runtime/distributed/process_group.h  collectives and point-to-point send/recv on device buffers
+//   runtime/tensor/tensor.h              Tensor: creation, views, copies between devices, item()
+//   ops/*.h                              ops with autograd: linear, activations, add/scale/mul, to_device, losses
+//   runtime/autograd/autograd.h          backward, NoGradGuard, recording ops of one's own
+//   models/module.h, models/layers.h     Module, Linear, Sequential, MLP; models/bf16_weights.h: bf16 training
+//   runtime/optim/optimizer.h            Sgd, AdamW, LR schedules; runtime/optim/clip_grad.h
+//   runtime/data/*.h                     Fashion-MNIST/IDX, DistributedSampler, BatchLoader + to_device,
+//                                        ResidentDataset, EvaluationShard
+//   runtime/training/training_checkpoint.h  saving and restoring model, optimizer and where the run stands
+//   runtime/io/*.h                       checkpoint files, metrics (JSON lines), Chrome traces
+//   runtime/core/*.h                     errors, Device, Stream/Event, CudaGraph, memory statistics
+//
+// Errors: InvalidArgument for a caller's bad input (the message says what to change), CollectiveError for a
+// failure every rank agreed on, other ddp::Error kinds for library failures. ddp::run_main(body) reports any of
+// them once and ends every rank.
+#pragma once
+
+#include "models/bf16_weights.h"
+#include "models/layers.h"
+#include "models/module.h"
+#include "ops/ops.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/autograd/parameter_store.h"
+#include "runtime/core/allocator.h"
+#include "runtime/core/check.h"
+#include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/graph.h"
+#include "runtime/core/phase.h"
+#include "runtime/core/stop_request.h"
+#include "runtime/core/stream.h"
+#include "runtime/data/evaluation_shard.h"
+#include "runtime/data/idx.h"
+#include "runtime/data/loader.h"
+#include "runtime/data/resident_dataset.h"
+#include "runtime/data/sampler.h"
+#include "runtime/distributed/distributed_data_parallel.h"
+#include "runtime/distributed/process_group.h"
+#include "runtime/distributed/session.h"
+#include "runtime/distributed/world.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/metrics.h"
+#include "runtime/io/trace.h"
+#include "runtime/kernels/cuda/gemm_options.h"
+#include "runtime/optim/clip_grad.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/tensor/tensor.h"
+#include "runtime/training/training_checkpoint.h"

@@ -1,0 +1,87 @@
+// Session: the World, the default stream, the backend choice and the process group, in the order a program
+// needs them.
+#include "runtime/distributed/session.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+
+#include "runtime/core/check.h"
+#include "runtime/kernels/cpu/threads.h"
+
+namespace ddp {
+namespace {
+
+// The backend the option, or else DDP_BACKEND, names; nullopt for the default of the device. An unknown name
+// goes to `error` (reported by every rank together once the world exists) and counts as the default.
+std::optional<Backend> requested_backend(const std::string& option, std::string* error) {
+  std::string text = option;
+  std::string source = "backend";
+  if (text.empty() || text == "auto") {
+    const char* env = std::getenv("DDP_BACKEND");
+    text = env != nullptr ? env : "";
+    source = "DDP_BACKEND";
+  }
+  if (text.empty() || text == "auto") return std::nullopt;
+  try {
+    return parse_backend(text);
+  } catch (const InvalidArgument& e) {
+    *error = source + ": " + e.what();
+    return std::nullopt;
+  }
+}
+
+WorldOptions world_options(const SessionOptions& options) {
+  WorldOptions w;
+  w.device = options.device;
+  std::string ignored;  // reported by the constructor
+  const std::optional<Backend> backend = requested_backend(options.backend, &ignored);
+  // Without NCCL several ranks may share one GPU (the MPI backend); with it the world needs a GPU per rank.
+  w.nccl = options.process_group && (!backend || *backend == Backend::kNccl);
+  w.nccl_init_timeout_s = options.nccl_init_timeout_s;
+  return w;
+}
+
+}  // namespace
+
+Session::Session(int* argc, char*** argv, SessionOptions options)
+    : world_(argc, argv, world_options(options)), wants_group_(options.process_group) {
+  std::string error;
+  const std::optional<Backend> requested = requested_backend(options.backend, &error);
+  backend_ = requested.value_or(device().is_cuda() ? Backend::kNccl : Backend::kMpi);
+  if (error.empty() && wants_group_ && backend_ == Backend::kNccl && !device().is_cuda()) {
+    error = "the NCCL backend needs CUDA devices, but this rank runs on " + device().str() +
+            " (use the MPI backend, --backend mpi, or --device cuda)";
+  }
+  world_.agree(error, "bad backend");
+
+  stream_ = Stream::create(device());
+  if (device().is_cpu()) {
+    cpu_threads_ = options.cpu_threads;
+    if (cpu_threads_ <= 0) {
+      const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+      cpu_threads_ = std::max(1, cores / std::max(1, local_size()));
+    }
+    kernels::cpu::set_threads(cpu_threads_);
+  }
+}
+
+Session::~Session() = default;
+
+ProcessGroup& Session::group() {
+  if (group_ == nullptr) {
+    DDP_CHECK(wants_group_, "this Session was made with SessionOptions::process_group = false, so it has no "
+                            "process group: leave the option at true to communicate gradients");
+    group_ = make_process_group(world_, device(), backend_);
+  }
+  return *group_;
+}
+
+std::vector<double> Session::sum(std::vector<double> values) const {
+  world_.sum_in_place(values.data(), static_cast<int>(values.size()));
+  return values;
+}
+
+}  // namespace ddp

@@ -1,0 +1,102 @@
+// Session: this process's part in a distributed job, everything a training program needs from it in one object.
+//
+//   ddp::Session session(&argc, &argv);                       // MPI, rank, GPU, stream, backend, process group
+//   ddp::DistributedDataParallel ddp_model(model, session);   // uses the session's stream and process group
+//   double mean_loss = session.mean(loss.item(session.stream()));
+//
+// Construction starts MPI (or joins an MPI the program started itself), binds this rank to GPU
+// `local_rank % gpus` (or runs on the CPU, saying why once), creates the default stream, sets the CPU kernels'
+// threads to this rank's share of the node's cores, and chooses the gradient backend: the option, else
+// DDP_BACKEND (ddprun --backend sets it), else NCCL on GPUs and MPI on the CPU. Every failure of these steps
+// ends every rank with one message naming the ranks (a CollectiveError), never a hang. Started without mpirun
+// (Open MPI's singleton mode) the session is a world of one.
+//
+// The process group is created the first time group() is called (DistributedDataParallel does), so that a
+// program that never communicates gradients pays nothing for it. Creating it is collective: every rank must
+// reach that first call.
+//
+// Host collectives (sum, max, mean, any, agree) are for the handful of numbers a training loop exchanges: a
+// mean loss, a count of correct predictions, "did any rank see a NaN". Every rank calls them in the same order;
+// each blocks until all ranks have called it. They never touch a stream.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/device.h"
+#include "runtime/core/stream.h"
+#include "runtime/distributed/process_group.h"
+#include "runtime/distributed/world.h"
+
+namespace ddp {
+
+struct SessionOptions {
+  // Where the ranks run: kAuto takes the GPUs when every rank has one, else the CPU; kCuda refuses to start
+  // without a GPU. parse_device_request("auto" | "cpu" | "cuda") reads a flag.
+  DeviceRequest device = DeviceRequest::kAuto;
+  // "nccl", "mpi", or "" / "auto" for the default (DDP_BACKEND, else NCCL on GPUs and MPI on the CPU). NCCL
+  // needs one GPU per rank; the MPI backend also lets several ranks share a GPU (host staging).
+  std::string backend;
+  // False: no process group (and no NCCL communicator); the host collectives still work. For programs that
+  // run one independent model per rank.
+  bool process_group = true;
+  // OpenBLAS threads per rank when running on the CPU; 0: the node's cores divided by its ranks.
+  int cpu_threads = 0;
+  // Deadline for creating the NCCL communicator.
+  double nccl_init_timeout_s = 120.0;
+};
+
+class Session {
+ public:
+  // Collective over all ranks of the job. Throws CollectiveError (every rank alike) when a rank cannot bind
+  // its device, the backend is unknown or cannot serve the device (NCCL on the CPU), or NCCL cannot start.
+  Session(int* argc, char*** argv, SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  int rank() const { return world_.rank(); }
+  int size() const { return world_.size(); }
+  int local_rank() const { return world_.local_rank(); }  // rank among the ranks of this node
+  int local_size() const { return world_.local_size(); }
+  // Rank 0: the one that prints and writes files, by convention.
+  bool is_lead() const { return world_.rank() == 0; }
+  const Device& device() const { return world_.device(); }
+  // The default stream of device(): everything the session builds (DistributedDataParallel, the checkpoint
+  // helpers) runs on it, and a program passes it to every op unless it wants a second stream of its own
+  // (Stream::create(session.device())) ordered with Events. On the CPU it is the calling thread.
+  const Stream& stream() const { return stream_; }
+  Backend backend() const { return backend_; }
+  // OpenBLAS threads of this rank (0 when running on a GPU: the session did not set them).
+  int cpu_threads() const { return cpu_threads_; }
+
+  // The process group of device() with backend(), made on the first call (collective: every rank must make
+  // that first call). Throws InvalidArgument when the session was made with process_group = false.
+  ProcessGroup& group();
+  // The bootstrap underneath, for what the session does not wrap (abort, the NCCL communicator).
+  World& world() { return world_; }
+  const World& world() const { return world_; }
+
+  // ---- Host collectives (blocking, every rank in the same order) ----
+  double sum(double value) const { return world_.sum(value); }
+  double max(double value) const { return world_.max(value); }
+  double mean(double value) const { return world_.sum(value) / world_.size(); }
+  // True on every rank when `flag` is true on any rank.
+  bool any(bool flag) const { return world_.any(flag); }
+  // Elementwise sums of every rank's `values` (all ranks pass the same count), in one collective.
+  std::vector<double> sum(std::vector<double> values) const;
+  // Every rank passes its own error ("" when fine); if any rank failed, every rank throws one CollectiveError
+  // whose message is `what` followed by each failing rank's error ("ranks 0,2: ..."). run_main prints it once.
+  void agree(const std::string& local_error, const std::string& what) const { world_.agree(local_error, what); }
+
+ private:
+  World world_;
+  Stream stream_;
+  Backend backend_ = Backend::kMpi;
+  bool wants_group_ = true;
+  int cpu_threads_ = 0;
+  std::unique_ptr<ProcessGroup> group_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The runtime outside Bazel: tools/install.sh puts the public headers, libddp.so, ddp.pc, the CMake package and
+# ddprun into a prefix (from the Bazel outputs of this build: nothing is compiled twice); a program built with
+# Debian's cmake (find_package(ddp), ddp::ddp) and one built by a plain Makefile through pkg-config then run on
+# 2 CPU ranks under the installed ddprun. The installed headers are ddp.h and what it includes, nothing internal,
+# and compile without MPI, NCCL or CUDA on the include path.
+set -uo pipefail
+root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
+source "$root/bazel/mpi_env.sh"
+fail() { echo "FAIL: $*"; exit 1; }
+prefix="$TEST_TMPDIR/prefix"
+work="$TEST_TMPDIR/work"
+mkdir -p "$work"
+
+"$root/tools/install.sh" --prebuilt "$root" "$prefix" || fail "tools/install.sh failed"
+for f in include/ddp.h lib/libddp.so lib/pkgconfig/ddp.pc lib/cmake/ddp/ddpConfig.cmake \
+         lib/cmake/ddp/ddpConfigVersion.cmake bin/ddprun include/ddp/runtime/distributed/session.h; do
+  [ -f "$prefix/$f" ] || fail "$f was not installed"
+done
+internal=$(cd "$prefix/include" && find . -name 'world_mpi.h' -o -name 'nccl_communicator.h' -o -name 'process_group_*.h' \
+  -o -name 'comm_check.h' -o -name 'dispatch.h' -o -path '*/cpu/*' -o -name '*.cuh')
+[ -z "$internal" ] || fail "internal headers were installed: $internal"
+printf '#include <ddp.h>\nint main() { return 0; }\n' >"$work/only_ddp.cc"
+"${CXX:-c++}" -std=c++17 -fsyntax-only -I"$prefix/include" -I"$prefix/include/ddp" "$work/only_ddp.cc" ||
+  fail "the installed ddp.h does not compile without MPI/NCCL/CUDA include paths"
+
+# CMake.
+begin=$(date +%s)
+cmake -S "$root/examples/installed/cmake" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" >"$work/cmake.log" 2>&1 &&
+  cmake --build "$work/cmake" >>"$work/cmake.log" 2>&1 || { tail -30 "$work/cmake.log"; fail "the CMake consumer did not build"; }
+out=$("$prefix/bin/ddprun" -np 2 -- "$work/cmake/two_clusters" 2>&1) || fail "the CMake consumer failed: $out"
+grep -q '^\[rank 0\] two_clusters: ranks=2 device=cpu accuracy [0-9.]* OK$' <<<"$out" || fail "CMake consumer: $out"
+echo "cmake consumer ($(($(date +%s) - begin)) s): $(grep two_clusters <<<"$out")"
+
+# A plain Makefile through pkg-config (the runtime's .pc, and Open MPI's, OpenBLAS's and zlib's it requires).
+begin=$(date +%s)
+mkdir -p "$work/make" && cp -rL "$root/examples/installed/make/." "$work/make/"
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" make -C "$work/make" >"$work/make.log" 2>&1 ||
+  { cat "$work/make.log"; fail "the Makefile consumer did not build"; }
+out=$("$prefix/bin/ddprun" -np 2 -- "$work/make/ring" 2>&1) || fail "the Makefile consumer failed: $out"
+grep -q '^\[rank 0\] ring: ranks=2 device=cpu sum 3.0 OK$' <<<"$out" || fail "Makefile consumer: $out"
+echo "make consumer ($(($(date +%s) - begin)) s): $(grep 'ring:' <<<"$out")"
+echo "install: all checks passed"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The promise of the public header: a translation unit that includes "ddp.h" compiles with the runtime's own
+# headers alone on its include path (no MPI, NCCL or CUDA directory), and none of <mpi.h>, <nccl.h> or a CUDA
+# or cuBLAS header is among the files it reads, so user code never depends on them through the runtime.
+set -uo pipefail
+root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
+cxx="${CXX:-c++}"
+fail() { echo "FAIL: $*"; exit 1; }
+
+tu="$TEST_TMPDIR/uses_ddp.cc"
+cat >"$tu" <<'CC'
+#include "ddp.h"
+int main(int argc, char** argv) {
+  return ddp::run_main([&] {
+    ddp::Session session(&argc, &argv);
+    return session.rank() >= 0 ? 0 : 1;
+  });
+}
+CC
+"$cxx" -std=c++17 -fsyntax-only -I"$root" "$tu" 2>"$TEST_TMPDIR/compile.log" ||
+  fail "ddp.h does not compile without MPI/NCCL/CUDA include paths: $(head -20 "$TEST_TMPDIR/compile.log")"
+# Every file the translation unit reads, system headers included.
+files=$("$cxx" -std=c++17 -M -I"$root" "$tu" | tr ' \\' '\n\n' | grep -v '^$')
+forbidden=$(grep -E '(^|/)(mpi|mpi-ext|mpi_portable_platform|nccl|nccl_net)\.h$|/cuda[^/]*\.h$|/cublas|/usr/local/cuda|openmpi' <<<"$files")
+[ -z "$forbidden" ] || fail "ddp.h reaches headers a user must not need: $forbidden"
+echo "public header: compiles alone, reads $(grep -c "^$root" <<<"$files" || true) runtime headers and no MPI/NCCL/CUDA header"
