@@ -30,6 +30,8 @@ using Clock = std::chrono::steady_clock;
 // How long a rank waits for the others' answers when it reports a hang, and for a coordinator's "OK".
 constexpr double kGatherTimeoutS = 2.0;
 constexpr double kAskTimeoutS = 1.0;
+// How long a rank waits, on finding a lower rank's process gone, for the launcher to end the job.
+constexpr double kExitedGraceS = 5.0;
 // Collectives still in flight are always sent; this many completed ones before them.
 constexpr std::size_t kCollectivesSent = 32;
 constexpr std::size_t kCollectivesDumped = 12;
@@ -109,6 +111,7 @@ struct Answer {
   bool ok = false;
   std::string reply;
   std::string why_not;
+  bool exited = false;  // every address refused the connection: the process has gone
 };
 
 // How an attempt on one address ended, worst news last: the order decides what is said of a rank none of
@@ -260,6 +263,7 @@ std::vector<Answer> ask_all(const std::vector<Target>& targets, const std::strin
   }
   for (std::size_t t = 0; t < targets.size(); ++t) {
     if (!answers[t].ok && answers[t].why_not.empty()) answers[t].why_not = failure_text(worst[t], errors[t], timeout_s);
+    answers[t].exited = !answers[t].ok && worst[t] == Failure::kRefused;
   }
   return answers;
 }
@@ -506,13 +510,14 @@ std::vector<RankState> SideChannel::gather_states(double timeout_s) const {
   return states;
 }
 
-bool SideChannel::ask_to_report(int coordinator, const std::string& what, double timeout_s) const {
+SideChannel::Asked SideChannel::ask_to_report(int coordinator, const std::string& what, double timeout_s) const {
   std::string line = what;
   std::replace(line.begin(), line.end(), '\n', ' ');
   const Peer& peer = peers_[coordinator];
   const std::vector<Answer> answers =
       ask_all({Target{peer.addresses, peer.port}}, "STALL " + hex(token_) + " " + line + "\n", timeout_s);
-  return answers[0].ok && answers[0].reply.rfind("OK", 0) == 0;
+  if (answers[0].ok && answers[0].reply.rfind("OK", 0) == 0) return Asked::kWillReport;
+  return answers[0].exited ? Asked::kExited : Asked::kNoAnswer;
 }
 
 void SideChannel::start_report(const std::string& what) {
@@ -541,11 +546,20 @@ void SideChannel::write_report_and_abort(const std::string& what) const {
 void end_job_after_timeout(int rank, const std::string& what, const std::function<void()>& abort_communicators) {
   if (SideChannel* channel = job_side_channel(); channel != nullptr && channel->size() > 1) {
     // The lowest rank that answers makes the one report of the job; this rank may be it.
+    bool waited_for_exit = false;
     for (int coordinator = 0; coordinator < channel->size(); ++coordinator) {
       if (coordinator == channel->rank()) channel->report_and_end_job(what);
-      if (channel->ask_to_report(coordinator, what, kAskTimeoutS)) {
+      const SideChannel::Asked asked = channel->ask_to_report(coordinator, what, kAskTimeoutS);
+      if (asked == SideChannel::Asked::kWillReport) {
         std::this_thread::sleep_for(std::chrono::duration<double>(kGatherTimeoutS + 10.0));
         break;  // no report came: end the job from here
+      }
+      if (asked == SideChannel::Asked::kExited && !waited_for_exit) {
+        // A lower rank whose process has gone has most likely just made the report and ended the job, and
+        // the launcher is taking this process down: a second report now would only repeat it. If this
+        // process is still alive after the grace, that rank died without reporting; go on to the next.
+        waited_for_exit = true;
+        std::this_thread::sleep_for(std::chrono::duration<double>(kExitedGraceS));
       }
     }
   }
