@@ -8,7 +8,10 @@
 // Rank 0 shows progress and, after every epoch, the accuracy over the whole test set computed across ranks.
 // Checkpoints hold the model under PyTorch's nn.Sequential names, the optimizer state and the sampler
 // position; --resume (or DDP_RESUME=1 from ddprun's restarts) continues from the newest complete one and
-// gives the same losses as a run never stopped (bitwise on the CPU with the same ranks).
+// gives the same losses as a run never stopped (bitwise on the CPU with the same ranks). SIGTERM, SIGINT or
+// SIGUSR1 (to ddprun or to any rank) stops every rank after the same step, writes a checkpoint there and exits
+// with status 75 (ddp::kStoppedExitStatus); a second signal ends the process at once.
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -592,6 +595,10 @@ class Run {
     for (long long epoch = start_.epoch; epoch < f_.epochs && !done_; ++epoch) {
       const long long position = run_epoch(epoch);
       const bool epoch_finished = sampler_->epoch_finished();
+      if (stopped_) {  // no evaluation: the time until the job is killed is short
+        if (last_saved_step_ != step_) save(epoch_finished ? epoch + 1 : epoch, epoch_finished ? 0 : position);
+        break;
+      }
       // The host runs up to an epoch ahead of the device: wait here, so the time line charges the queued steps
       // to training and not to the evaluation that would otherwise wait for them (one wait per epoch).
       stream_.synchronize();
@@ -608,13 +615,30 @@ class Run {
     times_.train_s = PhaseTimes::since(train_start) - times_.eval_s - times_.checkpoint_s;
   }
 
-  void finish() {
+  // The exit status: 0, or ddp::kStoppedExitStatus after a graceful stop.
+  int finish() {
     // Every rank writes its own track; rank r's file is TRACE.rank<r>.json beside rank 0's TRACE.
     if (trace_) trace_->write(trace_path(f_, session_.rank()));
+    if (stopped_) {
+      // The signal and its time as the rank that received it saw them (the others only heard of it).
+      const double waited = session_.max(ddp::seconds_since_stop_request());
+      const int sig = static_cast<int>(session_.max(ddp::stop_signal()));
+      if (session_.is_lead()) {
+        const char* name = sig > 0 ? ::sigabbrev_np(sig) : nullptr;
+        std::printf("%s\n", times_.summary(step_ - start_.step).c_str());
+        std::printf("train_mlp: stopped at step %lld on %s%s (%.1f s after the request); %s\n", step_,
+                    name != nullptr ? "SIG" : "", name != nullptr ? name : "request", waited,
+                    f_.checkpoint_dir.empty() ? "no --checkpoint-dir, nothing saved"
+                                              : ("resume with --resume " + f_.checkpoint_dir).c_str());
+        std::fflush(stdout);
+      }
+      return ddp::kStoppedExitStatus;
+    }
     if (session_.is_lead()) {
       std::printf("%s\n", times_.summary(step_ - start_.step).c_str());
       std::printf("final step=%lld test_loss=%.4f test_accuracy=%.4f\n", step_, last_eval_.loss, last_eval_.accuracy);
     }
+    return 0;
   }
 
  private:
@@ -668,6 +692,11 @@ class Run {
       if (f_.checkpoint_every > 0 && step_ % f_.checkpoint_every == 0) save(epoch, position);
       if (step_ >= total_steps_) {
         done_ = true;
+        break;
+      }
+      // A graceful stop: every rank sees the same answer after the same step.
+      if (session_.stop_requested()) {
+        stopped_ = done_ = true;
         break;
       }
     }
@@ -813,6 +842,7 @@ class Run {
     m.rng_state = "sampler:seed+epoch";  // the only randomness after initialisation is the data order
     m.extra = recipe(f_, session_.size());
     ddp::training::save_training_checkpoint(session_, f_.checkpoint_dir, *mlp_, *optimizer_, m, f_.keep_checkpoints);
+    last_saved_step_ = step_;
     times_.checkpoint_s += PhaseTimes::since(save_start);
   }
 
@@ -843,7 +873,9 @@ class Run {
   std::unique_ptr<Progress> progress_;
   ResumePoint start_;
   long long step_ = 0;
-  bool done_ = false;  // --max-steps reached (perhaps by the run resumed)
+  bool done_ = false;  // --max-steps reached (perhaps by the run resumed), or stopped
+  bool stopped_ = false;
+  long long last_saved_step_ = -1;  // a graceful stop (SIGTERM, SIGINT, SIGUSR1 to any rank or to ddprun)
   long long skipped_in_a_row_ = 0;
   Evaluation last_eval_;
   std::chrono::steady_clock::time_point window_start_;
@@ -857,6 +889,9 @@ class Run {
 
 int train(int argc, char** argv) {
   PhaseTimes times;
+  // SIGTERM, SIGINT and SIGUSR1 (from ddprun, Slurm, Ctrl-C) ask for a stop after the current step, with a
+  // checkpoint; a second one ends the process at once.
+  ddp::install_stop_handlers();
   // Flags are parsed before the session exists (it needs --device and --backend) and refused once it does, so
   // a typo ends every rank with one message.
   int mpi_rank = 0;
@@ -890,8 +925,7 @@ int train(int argc, char** argv) {
   run.open_outputs_and_resume();
   times.setup_s = PhaseTimes::since(setup_start);
   run.train();
-  run.finish();
-  return 0;
+  return run.finish();
 }
 
 }  // namespace

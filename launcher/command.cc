@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "runtime/core/check.h"
+#include "runtime/core/stop_request.h"
 
 extern char** environ;
 
@@ -139,8 +140,11 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
       "              [--min-np N] [--rank-memory-mib M] [--dry-run] -- PROGRAM ARGS...\n"
       "       ddprun --dump [PID]   every rank of a running job prints its flight recorder (also: SIGUSR2)\n"
       "Each output line is prefixed with \"[rank R] \". DDP_* and NCCL_* variables are forwarded to every rank.\n"
-      "The exit status is the job's; on failure ddprun names the rank that failed first. When ddprun is ended by\n"
-      "a signal S it ends the job first and exits 128+S (SIGINT 130, SIGTERM 143; a closed output pipe 141).",
+      "The exit status is the job's; on failure ddprun names the rank that failed first. SIGTERM, SIGINT or\n"
+      "SIGUSR1 asks the job to stop gracefully (SIGUSR1 to every rank: train_mlp finishes its step, writes a\n"
+      "checkpoint and exits 75, which ddprun passes on and never restarts); after 25 s, or at a second signal,\n"
+      "the job is ended and ddprun exits 128+S (SIGINT 130, SIGTERM 143; a closed output pipe 141), as it does\n"
+      "at once for other signals.",
       "ddprun");
   app.add_option("-n,--np", options.np,
                  "number of ranks (also -np); default: the host list's slots, else this node's GPUs, else 2");
@@ -425,6 +429,7 @@ std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
 
 void FailureTracker::observe(const std::string& raw_line, long long arrival_ns) {
   if (const std::optional<ExitMarker> m = parse_exit_marker(raw_line)) {
+    if (m->status == kStoppedExitStatus) ++ranks_stopped_as_asked_;
     if (m->status == 0 || m->stopped) return;
     std::optional<Evidence>& kind = m->status > 128 ? crash_ : exit_;
     if (!kind || m->time_ns < kind->time_ns) kind = Evidence{m->rank, m->time_ns};

@@ -129,7 +129,8 @@ std::string rewrite_tagged_line(const std::string& line);
 // The line the rank wrapper prints when its program ends badly (see job.h):
 // "ddprun-exit: rank=R status=S time_ns=T stopped=0|1": S the exit code, or 128 + signal; T a CLOCK_REALTIME
 // time; stopped=1 when the wrapper had been sent SIGINT/SIGTERM before the program ended (mpirun tearing the
-// job down after another rank failed, or ddprun stopping it), so this rank's end is a consequence, not a cause.
+// job down after another rank failed, or ddprun stopping it), so this rank's end is a consequence, not a cause,
+// and when the program stopped as asked (status ddp::kStoppedExitStatus).
 struct ExitMarker {
   int rank = -1;
   int status = 0;
@@ -166,6 +167,9 @@ class FailureTracker {
   // The host whose Open MPI daemon mpirun lost ("Remote daemon: [[J,0],D] on node HOST"): the node went down,
   // or its connection did; empty when none was.
   const std::string& lost_host() const { return lost_host_; }
+  // Ranks whose program stopped as asked (exit status ddp::kStoppedExitStatus, which the wrapper reports in
+  // its marker and turns into 0 for mpirun, so that mpirun does not take it for a failure).
+  int ranks_stopped_as_asked() const { return ranks_stopped_as_asked_; }
   void reset() { *this = FailureTracker(); }
 
  private:
@@ -181,6 +185,7 @@ class FailureTracker {
   std::optional<int> agreed_error_printer_;
   std::optional<int> from_mpirun_;
   std::string lost_host_;
+  int ranks_stopped_as_asked_ = 0;
   std::map<int, int> status_of_;  // rank -> status of its first failure marker that was not a stop
 };
 

@@ -13,6 +13,7 @@
 #include "launcher/command.h"
 #include "launcher/job.h"
 #include "runtime/core/check.h"
+#include "runtime/core/stop_request.h"
 
 namespace {
 
@@ -90,6 +91,19 @@ int launch(const ddp::launcher::LaunchOptions& options) {
     if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
     const JobResult result = run_job(build_mpirun_command(run, facts, extra, self));
     last_status = result.exit_status;
+    const bool stopped_as_asked = result.ranks_stopped_as_asked > 0 &&
+                                  (result.exit_status == 0 || result.exit_status == ddp::kStoppedExitStatus);
+    if (stopped_as_asked && (result.stopped_by == 0 || result.stop_only_asked)) {
+      // Stopped as asked, by ddprun's signal or by one sent to a rank: not a failure, and not restarted.
+      if (result.stopped_by != 0) {
+        std::fprintf(stderr, "ddprun: %s; the job stopped gracefully %.1f s after it; exit status %d\n",
+                     stop_reason(result.stopped_by).c_str(), result.stop_seconds, ddp::kStoppedExitStatus);
+      } else {
+        std::fprintf(stderr, "ddprun: the job stopped gracefully (a rank was asked to stop); exit status %d, "
+                     "not restarted\n", ddp::kStoppedExitStatus);
+      }
+      return ddp::kStoppedExitStatus;
+    }
     if (result.stopped_by != 0) {
       // As a shell reports a program that a signal ended: 128 + the signal, whatever the job's own status.
       std::fprintf(stderr, "ddprun: %s; the job was ended (mpirun's status %d); exit status %d\n",

@@ -18,9 +18,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <string>
 
 #include "launcher/command.h"
 #include "runtime/core/check.h"
+#include "runtime/core/stop_request.h"
 
 namespace ddp {
 namespace launcher {
@@ -33,6 +36,12 @@ constexpr int kStopSignals[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, S
 // Passed on to the job instead (mpirun forwards it to every rank's wrapper, the wrapper to its program): each
 // rank prints its flight recorder and goes on.
 constexpr int kDumpSignal = SIGUSR2;
+// A graceful stop, as mpirun hands it to every rank's wrapper (mpirun forwards SIGUSR1 and SIGUSR2 and nothing
+// else), and the wrapper to its program.
+constexpr int kGracefulStopSignal = SIGUSR1;
+
+// The signals a cluster or a user stops a job with; the first asks the job to stop gracefully.
+bool asks_graceful_stop(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGUSR1; }
 
 long long realtime_ns() {
   timespec now{};
@@ -88,29 +97,47 @@ class SignalRouting {
   struct sigaction old_pipe_ {};
 };
 
-// Ends the job once asked: SIGTERM to mpirun's process group (mpirun then kills its ranks, in about 2 s), and
-// SIGKILL when the job is still there kStopGraceMs later or at a second signal. A SIGKILLed mpirun does not
-// leave its ranks behind: their wrappers die with it (PR_SET_PDEATHSIG), and the programs with the wrappers.
+// Ends the job once asked. SIGTERM, SIGINT or SIGUSR1 first ask for a graceful stop: SIGUSR1 to mpirun, which
+// passes it to every rank (the programs that handle it finish their step, write a checkpoint and exit with
+// ddp::kStoppedExitStatus); if the job is still there kGracefulStopMs later, or at the next signal, it is ended:
+// SIGTERM to mpirun's process group (mpirun then kills its ranks, in about 2 s), and SIGKILL kStopGraceMs later
+// or at a further signal. Any other signal, or a closed output, ends it at once the same way. A SIGKILLed mpirun
+// does not leave its ranks behind: their wrappers die with it (PR_SET_PDEATHSIG), and the programs with them.
 class JobStopper {
  public:
   explicit JobStopper(pid_t group) : group_(group) {}
-  // A signal to ddprun: the first stops the job, a second (the user insisting) kills it.
+  // A signal to ddprun: the first stops the job (gracefully when it can be asked to), each further one hurries.
   void on_signal(int sig) {
-    if (why_ != 0) {
+    if (why_ == 0) signalled_ms_ = monotonic_ms();
+    if (why_ == 0 && asks_graceful_stop(sig)) {
+      why_ = sig;
+      graceful_ = true;
+      ::kill(group_, kGracefulStopSignal);  // mpirun alone: it forwards the signal to the ranks once
+      deadline_ms_ = monotonic_ms() + kGracefulStopMs;
+    } else if (why_ != 0 && !terminating_) {
+      terminate();
+    } else if (why_ != 0) {
       kill_now();
     } else {
       stop(sig);
     }
   }
-  // Stopping for `why` (idempotent: a second closed stream is no reason to hurry).
+  // Ending the job for `why` at once (idempotent: a second closed stream is no reason to hurry).
   void stop(int why) {
-    if (why_ != 0) return;
-    why_ = why;
-    ::killpg(group_, SIGTERM);
-    deadline_ms_ = monotonic_ms() + kStopGraceMs;
+    if (terminating_) return;
+    if (why_ == 0) {
+      why_ = why;
+      signalled_ms_ = monotonic_ms();
+    }
+    terminate();
   }
   void kill_if_overdue() {
-    if (why_ != 0 && monotonic_ms() >= deadline_ms_) kill_now();
+    if (why_ == 0 || monotonic_ms() < deadline_ms_) return;
+    if (!terminating_) {
+      terminate();  // the graceful stop took too long
+    } else {
+      kill_now();
+    }
   }
   // How long poll() may sleep: until the deadline while stopping, else `idle_ms`.
   int poll_timeout_ms(int idle_ms) const {
@@ -119,8 +146,17 @@ class JobStopper {
     return idle_ms < 0 ? static_cast<int>(left) : static_cast<int>(std::min<long long>(left, idle_ms));
   }
   int why() const { return why_; }
+  // True while the job was only asked to stop (not terminated): its own exit status then says how it ended.
+  bool only_asked() const { return graceful_ && !terminating_; }
+  // Milliseconds from the first signal to now.
+  long long ms_since_signal() const { return why_ == 0 ? 0 : monotonic_ms() - signalled_ms_; }
 
  private:
+  void terminate() {
+    terminating_ = true;
+    ::killpg(group_, SIGTERM);
+    deadline_ms_ = monotonic_ms() + kStopGraceMs;
+  }
   void kill_now() {
     if (killed_) return;
     killed_ = true;
@@ -128,8 +164,11 @@ class JobStopper {
   }
   pid_t group_;
   int why_ = 0;
+  bool graceful_ = false;
+  bool terminating_ = false;
   bool killed_ = false;
   long long deadline_ms_ = 0;
+  long long signalled_ms_ = 0;
 };
 
 // ddprun's own stdout and stderr. A write that fails with EPIPE (the reader is gone, as in
@@ -185,6 +224,8 @@ struct LineRelay {
 void emit(const std::string& line, int default_out, FailureTracker* tracker, Output* output) {
   tracker->observe(line, realtime_ns());
   if (parse_exit_marker(line)) return;
+  // mpirun's note on passing ddprun's SIGUSR1/SIGUSR2 on: ddprun has said what it does with them.
+  if (line.rfind("mpirun: Forwarding signal ", 0) == 0) return;
   const TaggedLine t = parse_tagged_line(line);
   const int out = t.tagged ? (t.stream == "stdout" ? STDOUT_FILENO : STDERR_FILENO) : default_out;
   output->write(out, rewrite_tagged_line(line) + "\n");
@@ -218,6 +259,12 @@ void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, Out
         output->write(STDERR_FILENO, "ddprun: SIGUSR2: every rank prints its flight recorder; the job goes on\n");
         ::kill(mpirun, kDumpSignal);
       } else {
+        if (stopper->why() == 0 && asks_graceful_stop(sigs[i])) {
+          const char* name = ::sigabbrev_np(sigs[i]);
+          output->write(STDERR_FILENO, std::string("ddprun: received SIG") + (name ? name : "?") +
+                                           ": asking every rank to stop after its current step (a second signal "
+                                           "ends the job now)\n");
+        }
         stopper->on_signal(sigs[i]);
       }
     }
@@ -319,6 +366,9 @@ JobResult run_job(const std::vector<std::string>& argv) {
   result.first_failure_how = tracker.first_failure_how();
   result.lost_host = tracker.lost_host();
   result.stopped_by = stopper.why();
+  result.stop_only_asked = stopper.only_asked();
+  result.ranks_stopped_as_asked = tracker.ranks_stopped_as_asked();
+  result.stop_seconds = static_cast<double>(stopper.ms_since_signal()) / 1000.0;
   return result;
 }
 
@@ -436,6 +486,7 @@ namespace {
 
 volatile sig_atomic_t g_program = 0;  // the wrapper's child
 volatile sig_atomic_t g_told_to_stop = 0;
+volatile sig_atomic_t g_asked_to_stop = 0;  // a graceful stop (SIGUSR1), handed on from the wait loop
 
 void forward_to_program(int sig) {
   g_told_to_stop = 1;
@@ -444,6 +495,31 @@ void forward_to_program(int sig) {
 
 void forward_dump_to_program(int sig) {
   if (g_program > 0) ::kill(static_cast<pid_t>(g_program), sig);
+}
+
+void note_stop_request(int) { g_asked_to_stop = 1; }
+
+// Whether process `pid` catches `sig` (its handler is installed): the SigCgt mask of /proc/PID/status.
+bool catches_signal(pid_t pid, int sig) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    const unsigned long long mask = std::strtoull(line.c_str() + 7, nullptr, 16);
+    return (mask >> (sig - 1)) & 1ULL;
+  }
+  return false;
+}
+
+// A graceful stop asked of this rank: SIGUSR1 to a program that handles it (the runtime's stop handlers finish
+// the step and write a checkpoint), SIGTERM to one that does not (SIGUSR1 would kill it as a failure).
+void hand_on_stop_request(pid_t program) {
+  if (catches_signal(program, SIGUSR1)) {
+    ::kill(program, SIGUSR1);
+  } else {
+    g_told_to_stop = 1;
+    ::kill(program, SIGTERM);
+  }
 }
 
 }  // namespace
@@ -476,6 +552,10 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
   sigemptyset(&dump.sa_mask);
   dump.sa_flags = SA_RESTART;
   ::sigaction(kDumpSignal, &dump, nullptr);
+  struct sigaction graceful {};
+  graceful.sa_handler = note_stop_request;  // no SA_RESTART: the wait below returns to hand it on
+  sigemptyset(&graceful.sa_mask);
+  ::sigaction(kGracefulStopSignal, &graceful, nullptr);
   const pid_t parent = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
@@ -486,9 +566,13 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
     // If mpirun SIGKILLs the wrapper, the program must not live on as an orphan holding its GPU.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
+    // A process group of its own: mpirun signals the wrapper's group, and every signal must reach the program
+    // once, through the wrapper (a graceful stop that came twice would be taken for the user insisting).
+    ::setpgid(0, 0);
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
     ::signal(kDumpSignal, SIG_DFL);
+    ::signal(kGracefulStopSignal, SIG_DFL);
     ::execvp(args[0], args.data());
     write_all(STDERR_FILENO, std::string("ddprun: cannot run ") + args[0] + ": " + std::strerror(errno) + "\n");
     ::_exit(127);
@@ -496,7 +580,12 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
   g_program = child;
   if (g_told_to_stop) ::kill(child, SIGTERM);  // told before the program existed
   int status = 0;
+  bool handed_on = false;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    if (g_asked_to_stop && !handed_on) {
+      handed_on = true;
+      hand_on_stop_request(child);
+    }
   }
   g_program = 0;
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
@@ -505,10 +594,13 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
     marker.rank = rank;
     marker.status = code;
     marker.time_ns = realtime_ns();
-    marker.stopped = g_told_to_stop != 0;
+    // A program that stopped as asked (ddp::kStoppedExitStatus) has not failed either.
+    marker.stopped = g_told_to_stop != 0 || code == kStoppedExitStatus;
     write_all(STDERR_FILENO, exit_marker(marker) + "\n");
   }
-  return code;
+  // ddprun learns of the stop from the marker; to mpirun it is a normal end (it would abort the others' ends
+  // and print its failure banner for a non-zero status).
+  return code == kStoppedExitStatus ? 0 : code;
 }
 
 namespace {

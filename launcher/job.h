@@ -19,18 +19,26 @@ struct JobResult {
   // Why ddprun ended the job itself: the signal it received (SIGINT, SIGTERM, SIGHUP, SIGQUIT, ...), or SIGPIPE
   // when its own stdout or stderr was closed under it; 0 when the job ended by itself. No restart then.
   int stopped_by = 0;
+  // The job was only asked to stop (a graceful stop, never escalated): exit_status says whether it did.
+  bool stop_only_asked = false;
+  double stop_seconds = 0;  // from ddprun's first signal to the job's end
+  int ranks_stopped_as_asked = 0;  // ranks whose program exited with ddp::kStoppedExitStatus
 };
 
 // Runs `argv` (argv[0] is looked up in PATH) with stdout and stderr through pipes, relaying each line to this
 // process's stdout or stderr (the stream the rank wrote to) after rewrite_tagged_line. Throws ddp::Error when
 // the process cannot be started.
 // Exit markers of the rank wrappers are consumed here, not relayed.
-// No process of the job may outlive ddprun: the child runs in a process group of its own, and any signal that
-// would end ddprun (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGALRM, ...), or EPIPE on its output (SIGPIPE
-// is ignored), sends SIGTERM to that group, which mpirun answers by killing its ranks; SIGKILL follows after
-// kStopGraceMs or at a second signal. If ddprun itself is SIGKILLed, the child gets SIGTERM by
+// No process of the job may outlive ddprun: the child runs in a process group of its own. The first SIGTERM,
+// SIGINT or SIGUSR1 asks for a graceful stop: SIGUSR1 to mpirun, which passes it to every rank's wrapper, which
+// passes it to a program that handles it (train_mlp finishes its step on every rank, writes a checkpoint and
+// exits with ddp::kStoppedExitStatus) or SIGTERM to one that does not. A job still running kGracefulStopMs
+// later, a second signal, any other signal that would end ddprun (SIGHUP, SIGQUIT, SIGALRM, ...), or EPIPE on
+// its output (SIGPIPE is ignored) sends SIGTERM to the group, which mpirun answers by killing its ranks; SIGKILL
+// follows after kStopGraceMs or at a further signal. If ddprun itself is SIGKILLed, the child gets SIGTERM by
 // PR_SET_PDEATHSIG. SIGUSR2 goes to mpirun instead, which passes it to every rank (a dump of its flight
 // recorder; the job goes on). run_job returns once the child has been reaped.
+constexpr int kGracefulStopMs = 25000;  // inside Slurm's default 30 s between SIGTERM and SIGKILL
 constexpr int kStopGraceMs = 5000;
 JobResult run_job(const std::vector<std::string>& argv);
 

@@ -1,6 +1,7 @@
 #include "runtime/core/phase.h"
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -55,16 +56,19 @@ bool on_training_thread() {
   return role == 1;
 }
 
-// DDP_FAULT_STALL=RANK:PHASE:STEP[:stop], a test seam: rank RANK (OMPI_COMM_WORLD_RANK) stops making progress
-// the first time it enters PHASE (user, data, forward, backward, optimizer, checkpoint, evaluation; user code is
-// entered when the outermost phase ends) at step STEP or later: it sleeps until the job is ended, or with ":stop" stops itself (SIGSTOP), as a rank that
-// can no longer answer. The tests of the stall report inject their hangs with it.
+// DDP_FAULT_STALL=RANK:PHASE:STEP[:stop|:SECONDS], a test seam: rank RANK (OMPI_COMM_WORLD_RANK) stops making
+// progress the first time it enters PHASE (user, data, forward, backward, optimizer, checkpoint, evaluation; user
+// code is entered when the outermost phase ends) at step STEP or later: it sleeps until the job is ended, or
+// with ":stop" stops itself (SIGSTOP), as a rank that can no longer answer. The tests of the stall report inject
+// their hangs with it. With a number of SECONDS instead it pauses that long and goes on: the graceful stop's
+// tests signal the job while a rank is inside PHASE.
 struct StallInjection {
   bool armed = false;
   int rank = 0;
   Phase phase = Phase::kUserCode;
   std::int64_t step = 0;
   bool stop = false;
+  double pause_s = 0;  // > 0: pause this long, then go on
 };
 
 StallInjection parse_stall_injection() {
@@ -86,15 +90,19 @@ StallInjection parse_stall_injection() {
       known = true;
     }
   }
-  if (fields < 3 || !known || (fields == 4 && std::strcmp(how, "stop") != 0)) {
-    std::fprintf(stderr, "DDP_FAULT_STALL=%s: expected RANK:PHASE:STEP[:stop] with PHASE one of user, data, "
+  char* end = nullptr;
+  const double pause_s = fields == 4 ? std::strtod(how, &end) : 0.0;
+  const bool pauses = fields == 4 && end != how && *end == '\0' && pause_s > 0;
+  if (fields < 3 || !known || (fields == 4 && std::strcmp(how, "stop") != 0 && !pauses)) {
+    std::fprintf(stderr, "DDP_FAULT_STALL=%s: expected RANK:PHASE:STEP[:stop|:SECONDS] with PHASE one of user, data, "
                  "forward, backward, optimizer, checkpoint, evaluation; ignored\n", env);
     return s;
   }
   s.armed = want_rank == rank;
   s.rank = rank;
   s.step = step;
-  s.stop = fields == 4;
+  s.stop = fields == 4 && !pauses;
+  s.pause_s = pauses ? pause_s : 0.0;
   return s;
 }
 
@@ -102,6 +110,13 @@ void maybe_inject_stall(Phase phase) {
   static const StallInjection injection = parse_stall_injection();
   static std::atomic<bool> fired{false};
   if (!injection.armed || phase != injection.phase || current_step() < injection.step || fired.exchange(true)) {
+    return;
+  }
+  if (injection.pause_s > 0) {
+    std::fprintf(stderr, "rank %d: fault injection (DDP_FAULT_STALL): pausing %g s in %s at step %lld\n",
+                 injection.rank, injection.pause_s, phase_name(phase), static_cast<long long>(current_step()));
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::duration<double>(injection.pause_s));
     return;
   }
   std::fprintf(stderr, "rank %d: fault injection (DDP_FAULT_STALL): %s in %s at step %lld\n", injection.rank,

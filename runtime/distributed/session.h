@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "runtime/core/device.h"
+#include "runtime/core/stop_request.h"
 #include "runtime/core/stream.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/world.h"
@@ -89,6 +90,10 @@ class Session {
   // Every rank passes its own error ("" when fine); if any rank failed, every rank throws one CollectiveError
   // whose message is `what` followed by each failing rank's error ("ranks 0,2: ..."). run_main prints it once.
   void agree(const std::string& local_error, const std::string& what) const { world_.agree(local_error, what); }
+  // A graceful stop (runtime/core/stop_request.h: SIGTERM, SIGINT or SIGUSR1 once the program has called
+  // ddp::install_stop_handlers(), or ddp::request_stop()): true on every rank once any rank was asked. Checked
+  // at the same point of every rank's loop (after a step), so that all ranks stop after the same step.
+  bool stop_requested() const { return world_.any(ddp::stop_requested()); }
 
  private:
   World world_;
