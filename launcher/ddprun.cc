@@ -104,6 +104,12 @@ int launch(const ddp::launcher::LaunchOptions& options) {
       }
       return ddp::kStoppedExitStatus;
     }
+    if (result.stopped_by != 0 && result.stop_only_asked && result.exit_status == 0 &&
+        result.ranks_stopped_as_asked == 0) {
+      std::fprintf(stderr, "ddprun: %s, but the job finished before it could stop; exit status 0\n",
+                   stop_reason(result.stopped_by).c_str());
+      return 0;
+    }
     if (result.stopped_by != 0) {
       // As a shell reports a program that a signal ended: 128 + the signal, whatever the job's own status.
       std::fprintf(stderr, "ddprun: %s; the job was ended (mpirun's status %d); exit status %d\n",

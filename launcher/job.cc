@@ -19,7 +19,10 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "launcher/command.h"
 #include "runtime/core/check.h"
@@ -97,8 +100,44 @@ class SignalRouting {
   struct sigaction old_pipe_ {};
 };
 
-// Ends the job once asked. SIGTERM, SIGINT or SIGUSR1 first ask for a graceful stop: SIGUSR1 to mpirun, which
-// passes it to every rank (the programs that handle it finish their step, write a checkpoint and exit with
+// The rank wrappers on this node among the descendants of `root` (mpirun): /proc's parent links, then each
+// one's command line.
+std::vector<pid_t> local_rank_wrappers(pid_t root) {
+  std::map<pid_t, pid_t> parent_of;
+  if (DIR* proc = ::opendir("/proc")) {
+    while (const dirent* entry = ::readdir(proc)) {
+      char* end = nullptr;
+      const long pid = std::strtol(entry->d_name, &end, 10);
+      if (end == entry->d_name || *end != '\0') continue;
+      std::ifstream stat_file("/proc/" + std::string(entry->d_name) + "/stat");
+      std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+      const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+      long ppid = 0;
+      if (close != std::string::npos && std::sscanf(stat.c_str() + close + 1, " %*c %ld", &ppid) == 1) {
+        parent_of[static_cast<pid_t>(pid)] = static_cast<pid_t>(ppid);
+      }
+    }
+    ::closedir(proc);
+  }
+  std::vector<pid_t> wrappers;
+  for (const auto& [pid, ppid] : parent_of) {
+    bool below_root = false;
+    for (pid_t up = ppid, hops = 0; up > 1 && hops < 64 && !below_root; ++hops) {
+      below_root = up == root;
+      const auto it = parent_of.find(up);
+      up = it == parent_of.end() ? 0 : it->second;
+    }
+    if (!below_root) continue;
+    std::ifstream cmdline_file("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(cmdline_file)), std::istreambuf_iterator<char>());
+    if (cmdline.find(std::string(kRankWrapperFlag) + '\0') != std::string::npos) wrappers.push_back(pid);
+  }
+  return wrappers;
+}
+
+// Ends the job once asked. SIGTERM, SIGINT or SIGUSR1 first ask for a graceful stop: SIGUSR1 to this node's
+// rank wrappers and to mpirun, which passes it to the ranks of the other nodes (not every build of Open MPI
+// forwards SIGUSR1; a wrapper asked twice passes it on once) (the programs that handle it finish their step, write a checkpoint and exit with
 // ddp::kStoppedExitStatus); if the job is still there kGracefulStopMs later, or at the next signal, it is ended:
 // SIGTERM to mpirun's process group (mpirun then kills its ranks, in about 2 s), and SIGKILL kStopGraceMs later
 // or at a further signal. Any other signal, or a closed output, ends it at once the same way. A SIGKILLed mpirun
@@ -112,7 +151,8 @@ class JobStopper {
     if (why_ == 0 && asks_graceful_stop(sig)) {
       why_ = sig;
       graceful_ = true;
-      ::kill(group_, kGracefulStopSignal);  // mpirun alone: it forwards the signal to the ranks once
+      for (pid_t wrapper : local_rank_wrappers(group_)) ::kill(wrapper, kGracefulStopSignal);
+      ::kill(group_, kGracefulStopSignal);  // mpirun alone, not its group: the programs must not get it directly
       deadline_ms_ = monotonic_ms() + kGracefulStopMs;
     } else if (why_ != 0 && !terminating_) {
       terminate();
