@@ -36,10 +36,11 @@ std::optional<Backend> requested_backend(const std::string& option, std::string*
 WorldOptions world_options(const SessionOptions& options) {
   WorldOptions w;
   w.device = options.device;
-  std::string ignored;  // reported by the constructor
-  const std::optional<Backend> backend = requested_backend(options.backend, &ignored);
-  // Without NCCL several ranks may share one GPU (the MPI backend); with it the world needs a GPU per rank.
-  w.nccl = options.process_group && (!backend || *backend == Backend::kNccl);
+  std::string unknown;  // reported by the constructor, on every rank together
+  const std::optional<Backend> backend = requested_backend(options.backend, &unknown);
+  // Without NCCL several ranks may share one GPU (the MPI backend); with it the world needs a GPU per rank. An
+  // unknown name makes no communicator, so that the error said is that name (not a GPU shared by ranks).
+  w.nccl = options.process_group && unknown.empty() && (!backend || *backend == Backend::kNccl);
   w.nccl_init_timeout_s = options.nccl_init_timeout_s;
   return w;
 }
