@@ -40,6 +40,9 @@ ResidentDataset::ResidentDataset(DatasetView data, const Device& device, const S
   const Stream& s = device.is_cuda() ? stream : cpu_stream();
   features_ = Tensor::empty({size_, feature_count_}, DType::kFloat32, device, s);
   labels_ = Tensor::empty({size_}, DType::kInt32, device, s);
+  // The epoch order's buffer, at its largest from the start: a CUDA graph that captured gather_next keeps
+  // reading this address, so a later, longer epoch (after a resume mid-epoch) must not move it.
+  order_ = Tensor::empty({size_}, DType::kInt64, device, s);
   const int64_t piece = rows_per_piece(feature_count_);
   for (int64_t begin = 0; begin < size_; begin += piece) {
     const int64_t end = std::min(size_, begin + piece);
@@ -57,7 +60,9 @@ void ResidentDataset::set_order(const std::vector<int64_t>& order, const Stream&
   }
   const int64_t n = static_cast<int64_t>(order.size());
   const Stream& s = device_.is_cuda() ? stream : cpu_stream();
-  if (!order_.defined() || order_.numel() < n) order_ = Tensor::empty({std::max<int64_t>(n, 1)}, DType::kInt64, device_, s);
+  // Longer than the data set (an order that repeats rows) only by a new buffer: a graph capturing gather_next
+  // must then be captured again.
+  if (order_.numel() < n) order_ = Tensor::empty({n}, DType::kInt64, device_, s);
   if (n > 0) {
     Tensor host = Tensor::empty({n}, DType::kInt64, Device::cpu(), cpu_stream());
     std::memcpy(host.data_ptr(), order.data(), static_cast<std::size_t>(n) * sizeof(int64_t));

@@ -38,7 +38,9 @@ class ResidentDataset {
   // device, so a CUDA graph that captured gather_next gathers the next batch at every replay. set_order puts
   // the cursor at 0; set_cursor puts it elsewhere (a resume mid-epoch). The host follows the cursor too, at each
   // call or, for a captured gather, at each replay (on_each_replay), to refuse a batch that would pass the end of
-  // the order before it is gathered.
+  // the order before it is gathered. The order and the cursor stay at one address for the object's life (an
+  // order of up to the data set's size; a longer one, with repeated rows, moves it), so a captured gather stays
+  // valid across epochs of any length.
   void set_cursor(int64_t position, const Stream& stream);
   void gather_next(const Tensor& x, const Tensor& y, const Stream& stream);
   int64_t cursor() const { return cursor_position_; }
