@@ -6,6 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 libs=/tmp/ddp-gpu-lib
 mkdir -p "$libs" && tar -C "$libs" -xJf .gpu/lib.tar.xz
+[ -f .gpu/bin.tar.xz ] && tar -C .gpu -xJf .gpu/bin.tar.xz   # the binaries, packed by tools/gpu_bundle.sh
 export LD_LIBRARY_PATH="$libs/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # The training jobs read the data set bundled with GPU_BUNDLE_DATA=1.
 export DDP_GPU_DATA="$PWD/.gpu/data"
