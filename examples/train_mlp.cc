@@ -838,8 +838,9 @@ class Run {
     m.step = step_;
     m.epoch = epoch;
     m.sampler_position = position;
+    // No rng_state: the only randomness after initialisation is the data order, drawn from (seed, epoch),
+    // both of which the checkpoint holds.
     m.seed = f_.seed;
-    m.rng_state = "sampler:seed+epoch";  // the only randomness after initialisation is the data order
     m.extra = recipe(f_, session_.size());
     ddp::training::save_training_checkpoint(session_, f_.checkpoint_dir, *mlp_, *optimizer_, m, f_.keep_checkpoints);
     last_saved_step_ = step_;
