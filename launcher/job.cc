@@ -562,6 +562,60 @@ void hand_on_stop_request(pid_t program) {
   }
 }
 
+// The wrapper's handlers: SIGINT and SIGTERM go on to the program, SIGUSR2 (a dump) too without interrupting
+// the wait, and a graceful stop is noted for the wait loop to hand on.
+void route_signals_to_program() {
+  struct sigaction action {};
+  action.sa_handler = forward_to_program;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+  struct sigaction dump {};
+  dump.sa_handler = forward_dump_to_program;
+  sigemptyset(&dump.sa_mask);
+  dump.sa_flags = SA_RESTART;
+  ::sigaction(kDumpSignal, &dump, nullptr);
+  struct sigaction graceful {};
+  graceful.sa_handler = note_stop_request;  // no SA_RESTART: the wait returns to hand it on
+  sigemptyset(&graceful.sa_mask);
+  ::sigaction(kGracefulStopSignal, &graceful, nullptr);
+}
+
+// The child's side of the wrapper's fork: the program, with the signals' default actions back.
+[[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t parent) {
+  // If mpirun SIGKILLs the wrapper, the program must not live on as an orphan holding its GPU.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);
+  // A process group of its own: mpirun signals the wrapper's group, and every signal must reach the program
+  // once, through the wrapper (a graceful stop that came twice would be taken for the user insisting).
+  ::setpgid(0, 0);
+  for (int sig : {SIGINT, SIGTERM, kDumpSignal, kGracefulStopSignal}) ::signal(sig, SIG_DFL);
+  std::vector<char*> args;
+  for (const std::string& a : program) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  write_all(STDERR_FILENO, std::string("ddprun: cannot run ") + args[0] + ": " + std::strerror(errno) + "\n");
+  ::_exit(127);
+}
+
+// Waits for the program, handing on (once) a graceful stop asked before or meanwhile; its exit code, or 128 +
+// the signal that ended it.
+int wait_for_program(pid_t child) {
+  g_program = child;
+  if (g_told_to_stop) ::kill(child, SIGTERM);  // told before the program existed
+  int status = 0;
+  bool handed_on = false;
+  for (;;) {
+    if (g_asked_to_stop && !handed_on) {
+      handed_on = true;
+      hand_on_stop_request(child);
+    }
+    if (::waitpid(child, &status, 0) >= 0 || errno != EINTR) break;
+  }
+  g_program = 0;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
 }  // namespace
 
 int run_rank_wrapper(const std::vector<std::string>& program) {
@@ -578,57 +632,16 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
   const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
   if (rank_env == nullptr) rank_env = std::getenv("PMIX_RANK");
   const int rank = rank_env ? std::atoi(rank_env) : -1;
-  std::vector<char*> args;
-  for (const std::string& a : program) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
 
-  struct sigaction action {};
-  action.sa_handler = forward_to_program;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGINT, &action, nullptr);
-  ::sigaction(SIGTERM, &action, nullptr);
-  struct sigaction dump {};
-  dump.sa_handler = forward_dump_to_program;
-  sigemptyset(&dump.sa_mask);
-  dump.sa_flags = SA_RESTART;
-  ::sigaction(kDumpSignal, &dump, nullptr);
-  struct sigaction graceful {};
-  graceful.sa_handler = note_stop_request;  // no SA_RESTART: the wait below returns to hand it on
-  sigemptyset(&graceful.sa_mask);
-  ::sigaction(kGracefulStopSignal, &graceful, nullptr);
+  route_signals_to_program();
   const pid_t parent = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
     write_all(STDERR_FILENO, std::string("ddprun: rank wrapper: fork failed: ") + std::strerror(errno) + "\n");
     return 1;
   }
-  if (child == 0) {
-    // If mpirun SIGKILLs the wrapper, the program must not live on as an orphan holding its GPU.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    // A process group of its own: mpirun signals the wrapper's group, and every signal must reach the program
-    // once, through the wrapper (a graceful stop that came twice would be taken for the user insisting).
-    ::setpgid(0, 0);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
-    ::signal(kDumpSignal, SIG_DFL);
-    ::signal(kGracefulStopSignal, SIG_DFL);
-    ::execvp(args[0], args.data());
-    write_all(STDERR_FILENO, std::string("ddprun: cannot run ") + args[0] + ": " + std::strerror(errno) + "\n");
-    ::_exit(127);
-  }
-  g_program = child;
-  if (g_told_to_stop) ::kill(child, SIGTERM);  // told before the program existed
-  int status = 0;
-  bool handed_on = false;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    if (g_asked_to_stop && !handed_on) {
-      handed_on = true;
-      hand_on_stop_request(child);
-    }
-  }
-  g_program = 0;
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+  if (child == 0) exec_program(program, parent);
+  const int code = wait_for_program(child);
   if (code != 0) {
     ExitMarker marker;
     marker.rank = rank;

@@ -155,20 +155,17 @@ void fail(Attempt& a, Failure failure, const std::string& error = "") {
   a.fd = -1;
 }
 
-// Sends `request` to every target (on all of its addresses at once) and reads each reply until the peer closes.
-// A target's first non-empty reply is its answer.
-std::vector<Answer> ask_all(const std::vector<Target>& targets, const std::string& request, double timeout_s) {
-  const Clock::time_point deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-  std::vector<Answer> answers(targets.size());
+// One non-blocking connection per address of every target that has a side channel; a target without one gets
+// its reason in `answers`.
+std::vector<Attempt> start_connections(const std::vector<Target>& targets, std::vector<Answer>* answers) {
   std::vector<Attempt> attempts;
   for (std::size_t t = 0; t < targets.size(); ++t) {
     if (targets[t].port == 0) {
-      answers[t].why_not = "it has no side channel (it could not listen)";
+      (*answers)[t].why_not = "it has no side channel (it could not listen)";
       continue;
     }
     if (targets[t].addresses.empty()) {
-      answers[t].why_not = "it has no address that other nodes can reach (no network interface but loopback)";
+      (*answers)[t].why_not = "it has no address that other nodes can reach (no network interface but loopback)";
       continue;
     }
     for (std::uint32_t address : targets[t].addresses) {
@@ -192,14 +189,81 @@ std::vector<Answer> ask_all(const std::vector<Target>& targets, const std::strin
       attempts.push_back(a);
     }
   }
+  return attempts;
+}
 
-  auto answered = [&](const Attempt& a) { return answers[a.target].ok; };
+// One step of `a` once poll says its socket is ready: finish connecting, send more of `request`, or read more of
+// the reply; a reply complete (the peer closed after it) becomes its target's answer.
+void advance(Attempt& a, const std::string& request, std::vector<Answer>* answers) {
+  if (!a.connected) {
+    int error = 0;
+    socklen_t length = sizeof error;
+    ::getsockopt(a.fd, SOL_SOCKET, SO_ERROR, &error, &length);
+    if (error != 0) {
+      fail(a, error == ECONNREFUSED ? Failure::kRefused : Failure::kOther, std::string("connect: ") + std::strerror(error));
+      return;
+    }
+    a.connected = true;
+  }
+  if (a.sent < request.size()) {
+    const ssize_t n = ::send(a.fd, request.data() + a.sent, request.size() - a.sent, MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      fail(a, Failure::kClosed);
+    } else if (n > 0) {
+      a.sent += static_cast<std::size_t>(n);
+    }
+    return;
+  }
+  char buffer[8192];
+  const ssize_t n = ::recv(a.fd, buffer, sizeof buffer, 0);
+  if (n > 0) {
+    a.reply.append(buffer, static_cast<std::size_t>(n));
+  } else if (n == 0) {
+    if (a.reply.empty()) {
+      fail(a, Failure::kClosed);
+    } else {
+      (*answers)[a.target].ok = true;
+      (*answers)[a.target].reply = a.reply;
+      fail(a, Failure::kNone);
+    }
+  } else if (errno != EAGAIN && errno != EINTR) {
+    fail(a, Failure::kClosed);
+  }
+}
+
+// After the deadline: what is said of each target that did not answer, from the worst news of its addresses.
+void explain_failures(std::vector<Attempt>& attempts, double timeout_s, std::vector<Answer>* answers) {
+  std::vector<Failure> worst(answers->size(), Failure::kNone);
+  std::vector<std::string> errors(answers->size());
+  for (Attempt& a : attempts) {
+    if (!a.finished) {
+      fail(a, a.connected ? Failure::kNoAnswer : Failure::kNoConnection);
+    }
+    if (a.failure >= worst[a.target]) {
+      worst[a.target] = a.failure;
+      errors[a.target] = a.error;
+    }
+  }
+  for (std::size_t t = 0; t < answers->size(); ++t) {
+    Answer& answer = (*answers)[t];
+    if (!answer.ok && answer.why_not.empty()) answer.why_not = failure_text(worst[t], errors[t], timeout_s);
+    answer.exited = !answer.ok && worst[t] == Failure::kRefused;
+  }
+}
+
+// Sends `request` to every target (on all of its addresses at once) and reads each reply until the peer closes.
+// A target's first non-empty reply is its answer.
+std::vector<Answer> ask_all(const std::vector<Target>& targets, const std::string& request, double timeout_s) {
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  std::vector<Answer> answers(targets.size());
+  std::vector<Attempt> attempts = start_connections(targets, &answers);
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<Attempt*> polled;
     for (Attempt& a : attempts) {
       if (a.finished) continue;
-      if (answered(a)) {  // another address of this target answered
+      if (answers[a.target].ok) {  // another address of this target answered
         fail(a, Failure::kNone);
         continue;
       }
@@ -211,60 +275,10 @@ std::vector<Answer> ask_all(const std::vector<Target>& targets, const std::strin
     if (fds.empty() || left <= 0) break;
     if (::poll(fds.data(), fds.size(), static_cast<int>(left * 1000) + 1) < 0 && errno != EINTR) break;
     for (std::size_t k = 0; k < fds.size(); ++k) {
-      Attempt& a = *polled[k];
-      if (fds[k].revents == 0) continue;
-      if (!a.connected) {
-        int error = 0;
-        socklen_t length = sizeof error;
-        ::getsockopt(a.fd, SOL_SOCKET, SO_ERROR, &error, &length);
-        if (error != 0) {
-          fail(a, error == ECONNREFUSED ? Failure::kRefused : Failure::kOther, std::string("connect: ") + std::strerror(error));
-          continue;
-        }
-        a.connected = true;
-      }
-      if (a.sent < request.size()) {
-        const ssize_t n = ::send(a.fd, request.data() + a.sent, request.size() - a.sent, MSG_NOSIGNAL);
-        if (n < 0 && errno != EAGAIN && errno != EINTR) {
-          fail(a, Failure::kClosed);
-        } else if (n > 0) {
-          a.sent += static_cast<std::size_t>(n);
-        }
-        continue;
-      }
-      char buffer[8192];
-      const ssize_t n = ::recv(a.fd, buffer, sizeof buffer, 0);
-      if (n > 0) {
-        a.reply.append(buffer, static_cast<std::size_t>(n));
-      } else if (n == 0) {
-        if (a.reply.empty()) {
-          fail(a, Failure::kClosed);
-        } else {
-          answers[a.target].ok = true;
-          answers[a.target].reply = a.reply;
-          fail(a, Failure::kNone);
-        }
-      } else if (errno != EAGAIN && errno != EINTR) {
-        fail(a, Failure::kClosed);
-      }
+      if (fds[k].revents != 0) advance(*polled[k], request, &answers);
     }
   }
-
-  std::vector<Failure> worst(targets.size(), Failure::kNone);
-  std::vector<std::string> errors(targets.size());
-  for (Attempt& a : attempts) {
-    if (!a.finished) {
-      fail(a, a.connected ? Failure::kNoAnswer : Failure::kNoConnection);
-    }
-    if (a.failure >= worst[a.target]) {
-      worst[a.target] = a.failure;
-      errors[a.target] = a.error;
-    }
-  }
-  for (std::size_t t = 0; t < targets.size(); ++t) {
-    if (!answers[t].ok && answers[t].why_not.empty()) answers[t].why_not = failure_text(worst[t], errors[t], timeout_s);
-    answers[t].exited = !answers[t].ok && worst[t] == Failure::kRefused;
-  }
+  explain_failures(attempts, timeout_s, &answers);
   return answers;
 }
 

@@ -29,10 +29,14 @@ status=$?
 check_contains killed "$out" "rank 0 first, signal 9"
 
 # An error all ranks raised together, as the runtime reports it (World::agree): rank 0 prints it and every rank
-# exits 1. Rank 1 has nothing to print, so it exits first; the report names rank 0, and so must ddprun.
-out=$("$ddprun" -np 2 -- /bin/sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then
+# exits 1. Rank 1 has nothing to print, so it exits first (once rank 0 has printed: on a loaded machine rank 0
+# may start late); the report names rank 0, and so must ddprun.
+printed="${TEST_TMPDIR:-/tmp}/ddprun-test-printed-$$"
+rm -f "$printed"
+out=$(DDP_TEST_PRINTED="$printed" "$ddprun" -np 2 -- /bin/sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then
   printf "error: checkpoint write failed:\n  rank 0: checkpoint directory d exists but is not a directory\n" >&2
-  sleep 0.5; else sleep 0.1; fi; exit 1' 2>&1)
+  touch "$DDP_TEST_PRINTED"; sleep 0.5
+  else for i in $(seq 200); do [ -f "$DDP_TEST_PRINTED" ] && break; sleep 0.05; done; fi; exit 1' 2>&1)
 status=$?
 [ "$status" -eq 1 ] || fail "agreed error exited $status, expected 1"
 check_contains agreed-error "$out" "ddprun: job failed (rank 0 first"
