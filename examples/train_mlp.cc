@@ -611,7 +611,7 @@ class Run {
       }
       window_start_ = std::chrono::steady_clock::now();
     }
-    if (!evaluated) last_eval_ = evaluate(*model_, *test_, session_);
+    if (!evaluated && !stopped_) last_eval_ = evaluate(*model_, *test_, session_);
     times_.train_s = PhaseTimes::since(train_start) - times_.eval_s - times_.checkpoint_s;
   }
 
