@@ -18,8 +18,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -100,24 +98,43 @@ class SignalRouting {
   struct sigaction old_pipe_ {};
 };
 
-// The rank wrappers on this node among the descendants of `root` (mpirun): /proc's parent links, then each
-// one's command line.
-std::vector<pid_t> local_rank_wrappers(pid_t root) {
-  std::map<pid_t, pid_t> parent_of;
+// A file's whole text ("" when it cannot be read): /proc's files, whose size stat does not give.
+std::string read_text(const std::string& path) {
+  std::string text;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buffer[4096];
+    size_t n;
+    while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
+    std::fclose(f);
+  }
+  return text;
+}
+
+// The processes /proc lists now.
+std::vector<pid_t> process_ids() {
+  std::vector<pid_t> pids;
   if (DIR* proc = ::opendir("/proc")) {
     while (const dirent* entry = ::readdir(proc)) {
       char* end = nullptr;
       const long pid = std::strtol(entry->d_name, &end, 10);
-      if (end == entry->d_name || *end != '\0') continue;
-      std::ifstream stat_file("/proc/" + std::string(entry->d_name) + "/stat");
-      std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
-      const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
-      long ppid = 0;
-      if (close != std::string::npos && std::sscanf(stat.c_str() + close + 1, " %*c %ld", &ppid) == 1) {
-        parent_of[static_cast<pid_t>(pid)] = static_cast<pid_t>(ppid);
-      }
+      if (end != entry->d_name && *end == '\0') pids.push_back(static_cast<pid_t>(pid));
     }
     ::closedir(proc);
+  }
+  return pids;
+}
+
+// The rank wrappers on this node among the descendants of `root` (mpirun): /proc's parent links, then each
+// one's command line.
+std::vector<pid_t> local_rank_wrappers(pid_t root) {
+  std::map<pid_t, pid_t> parent_of;
+  for (pid_t pid : process_ids()) {
+    const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+    const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+    long ppid = 0;
+    if (close != std::string::npos && std::sscanf(stat.c_str() + close + 1, " %*c %ld", &ppid) == 1) {
+      parent_of[pid] = static_cast<pid_t>(ppid);
+    }
   }
   std::vector<pid_t> wrappers;
   for (const auto& [pid, ppid] : parent_of) {
@@ -128,8 +145,7 @@ std::vector<pid_t> local_rank_wrappers(pid_t root) {
       up = it == parent_of.end() ? 0 : it->second;
     }
     if (!below_root) continue;
-    std::ifstream cmdline_file("/proc/" + std::to_string(pid) + "/cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(cmdline_file)), std::istreambuf_iterator<char>());
+    const std::string cmdline = read_text("/proc/" + std::to_string(pid) + "/cmdline");
     if (cmdline.find(std::string(kRankWrapperFlag) + '\0') != std::string::npos) wrappers.push_back(pid);
   }
   return wrappers;
@@ -541,14 +557,11 @@ void note_stop_request(int) { g_asked_to_stop = 1; }
 
 // Whether process `pid` catches `sig` (its handler is installed): the SigCgt mask of /proc/PID/status.
 bool catches_signal(pid_t pid, int sig) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("SigCgt:", 0) != 0) continue;
-    const unsigned long long mask = std::strtoull(line.c_str() + 7, nullptr, 16);
-    return (mask >> (sig - 1)) & 1ULL;
-  }
-  return false;
+  const std::string status = read_text("/proc/" + std::to_string(pid) + "/status");
+  const size_t at = status.find("\nSigCgt:");
+  if (at == std::string::npos) return false;
+  const unsigned long long mask = std::strtoull(status.c_str() + at + 8, nullptr, 16);
+  return (mask >> (sig - 1)) & 1ULL;
 }
 
 // A graceful stop asked of this rank: SIGUSR1 to a program that handles it (the runtime's stop handlers finish
@@ -658,17 +671,6 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::string text;
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    char buffer[4096];
-    size_t n;
-    while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
-    std::fclose(f);
-  }
-  return text;
-}
-
 // A ddprun that runs a job: its name is ddprun and it is neither a rank's wrapper nor a --dump like us.
 bool runs_a_job(pid_t pid) {
   const std::string dir = "/proc/" + std::to_string(pid);
@@ -683,17 +685,12 @@ bool runs_a_job(pid_t pid) {
 
 std::vector<pid_t> running_jobs() {
   std::vector<pid_t> jobs;
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return jobs;
-  while (const dirent* entry = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || pid == ::getpid()) continue;
+  for (pid_t pid : process_ids()) {
+    if (pid == ::getpid()) continue;
     struct stat info {};
-    if (::stat(("/proc/" + std::string(entry->d_name)).c_str(), &info) != 0 || info.st_uid != ::getuid()) continue;
-    if (runs_a_job(static_cast<pid_t>(pid))) jobs.push_back(static_cast<pid_t>(pid));
+    if (::stat(("/proc/" + std::to_string(pid)).c_str(), &info) != 0 || info.st_uid != ::getuid()) continue;
+    if (runs_a_job(pid)) jobs.push_back(pid);
   }
-  ::closedir(proc);
   return jobs;
 }
 
