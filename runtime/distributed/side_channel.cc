@@ -30,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 // How long a rank waits for the others' answers when it reports a hang, and for a coordinator's "OK".
 constexpr double kGatherTimeoutS = 2.0;
 constexpr double kAskTimeoutS = 1.0;
-// How long a rank waits, on finding a lower rank's process gone, for the launcher to end the job.
+// How long a rank waits, when a lower rank does not take its request to report, for the launcher to end the job.
 constexpr double kExitedGraceS = 5.0;
 // Collectives still in flight are always sent; this many completed ones before them.
 constexpr std::size_t kCollectivesSent = 32;
@@ -111,7 +111,6 @@ struct Answer {
   bool ok = false;
   std::string reply;
   std::string why_not;
-  bool exited = false;  // every address refused the connection: the process has gone
 };
 
 // How an attempt on one address ended, worst news last: the order decides what is said of a rank none of
@@ -247,7 +246,6 @@ void explain_failures(std::vector<Attempt>& attempts, double timeout_s, std::vec
   for (std::size_t t = 0; t < answers->size(); ++t) {
     Answer& answer = (*answers)[t];
     if (!answer.ok && answer.why_not.empty()) answer.why_not = failure_text(worst[t], errors[t], timeout_s);
-    answer.exited = !answer.ok && worst[t] == Failure::kRefused;
   }
 }
 
@@ -524,14 +522,13 @@ std::vector<RankState> SideChannel::gather_states(double timeout_s) const {
   return states;
 }
 
-SideChannel::Asked SideChannel::ask_to_report(int coordinator, const std::string& what, double timeout_s) const {
+bool SideChannel::ask_to_report(int coordinator, const std::string& what, double timeout_s) const {
   std::string line = what;
   std::replace(line.begin(), line.end(), '\n', ' ');
   const Peer& peer = peers_[coordinator];
   const std::vector<Answer> answers =
       ask_all({Target{peer.addresses, peer.port}}, "STALL " + hex(token_) + " " + line + "\n", timeout_s);
-  if (answers[0].ok && answers[0].reply.rfind("OK", 0) == 0) return Asked::kWillReport;
-  return answers[0].exited ? Asked::kExited : Asked::kNoAnswer;
+  return answers[0].ok && answers[0].reply.rfind("OK", 0) == 0;
 }
 
 void SideChannel::start_report(const std::string& what) {
@@ -560,20 +557,22 @@ void SideChannel::write_report_and_abort(const std::string& what) const {
 void end_job_after_timeout(int rank, const std::string& what, const std::function<void()>& abort_communicators) {
   if (SideChannel* channel = job_side_channel(); channel != nullptr && channel->size() > 1) {
     // The lowest rank that answers makes the one report of the job; this rank may be it.
-    bool waited_for_exit = false;
+    bool waited = false;
     for (int coordinator = 0; coordinator < channel->size(); ++coordinator) {
       if (coordinator == channel->rank()) channel->report_and_end_job(what);
-      const SideChannel::Asked asked = channel->ask_to_report(coordinator, what, kAskTimeoutS);
-      if (asked == SideChannel::Asked::kWillReport) {
+      bool will_report = channel->ask_to_report(coordinator, what, kAskTimeoutS);
+      if (!will_report && !waited) {
+        // A lower rank that does not take the request (its process gone, or closing, or too busy to answer in
+        // time) has most likely just made the report and is ending the job, and the launcher is taking this
+        // process down: a second report now would only repeat it. Once, wait and ask it again; if this process
+        // is still alive and it still does not answer, it died or stalled without reporting: go on.
+        waited = true;
+        std::this_thread::sleep_for(std::chrono::duration<double>(kExitedGraceS));
+        will_report = channel->ask_to_report(coordinator, what, kAskTimeoutS);
+      }
+      if (will_report) {
         std::this_thread::sleep_for(std::chrono::duration<double>(kGatherTimeoutS + 10.0));
         break;  // no report came: end the job from here
-      }
-      if (asked == SideChannel::Asked::kExited && !waited_for_exit) {
-        // A lower rank whose process has gone has most likely just made the report and ended the job, and
-        // the launcher is taking this process down: a second report now would only repeat it. If this
-        // process is still alive after the grace, that rank died without reporting; go on to the next.
-        waited_for_exit = true;
-        std::this_thread::sleep_for(std::chrono::duration<double>(kExitedGraceS));
       }
     }
   }

@@ -45,10 +45,8 @@ class SideChannel {
   // Every rank's state, asked for in parallel (this rank's own is taken here). A rank that does not answer
   // within `timeout_s` is returned with answered = false and the reason.
   std::vector<RankState> gather_states(double timeout_s) const;
-  // Asks `coordinator` to report the hang `what` and end the job: it said it will, its process has exited
-  // (every address refused the connection), or it did not answer.
-  enum class Asked { kWillReport, kExited, kNoAnswer };
-  Asked ask_to_report(int coordinator, const std::string& what, double timeout_s) const;
+  // Asks `coordinator` to report the hang `what` and end the job; true when it said it will.
+  bool ask_to_report(int coordinator, const std::string& what, double timeout_s) const;
   // Gathers every rank's state, prints the report of the hang `what`, ends the job. If this rank is already
   // reporting (asked by another), waits for that report to end the job.
   [[noreturn]] void report_and_end_job(const std::string& what);
