@@ -280,6 +280,11 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
   const std::vector<std::string> binding = binding_arguments(np, placed);
   cmd.insert(cmd.end(), binding.begin(), binding.end());
   cmd.push_back("--tag-output");
+  // A job on this node alone takes Open MPI's shared-memory path (pml ob1) by name: left to choose, MPI_Init
+  // first opens and probes the interconnect libraries a job that never leaves the node has no use for (PSM,
+  // PSM2, OFI), a quarter of a second or more of every start. Jobs over several hosts keep Open MPI's choice,
+  // and a user's own OMPI_MCA_pml wins.
+  if (hosts.empty() && facts.env.count("OMPI_MCA_pml") == 0) cmd.insert(cmd.end(), {"--mca", "pml", "ob1"});
 
   std::map<std::string, std::string> set = extra_env;  // -x K=V
   if (!options.backend.empty()) set["DDP_BACKEND"] = options.backend;

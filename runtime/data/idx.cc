@@ -8,7 +8,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <limits>
+#include <memory>
 #include <sstream>
 
 #include "runtime/core/check.h"
@@ -36,45 +39,95 @@ std::string dims_text(const std::vector<uint32_t>& dims) {
   return out.str();
 }
 
-}  // namespace
 
-IdxArray parse_idx(const uint8_t* bytes, size_t size, const std::string& source) {
-  if (size < 4) fail(source, "file is " + std::to_string(size) + " bytes, too short for the 4-byte IDX magic number");
-  const uint32_t magic = big_endian_u32(bytes);
-  if (bytes[0] != 0 || bytes[1] != 0 || bytes[2] != kUnsignedByte || bytes[3] == 0 || bytes[3] > kMaxDims) {
+// The header's dimensions and the size of the array they describe.
+struct IdxHeader {
+  std::vector<uint32_t> dims;
+  size_t bytes = 0;       // the header's own length: 4 + 4 * dims
+  uint64_t elements = 1;  // the array's, one byte each
+};
+
+// The header's length, from its 4-byte magic number (refused unless it says unsigned bytes in 1..8 dimensions).
+size_t idx_header_bytes(const uint8_t* magic, const std::string& source) {
+  if (magic[0] != 0 || magic[1] != 0 || magic[2] != kUnsignedByte || magic[3] == 0 || magic[3] > kMaxDims) {
     char text[16];
-    std::snprintf(text, sizeof text, "0x%08x", magic);
+    std::snprintf(text, sizeof text, "0x%08x", big_endian_u32(magic));
     fail(source, std::string("bad magic number ") + text +
                      " (expected 0x000008NN: unsigned bytes in NN = 1.." + std::to_string(kMaxDims) +
                      " dimensions); the file is not an IDX file of unsigned bytes");
   }
-  const size_t ndims = bytes[3];
-  const size_t header = 4 + 4 * ndims;
-  if (size < header) {
-    fail(source, "truncated: the header needs " + std::to_string(header) + " bytes for " +
-                     std::to_string(ndims) + " dimensions, file has " + std::to_string(size));
+  return 4 + 4 * size_t{magic[3]};
+}
+
+// Parses the header from the first `size` bytes of a file (at least 4: the magic number).
+IdxHeader parse_idx_header(const uint8_t* bytes, size_t size, const std::string& source) {
+  IdxHeader header;
+  header.bytes = idx_header_bytes(bytes, source);
+  if (size < header.bytes) {
+    fail(source, "truncated: the header needs " + std::to_string(header.bytes) + " bytes for " +
+                     std::to_string(bytes[3]) + " dimensions, file has " + std::to_string(size));
   }
-  IdxArray array;
-  uint64_t elements = 1;
-  for (size_t i = 0; i < ndims; ++i) {
+  for (size_t i = 0; i < bytes[3]; ++i) {
     const uint32_t d = big_endian_u32(bytes + 4 + 4 * i);
-    array.dims.push_back(d);
+    header.dims.push_back(d);
     if (d == 0) fail(source, "dimension " + std::to_string(i) + " is zero");
     // Each factor is below 2^32, so checking against the cap before every multiplication keeps it exact.
-    if (elements > kMaxIdxBytes / d) {
-      fail(source, "dimensions " + dims_text(array.dims) + " describe more than " + std::to_string(kMaxIdxBytes) +
+    if (header.elements > kMaxIdxBytes / d) {
+      fail(source, "dimensions " + dims_text(header.dims) + " describe more than " + std::to_string(kMaxIdxBytes) +
                        " bytes; the header is corrupt");
     }
-    elements *= d;
+    header.elements *= d;
   }
-  const uint64_t expected = header + elements;
-  if (size != expected) {
-    fail(source, std::string(size < expected ? "truncated" : "wrong length") + ": dimensions " +
-                     dims_text(array.dims) + " need " + std::to_string(expected) + " bytes, file has " +
-                     std::to_string(size));
+  return header;
+}
+
+[[noreturn]] void fail_length(const std::string& source, const IdxHeader& header, uint64_t size) {
+  const uint64_t expected = header.bytes + header.elements;
+  fail(source, std::string(size < expected ? "truncated" : "wrong length") + ": dimensions " +
+                   dims_text(header.dims) + " need " + std::to_string(expected) + " bytes, file has " +
+                   std::to_string(size));
+}
+
+// Reads up to `size` decompressed bytes into `out`; fewer only at the end of the data.
+size_t read_gzip(gzFile file, uint8_t* out, size_t size, const std::string& source) {
+  size_t done = 0;
+  while (done < size) {
+    const unsigned want = static_cast<unsigned>(std::min<size_t>(size - done, 1u << 30));
+    const int n = gzread(file, out + done, want);
+    int code = Z_OK;
+    const char* message = gzerror(file, &code);
+    if (n < 0 || (code != Z_OK && code != Z_STREAM_END)) {
+      fail(source, std::string(code == Z_BUF_ERROR ? "truncated gzip data: " : "corrupt gzip data: ") +
+                       (message ? message : "zlib error"));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
   }
-  array.values.assign(bytes + header, bytes + size);
-  return array;
+  return done;
+}
+
+// The file's decompressed bytes after the first `read`, counted (bounded by the cap) and dropped.
+uint64_t count_rest(gzFile file, uint64_t read, const std::string& source) {
+  std::vector<uint8_t> chunk(1 << 16);
+  for (;;) {
+    const size_t n = read_gzip(file, chunk.data(), chunk.size(), source);
+    read += n;
+    if (n < chunk.size() || read > kMaxIdxBytes) return read;
+  }
+}
+
+// Closes a gzFile however the read ends.
+struct GzCloser {
+  void operator()(gzFile file) const { gzclose(file); }
+};
+
+}  // namespace
+
+IdxArray parse_idx(const uint8_t* bytes, size_t size, const std::string& source) {
+  if (size < 4) fail(source, "file is " + std::to_string(size) + " bytes, too short for the 4-byte IDX magic number");
+  const IdxHeader header = parse_idx_header(bytes, size, source);
+  if (size != header.bytes + header.elements) fail_length(source, header, size);
+  return IdxArray{header.dims, std::vector<uint8_t>(bytes + header.bytes, bytes + size)};
 }
 
 std::vector<uint8_t> gunzip(const uint8_t* bytes, size_t size, const std::string& source, size_t max_bytes) {
@@ -115,36 +168,36 @@ std::vector<uint8_t> gunzip(const uint8_t* bytes, size_t size, const std::string
   return out;
 }
 
-IdxArray read_idx_file(const std::string& path) {
+namespace {
+
+// read_idx_file, telling `on_header` the array's shape before its bytes are read (and inflated).
+IdxArray read_idx(const std::string& path, const std::function<void(const IdxHeader&)>& on_header) {
   struct stat info;
   if (::stat(path.c_str(), &info) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   if (!S_ISREG(info.st_mode)) fail(path, "not a regular file");
-  gzFile file = gzopen(path.c_str(), "rb");
+  std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
   if (file == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  gzbuffer(file, 1 << 18);
-  std::vector<uint8_t> bytes;
-  std::vector<uint8_t> chunk(1 << 20);
-  std::string error;
-  for (;;) {
-    const int n = gzread(file, chunk.data(), static_cast<unsigned>(chunk.size()));
-    int code = Z_OK;
-    const char* message = gzerror(file, &code);
-    if (n < 0 || (code != Z_OK && code != Z_STREAM_END)) {
-      error = std::string(code == Z_BUF_ERROR ? "truncated gzip data: " : "corrupt gzip data: ") +
-              (message ? message : "zlib error");
-      break;
-    }
-    if (n == 0) break;
-    if (bytes.size() + static_cast<size_t>(n) > kMaxIdxBytes) {
-      error = "decompresses to more than " + std::to_string(kMaxIdxBytes) + " bytes";
-      break;
-    }
-    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + n);
-  }
-  gzclose(file);
-  if (!error.empty()) fail(path, error);
-  return parse_idx(bytes.data(), bytes.size(), path);
+  gzbuffer(file.get(), 1 << 18);
+  // The header first, then the array straight into its one allocation: the training images are 47 MB, and
+  // growing a buffer and copying it again would cost more than decompressing them.
+  uint8_t header_bytes[4 + 4 * kMaxDims];
+  size_t got = read_gzip(file.get(), header_bytes, 4, path);
+  if (got < 4) fail(path, "file is " + std::to_string(got) + " bytes, too short for the 4-byte IDX magic number");
+  const size_t header_size = idx_header_bytes(header_bytes, path);
+  got += read_gzip(file.get(), header_bytes + 4, header_size - 4, path);
+  const IdxHeader header = parse_idx_header(header_bytes, got, path);
+  if (on_header) on_header(header);
+  IdxArray array{header.dims, std::vector<uint8_t>(header.elements)};
+  got += read_gzip(file.get(), array.values.data(), array.values.size(), path);
+  if (got < header.bytes + header.elements) fail_length(path, header, got);
+  const uint64_t size = count_rest(file.get(), got, path);
+  if (size != got) fail_length(path, header, size);
+  return array;
 }
+
+}  // namespace
+
+IdxArray read_idx_file(const std::string& path) { return read_idx(path, nullptr); }
 
 std::string fashion_mnist_images_file(Split split) {
   return split == Split::kTrain ? "train-images-idx3-ubyte.gz" : "t10k-images-idx3-ubyte.gz";
@@ -154,8 +207,13 @@ std::string fashion_mnist_labels_file(Split split) {
   return split == Split::kTrain ? "train-labels-idx1-ubyte.gz" : "t10k-labels-idx1-ubyte.gz";
 }
 
-Dataset make_image_dataset(const IdxArray& images, const std::string& images_source, const IdxArray& labels,
-                           const std::string& labels_source, int num_classes, float mean, float std_dev) {
+namespace {
+
+// make_image_dataset, the features written into `features` (already the images' size when a caller zeroed it
+// ahead, or empty).
+Dataset image_dataset(const IdxArray& images, const std::string& images_source, const IdxArray& labels,
+                      const std::string& labels_source, int num_classes, float mean, float std_dev,
+                      std::vector<float> features) {
   DDP_CHECK(num_classes > 0 && num_classes <= 256, "num_classes must be in 1..256");
   DDP_CHECK(std_dev > 0.0f, "std_dev must be positive");
   if (images.dims.size() < 2) {
@@ -185,9 +243,17 @@ Dataset make_image_dataset(const IdxArray& images, const std::string& images_sou
   // A 256-entry table gives every rank bit-identical features, computed once.
   float table[256];
   for (int v = 0; v < 256; ++v) table[v] = (static_cast<float>(v) / 255.0f - mean) / std_dev;
+  d.features = std::move(features);
   d.features.resize(images.values.size());
   for (size_t i = 0; i < images.values.size(); ++i) d.features[i] = table[images.values[i]];
   return d;
+}
+
+}  // namespace
+
+Dataset make_image_dataset(const IdxArray& images, const std::string& images_source, const IdxArray& labels,
+                           const std::string& labels_source, int num_classes, float mean, float std_dev) {
+  return image_dataset(images, images_source, labels, labels_source, num_classes, mean, std_dev, {});
 }
 
 Dataset load_fashion_mnist(const std::string& dir, Split split) {
@@ -198,13 +264,21 @@ Dataset load_fashion_mnist(const std::string& dir, Split split) {
   const std::string images_path = dir + "/" + fashion_mnist_images_file(split);
   const std::string labels_path = dir + "/" + fashion_mnist_labels_file(split);
   try {
-    const IdxArray images = read_idx_file(images_path);
+    // The features (188 MB of floats for the training set) are zeroed, their pages touched for the first time,
+    // on a thread of their own while the images inflate, which takes about as long: one after the other they
+    // were most of the job's start-up. `zeroing` goes first, waiting for the thread, whatever is thrown.
+    std::vector<float> features;
+    std::future<void> zeroing;
+    const IdxArray images = read_idx(images_path, [&](const IdxHeader& header) {
+      zeroing = std::async(std::launch::async, [&features, n = header.elements] { features.resize(n); });
+    });
     const IdxArray labels = read_idx_file(labels_path);
+    if (zeroing.valid()) zeroing.get();
     if (images.dims.size() != 3 || images.dims[1] != 28 || images.dims[2] != 28) {
       fail(images_path, "expected Fashion-MNIST images [N, 28, 28], got dimensions " + dims_text(images.dims));
     }
-    return make_image_dataset(images, images_path, labels, labels_path, kFashionMnistClasses, kFashionMnistMean,
-                              kFashionMnistStd);
+    return image_dataset(images, images_path, labels, labels_path, kFashionMnistClasses, kFashionMnistMean,
+                         kFashionMnistStd, std::move(features));
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(e.what() + hint);
   }

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -65,6 +66,13 @@ TEST(Idx, ReadsValidGzipFile) {
   EXPECT_EQ(a.dims, (std::vector<uint32_t>{3, 2, 4}));
   EXPECT_EQ(a.values, seq(24));
   EXPECT_EQ(a.count(), 3);
+  // An uncompressed file (as torchvision leaves beside the .gz) reads the same.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string plain = std::string(tmp ? tmp : "/tmp") + "/valid-idx3";
+  const std::vector<uint8_t> bytes = idx_bytes({3, 2, 4}, seq(24));
+  std::ofstream(plain, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                               static_cast<std::streamsize>(bytes.size()));
+  EXPECT_EQ(read_idx_file(plain).values, seq(24));
 }
 
 TEST(Idx, RefusesBadMagic) {
@@ -86,8 +94,11 @@ TEST(Idx, RefusesTruncatedData) {
   const std::string e = error_of([&] { read_idx_file(path); });
   EXPECT_NE(e.find(path), std::string::npos) << e;
   EXPECT_NE(e.find("truncated: dimensions [10,4] need 52 bytes, file has 47"), std::string::npos) << e;
-  // Cut inside the header.
+  // Cut inside the header, in a file and in memory.
   const std::vector<uint8_t> header_only = {0, 0, 8, 3, 0, 0};
+  EXPECT_NE(error_of([&] { read_idx_file(write_gz("header-cut.gz", header_only)); })
+                .find("truncated: the header needs 16 bytes for 3 dimensions, file has 6"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { parse_idx(header_only.data(), header_only.size(), "x"); }).find("truncated: the header"),
             std::string::npos);
 }
@@ -95,6 +106,10 @@ TEST(Idx, RefusesTruncatedData) {
 TEST(Idx, RefusesTrailingBytesAndZeroDimension) {
   std::vector<uint8_t> b = idx_bytes({2, 2}, seq(5));
   EXPECT_NE(error_of([&] { parse_idx(b.data(), b.size(), "f"); }).find("wrong length"), std::string::npos);
+  // From a file the array is read into place and the rest only counted: 100000 bytes too many.
+  EXPECT_NE(error_of([&] { read_idx_file(write_gz("trailing.gz", idx_bytes({2, 2}, seq(100004)))); })
+                .find("wrong length: dimensions [2,2] need 16 bytes, file has 100016"),
+            std::string::npos);
   b = idx_bytes({2, 0}, {});
   EXPECT_NE(error_of([&] { parse_idx(b.data(), b.size(), "f"); }).find("dimension 1 is zero"), std::string::npos);
   b = idx_bytes({0xffffffffu, 0xffffffffu}, {});

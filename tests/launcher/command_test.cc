@@ -41,13 +41,24 @@ bool contains(const std::vector<std::string>& v, const std::vector<std::string>&
 TEST(Command, OneNodeWithGpusNonRoot) {
   const auto cmd = build_mpirun_command(program(), machine(4, 16, false));
   EXPECT_EQ(joined(cmd),
-            "mpirun -np 4 --map-by slot:PE=4 --bind-to core --tag-output -x NCCL_NVLS_ENABLE=0 /bin/train --epochs 1");
+            "mpirun -np 4 --map-by slot:PE=4 --bind-to core --tag-output --mca pml ob1 -x NCCL_NVLS_ENABLE=0 /bin/train "
+            "--epochs 1");
 }
 
 TEST(Command, RootAddsAllowRunAsRoot) {
   const auto cmd = build_mpirun_command(program(2), machine(0, 2, true));
   EXPECT_EQ(joined(cmd), "mpirun -np 2 --allow-run-as-root --map-by slot:PE=1 --bind-to core --tag-output "
-                         "-x NCCL_NVLS_ENABLE=0 /bin/train --epochs 1");
+                         "--mca pml ob1 -x NCCL_NVLS_ENABLE=0 /bin/train --epochs 1");
+}
+
+TEST(Command, OneNodeTakesSharedMemoryUnlessTheUserChose) {
+  EXPECT_TRUE(contains(build_mpirun_command(program(2), machine(0, 4, false)), {"--mca", "pml", "ob1"}));
+  MachineFacts own = machine(0, 4, false);
+  own.env["OMPI_MCA_pml"] = "ucx";
+  EXPECT_FALSE(contains(build_mpirun_command(program(2), own), {"--mca"}));
+  LaunchOptions two_hosts = program(8);
+  two_hosts.hosts = "n1:4,n2:4";
+  EXPECT_FALSE(contains(build_mpirun_command(two_hosts, machine(0, 4, false)), {"--mca"}));
 }
 
 TEST(Command, DefaultNpIsGpusOrTwo) {
