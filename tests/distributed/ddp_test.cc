@@ -16,6 +16,7 @@
 
 #include "ddp.h"
 #include "runtime/core/allocator.h"
+#include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -70,17 +71,8 @@ class TwoHeads : public Module {
   std::shared_ptr<Linear> trunk_, head_a_, head_b_;
 };
 
-class DdpTest : public ::testing::Test {
+class DdpTest : public ddp::testing::RankTest {
  protected:
-  void SetUp() override {
-    World& w = test_world();
-    device_ = w.device();
-    stream_ = Stream::create(device_);
-    group_ = make_process_group(w, device_, default_backend(device_));
-    rank_ = w.rank();
-    size_ = w.size();
-  }
-
   // Rows [begin, begin + count) of `batch` as tensors on the device.
   std::pair<Tensor, Tensor> rows(const GlobalBatch& batch, std::int64_t begin, std::int64_t count) {
     const std::int64_t f = kSizes.front();
@@ -153,12 +145,6 @@ class DdpTest : public ::testing::Test {
     }
     expect_close(ordered(model), ordered(reference), 2e-5);
   }
-
-  Device device_;
-  Stream stream_;
-  std::unique_ptr<ProcessGroup> group_;
-  int rank_ = 0;
-  int size_ = 1;
 };
 
 TEST_F(DdpTest, SgdWithMomentumMatchesOneProcessOnTheWholeBatch) {

@@ -18,6 +18,7 @@
 
 #include "ddp.h"
 #include "runtime/distributed/world_mpi.h"
+#include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -82,17 +83,8 @@ struct Reference {
   }
 };
 
-class JoinTest : public ::testing::Test {
+class JoinTest : public ddp::testing::RankTest {
  protected:
-  void SetUp() override {
-    World& w = test_world();
-    device_ = w.device();
-    stream_ = Stream::create(device_);
-    group_ = make_process_group(w, device_, default_backend(device_));
-    rank_ = w.rank();
-    size_ = w.size();
-  }
-
   std::pair<Tensor, Tensor> tensors(const Batch& b) {
     return {Tensor::from_vector(b.x, {kRows, kIn}, device_, stream_),
             Tensor::from_int32(b.y, {kRows}, device_, stream_)};
@@ -182,12 +174,6 @@ class JoinTest : public ::testing::Test {
     EXPECT_TRUE(same_on_every_rank(got)) << "the ranks end with different parameters";
     expect_close(got, reference, tolerance);
   }
-
-  Device device_;
-  Stream stream_;
-  std::unique_ptr<ProcessGroup> group_;
-  int rank_ = 0;
-  int size_ = 1;
 };
 
 TEST_F(JoinTest, UnevenBatchesDividedByTheWorldSizeMatchADoublePrecisionWeightedMean) { train_unevenly(true); }

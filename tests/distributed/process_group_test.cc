@@ -14,6 +14,7 @@
 #include "runtime/distributed/process_group_mpi.h"
 #include "runtime/core/check.h"
 #include "runtime/distributed/process_group.h"
+#include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -63,27 +64,12 @@ class DeviceBuffer {
   T* data_ = nullptr;
 };
 
-class ProcessGroupTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    World& w = test_world();
-    device_ = w.device();
-    stream_ = Stream::create(device_);
-    pg_ = make_process_group(w, device_, default_backend(device_));
-    rank_ = pg_->rank();
-    size_ = pg_->size();
-  }
-  Device device_;
-  Stream stream_;
-  std::unique_ptr<ProcessGroup> pg_;
-  int rank_ = 0;
-  int size_ = 1;
-};
+using ProcessGroupTest = ddp::testing::RankTest;
 
 TEST_F(ProcessGroupTest, DescribesTheWorld) {
-  EXPECT_EQ(pg_->rank(), test_world().rank());
-  EXPECT_EQ(pg_->size(), test_world().size());
-  EXPECT_EQ(pg_->backend(), default_backend(device_));
+  EXPECT_EQ(group_->rank(), test_world().rank());
+  EXPECT_EQ(group_->size(), test_world().size());
+  EXPECT_EQ(group_->backend(), default_backend(device_));
 }
 
 TEST_F(ProcessGroupTest, AllReduceSumAverageMaxFloat32) {
@@ -93,7 +79,7 @@ TEST_F(ProcessGroupTest, AllReduceSumAverageMaxFloat32) {
     for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 97) + 0.25f * rank_;
     DeviceBuffer<float> buf(device_, n);
     buf.upload(v, stream_);
-    auto work = pg_->all_reduce(buf.comm(DType::kFloat32), op, stream_);
+    auto work = group_->all_reduce(buf.comm(DType::kFloat32), op, stream_);
     work->wait(stream_);
     const std::vector<float> got = buf.download(stream_);
     EXPECT_TRUE(work->is_completed());
@@ -115,7 +101,7 @@ TEST_F(ProcessGroupTest, AllReduceBFloat16AndInt64) {
   std::vector<std::uint16_t> v(n, static_cast<std::uint16_t>(0x3f80));  // 1.0 in bfloat16
   DeviceBuffer<std::uint16_t> b(device_, n);
   b.upload(v, stream_);
-  pg_->all_reduce(b.comm(DType::kBFloat16), ReduceOp::kSum, stream_)->wait(stream_);
+  group_->all_reduce(b.comm(DType::kBFloat16), ReduceOp::kSum, stream_)->wait(stream_);
   const std::vector<std::uint16_t> got = b.download(stream_);
   float f;
   const std::uint32_t bits = static_cast<std::uint32_t>(got[n - 1]) << 16;
@@ -125,7 +111,7 @@ TEST_F(ProcessGroupTest, AllReduceBFloat16AndInt64) {
   std::vector<std::int64_t> w(17, (std::int64_t{1} << 40) + rank_);
   DeviceBuffer<std::int64_t> c(device_, w.size());
   c.upload(w, stream_);
-  pg_->all_reduce(c.comm(DType::kInt64), ReduceOp::kSum, stream_)->wait(stream_);
+  group_->all_reduce(c.comm(DType::kInt64), ReduceOp::kSum, stream_)->wait(stream_);
   EXPECT_EQ(c.download(stream_)[16], size_ * (std::int64_t{1} << 40) + size_ * (size_ - 1) / 2);
 }
 
@@ -134,8 +120,8 @@ TEST_F(ProcessGroupTest, AllReduceBFloat16AndInt64) {
 // host's; both must give the bits of bf16(float(sum) / size) and sum / size.
 TEST_F(ProcessGroupTest, AveragesOfEveryTypeAreTheSumDividedByTheWorldSize) {
   if (const char* seam = std::getenv("DDP_MPI_SIMULATE_CUDA_AWARE")) {
-    if (std::string(seam) == "1" && device_.is_cuda() && pg_->backend() == Backend::kMpi) {
-      EXPECT_TRUE(static_cast<ProcessGroupMpi&>(*pg_).cuda_aware());
+    if (std::string(seam) == "1" && device_.is_cuda() && group_->backend() == Backend::kMpi) {
+      EXPECT_TRUE(static_cast<ProcessGroupMpi&>(*group_).cuda_aware());
     }
   }
   const std::size_t n = 1031;
@@ -149,8 +135,8 @@ TEST_F(ProcessGroupTest, AveragesOfEveryTypeAreTheSumDividedByTheWorldSize) {
   DeviceBuffer<std::int32_t> c(device_, n);
   b.upload(h, stream_);
   c.upload(i32, stream_);
-  pg_->all_reduce(b.comm(DType::kBFloat16), ReduceOp::kAverage, stream_)->wait(stream_);
-  pg_->all_reduce(c.comm(DType::kInt32), ReduceOp::kAverage, stream_)->wait(stream_);
+  group_->all_reduce(b.comm(DType::kBFloat16), ReduceOp::kAverage, stream_)->wait(stream_);
+  group_->all_reduce(c.comm(DType::kInt32), ReduceOp::kAverage, stream_)->wait(stream_);
   const std::vector<std::uint16_t> got_b = b.download(stream_);
   const std::vector<std::int32_t> got_c = c.download(stream_);
   for (std::size_t i = 0; i < n; i += 7) {
@@ -171,7 +157,7 @@ TEST_F(ProcessGroupTest, BroadcastFromLastRank) {
   std::vector<float> v(1000, static_cast<float>(rank_ + 1));
   DeviceBuffer<float> b(device_, v.size());
   b.upload(v, stream_);
-  pg_->broadcast(b.comm(DType::kFloat32), root, stream_)->wait(stream_);
+  group_->broadcast(b.comm(DType::kFloat32), root, stream_)->wait(stream_);
   for (float x : b.download(stream_)) ASSERT_EQ(x, static_cast<float>(root + 1));
 }
 
@@ -182,7 +168,7 @@ TEST_F(ProcessGroupTest, AllGatherPlacesRankRAtOffsetR) {
   DeviceBuffer<std::int32_t> in(device_, n);
   DeviceBuffer<std::int32_t> out(device_, n * size_);
   in.upload(v, stream_);
-  pg_->all_gather(in.comm(DType::kInt32), out.comm(DType::kInt32), stream_)->wait(stream_);
+  group_->all_gather(in.comm(DType::kInt32), out.comm(DType::kInt32), stream_)->wait(stream_);
   const auto got = out.download(stream_);
   for (int r = 0; r < size_; ++r) {
     for (std::size_t i = 0; i < n; i += 37) ASSERT_EQ(got[r * n + i], r * 1000 + static_cast<int>(i));
@@ -196,7 +182,7 @@ TEST_F(ProcessGroupTest, ReduceScatterGivesRankItsReducedSlice) {
   DeviceBuffer<float> in(device_, v.size());
   DeviceBuffer<float> out(device_, n);
   in.upload(v, stream_);
-  pg_->reduce_scatter(in.comm(DType::kFloat32), out.comm(DType::kFloat32), ReduceOp::kSum, stream_)
+  group_->reduce_scatter(in.comm(DType::kFloat32), out.comm(DType::kFloat32), ReduceOp::kSum, stream_)
       ->wait(stream_);
   const auto got = out.download(stream_);
   for (std::size_t i = 0; i < n; ++i) {
@@ -217,7 +203,7 @@ TEST_F(ProcessGroupTest, ReduceScatterAndAllGatherInPlaceOnRankSlices) {
   CommBuffer mine = whole;
   mine.data = static_cast<float*>(whole.data) + rank_ * n;
   mine.count = static_cast<std::int64_t>(n);
-  pg_->reduce_scatter(whole, mine, ReduceOp::kAverage, stream_)->wait(stream_);
+  group_->reduce_scatter(whole, mine, ReduceOp::kAverage, stream_)->wait(stream_);
   std::vector<float> got = buf.download(stream_);
   for (std::size_t i = 0; i < n; ++i) {
     const float sum = size_ * static_cast<float>((rank_ * n + i) % 1000) + size_ * (size_ - 1) / 2.0f;
@@ -226,7 +212,7 @@ TEST_F(ProcessGroupTest, ReduceScatterAndAllGatherInPlaceOnRankSlices) {
   // Every rank then writes its own slice and gathers the others' into place.
   for (std::size_t i = 0; i < n; ++i) got[rank_ * n + i] = static_cast<float>(rank_ * 10000 + i);
   buf.upload(got, stream_);
-  pg_->all_gather(mine, whole, stream_)->wait(stream_);
+  group_->all_gather(mine, whole, stream_)->wait(stream_);
   got = buf.download(stream_);
   for (int r = 0; r < size_; ++r) {
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[r * n + i], static_cast<float>(r * 10000 + i)) << r << " " << i;
@@ -241,8 +227,8 @@ TEST_F(ProcessGroupTest, BuffersThatOverlapOtherwiseThanAsARankSliceAreRefused) 
   CommBuffer shifted = whole;
   shifted.data = static_cast<float*>(whole.data) + rank_ * n + 1;
   shifted.count = static_cast<std::int64_t>(n);
-  EXPECT_THROW(pg_->reduce_scatter(whole, shifted, ReduceOp::kSum, stream_), InvalidArgument);
-  EXPECT_THROW(pg_->all_gather(shifted, whole, stream_), InvalidArgument);
+  EXPECT_THROW(group_->reduce_scatter(whole, shifted, ReduceOp::kSum, stream_), InvalidArgument);
+  EXPECT_THROW(group_->all_gather(shifted, whole, stream_), InvalidArgument);
 }
 
 TEST_F(ProcessGroupTest, ManyCollectivesCompleteInIssueOrder) {
@@ -251,7 +237,7 @@ TEST_F(ProcessGroupTest, ManyCollectivesCompleteInIssueOrder) {
   for (int k = 0; k < 16; ++k) {
     bufs.push_back(std::make_unique<DeviceBuffer<float>>(device_, 1 << 12));
     bufs.back()->upload(std::vector<float>(1 << 12, static_cast<float>(k)), stream_);
-    works.push_back(pg_->all_reduce(bufs.back()->comm(DType::kFloat32), ReduceOp::kSum, stream_));
+    works.push_back(group_->all_reduce(bufs.back()->comm(DType::kFloat32), ReduceOp::kSum, stream_));
   }
   for (auto& w : works) w->synchronize();
   for (int k = 0; k < 16; ++k) {
@@ -259,7 +245,7 @@ TEST_F(ProcessGroupTest, ManyCollectivesCompleteInIssueOrder) {
     EXPECT_GE(works[k]->duration_ms(), 0.0);
     EXPECT_EQ(bufs[k]->download(stream_)[7], static_cast<float>(k * size_));
   }
-  EXPECT_NO_THROW(pg_->barrier());
+  EXPECT_NO_THROW(group_->barrier());
 }
 
 TEST_F(ProcessGroupTest, CollectiveWaitsForWorkQueuedOnTheCallersStream) {
@@ -272,7 +258,7 @@ TEST_F(ProcessGroupTest, CollectiveWaitsForWorkQueuedOnTheCallersStream) {
   // ~10 ms of memsets, then the real value: a collective that does not wait would reduce zeros.
   for (int i = 0; i < 40; ++i) DDP_CUDA_CHECK(cudaMemsetAsync(busy, i, big, stream_.handle()));
   b.upload(std::vector<float>(1 << 20, 1.0f), stream_);
-  pg_->all_reduce(b.comm(DType::kFloat32), ReduceOp::kSum, stream_)->wait(stream_);
+  group_->all_reduce(b.comm(DType::kFloat32), ReduceOp::kSum, stream_)->wait(stream_);
   const auto got = b.download(stream_);
   EXPECT_EQ(got[0], static_cast<float>(size_));
   EXPECT_EQ(got.back(), static_cast<float>(size_));
@@ -293,7 +279,7 @@ TEST_F(ProcessGroupTest, SendRecvExchangesWithNeighboursInListedOrder) {
   DeviceBuffer<float> to_next(device_, n), to_previous(device_, n), from_previous(device_, n), from_next(device_, n);
   to_next.upload(block(rank_, 0), stream_);
   to_previous.upload(block(rank_, 1), stream_);
-  auto work = pg_->send_recv({{to_next.comm(DType::kFloat32), next}, {to_previous.comm(DType::kFloat32), previous}},
+  auto work = group_->send_recv({{to_next.comm(DType::kFloat32), next}, {to_previous.comm(DType::kFloat32), previous}},
                              {{from_previous.comm(DType::kFloat32), previous}, {from_next.comm(DType::kFloat32), next}},
                              stream_);
   work->wait(stream_);
@@ -308,11 +294,11 @@ TEST_F(ProcessGroupTest, SendRecvExchangesWithNeighboursInListedOrder) {
   DeviceBuffer<std::int64_t> out(device_, mine.size()), in(device_, mine.size());
   out.upload(mine, stream_);
   if (rank_ % 2 == 0) {  // even ranks send first, odd ranks receive first: each call completes on its own
-    pg_->send(out.comm(DType::kInt64), next, stream_)->wait(stream_);
-    pg_->recv(in.comm(DType::kInt64), previous, stream_)->wait(stream_);
+    group_->send(out.comm(DType::kInt64), next, stream_)->wait(stream_);
+    group_->recv(in.comm(DType::kInt64), previous, stream_)->wait(stream_);
   } else {
-    pg_->recv(in.comm(DType::kInt64), previous, stream_)->wait(stream_);
-    pg_->send(out.comm(DType::kInt64), next, stream_)->wait(stream_);
+    group_->recv(in.comm(DType::kInt64), previous, stream_)->wait(stream_);
+    group_->send(out.comm(DType::kInt64), next, stream_)->wait(stream_);
   }
   EXPECT_EQ(in.download(stream_)[32], (std::int64_t{1} << 40) + previous);
 }
@@ -327,7 +313,7 @@ TEST_F(ProcessGroupTest, SendRecvWaitsForWorkQueuedOnTheCallersStream) {
   for (int i = 0; i < 40; ++i) DDP_CUDA_CHECK(cudaMemsetAsync(busy, i, big, stream_.handle()));
   out.upload(std::vector<float>(1 << 20, static_cast<float>(rank_ + 1)), stream_);
   const int next = (rank_ + 1) % size_, previous = (rank_ + size_ - 1) % size_;
-  pg_->send_recv({{out.comm(DType::kFloat32), next}}, {{in.comm(DType::kFloat32), previous}}, stream_)->wait(stream_);
+  group_->send_recv({{out.comm(DType::kFloat32), next}}, {{in.comm(DType::kFloat32), previous}}, stream_)->wait(stream_);
   const auto got = in.download(stream_);
   EXPECT_EQ(got[0], static_cast<float>(previous + 1));
   EXPECT_EQ(got.back(), static_cast<float>(previous + 1));
@@ -337,15 +323,15 @@ TEST_F(ProcessGroupTest, SendRecvWaitsForWorkQueuedOnTheCallersStream) {
 TEST_F(ProcessGroupTest, BadArgumentsAreRefusedClearly) {
   DeviceBuffer<float> in(device_, 10);
   DeviceBuffer<float> wrong(device_, 10 * size_ + 1);
-  EXPECT_THROW(pg_->all_gather(in.comm(DType::kFloat32), wrong.comm(DType::kFloat32), stream_),
+  EXPECT_THROW(group_->all_gather(in.comm(DType::kFloat32), wrong.comm(DType::kFloat32), stream_),
                InvalidArgument);
-  EXPECT_THROW(pg_->reduce_scatter(wrong.comm(DType::kFloat32), in.comm(DType::kFloat32), ReduceOp::kSum,
+  EXPECT_THROW(group_->reduce_scatter(wrong.comm(DType::kFloat32), in.comm(DType::kFloat32), ReduceOp::kSum,
                                    stream_),
                InvalidArgument);
-  EXPECT_THROW(pg_->broadcast(in.comm(DType::kFloat32), size_, stream_), InvalidArgument);
+  EXPECT_THROW(group_->broadcast(in.comm(DType::kFloat32), size_, stream_), InvalidArgument);
   EXPECT_THROW(parse_backend("gloo"), InvalidArgument);
   try {
-    pg_->send(in.comm(DType::kFloat32), size_, stream_);
+    group_->send(in.comm(DType::kFloat32), size_, stream_);
     FAIL() << "a send to rank " << size_ << " of " << size_ << " was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("peer " + std::to_string(size_) + " is not a rank of this group of " +
@@ -353,7 +339,7 @@ TEST_F(ProcessGroupTest, BadArgumentsAreRefusedClearly) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(pg_->recv(in.comm(DType::kFloat32), -1, stream_), InvalidArgument);
+  EXPECT_THROW(group_->recv(in.comm(DType::kFloat32), -1, stream_), InvalidArgument);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "runtime/distributed/parameter_check.h"
 #include "runtime/distributed/reducer.h"
 #include "runtime/distributed/world_mpi.h"
+#include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -84,13 +85,10 @@ float grad_value(int rank, std::size_t k, std::int64_t i) {
   return static_cast<float>((i * 7 + static_cast<std::int64_t>(k) * 13) % 101) * 0.5f + static_cast<float>(rank);
 }
 
-class ReducerTest : public ::testing::Test {
+class ReducerTest : public ddp::testing::RankTest {
  protected:
   void SetUp() override {
-    World& w = test_world();
-    device_ = w.device();
-    stream_ = Stream::create(device_);
-    pg_ = make_process_group(w, device_, default_backend(device_));
+    RankTest::SetUp();
     specs_ = mlp_parameters();
     plan_ = plan_buckets(specs_);
     host_.assign(plan_.total, 0.0f);
@@ -110,7 +108,7 @@ class ReducerTest : public ::testing::Test {
     while (std::chrono::steady_clock::now() < until) {
     }
     const std::int64_t n = specs_[k].numel();
-    const int rank = pg_->rank();
+    const int rank = group_->rank();
     for (std::int64_t i = 0; i < n; ++i) host_[plan_.offsets[k] + i] = grad_value(rank, k, i);
     if (device_.is_cuda()) {
       DDP_CUDA_CHECK(cudaMemcpyAsync(device_grads_ + plan_.offsets[k], host_.data() + plan_.offsets[k],
@@ -135,7 +133,7 @@ class ReducerTest : public ::testing::Test {
     reducer.finalize();
   }
   void expect_averaged(const std::vector<float>& got) {
-    const int size = pg_->size();
+    const int size = group_->size();
     for (std::size_t k = 0; k < specs_.size(); ++k) {
       const std::int64_t n = specs_[k].numel();
       for (std::int64_t i = 0; i < n; i += 97) {
@@ -145,9 +143,6 @@ class ReducerTest : public ::testing::Test {
     }
   }
 
-  Device device_;
-  Stream stream_;
-  std::unique_ptr<ProcessGroup> pg_;
   std::vector<ParameterSpec> specs_;
   BucketPlan plan_;
   std::vector<float> host_;
@@ -155,14 +150,14 @@ class ReducerTest : public ::testing::Test {
 };
 
 TEST_F(ReducerTest, AveragesGradientsAcrossRanks) {
-  Reducer reducer(*pg_, plan_, buffer(), stream_);
+  Reducer reducer(*group_, plan_, buffer(), stream_);
   run_backward(reducer, {5, 4, 3, 2, 1, 0}, 0.0);
   expect_averaged(result());
   EXPECT_EQ(reducer.last_stats().buckets, 2);
 }
 
 TEST_F(ReducerTest, AllReducesStartWhileBackwardIsStillRunning) {
-  Reducer reducer(*pg_, plan_, buffer(), stream_);
+  Reducer reducer(*group_, plan_, buffer(), stream_);
   // kWork ms of "compute" before each gradient: the first bucket is complete after the third, half-way through a
   // backward of 6 kWork; its all-reduce must start within kWork of that (slack for a loaded, oversubscribed machine).
   constexpr double kWork = 40.0;
@@ -184,20 +179,20 @@ TEST_F(ReducerTest, AllReducesStartWhileBackwardIsStillRunning) {
 }
 
 TEST_F(ReducerTest, BucketsLaunchInOrderWhateverOrderGradientsArriveIn) {
-  Reducer reducer(*pg_, plan_, buffer(), stream_);
+  Reducer reducer(*group_, plan_, buffer(), stream_);
   // Rank-dependent arrival order: buckets must still be issued 0, 1 on every rank, or the sums would mix.
   std::vector<std::size_t> order = {2, 1, 0, 5, 4, 3};
-  if (pg_->rank() % 2 == 1) order = {3, 0, 4, 1, 5, 2};
+  if (group_->rank() % 2 == 1) order = {3, 0, 4, 1, 5, 2};
   run_backward(reducer, order, 0.0);
   expect_averaged(result());
 }
 
 TEST_F(ReducerTest, NoSyncKeepsGradientsLocal) {
-  Reducer reducer(*pg_, plan_, buffer(), stream_);
+  Reducer reducer(*group_, plan_, buffer(), stream_);
   reducer.set_sync(false);
   run_backward(reducer, {5, 4, 3, 2, 1, 0}, 0.0);
   const std::vector<float> got = result();
-  const int rank = pg_->rank();
+  const int rank = group_->rank();
   for (std::size_t k = 0; k < specs_.size(); ++k) {
     ASSERT_EQ(got[plan_.offsets[k] + 3], grad_value(rank, k, 3)) << specs_[k].name;
   }
@@ -207,7 +202,7 @@ TEST_F(ReducerTest, NoSyncKeepsGradientsLocal) {
 }
 
 TEST_F(ReducerTest, ParameterWithoutGradientIsNamed) {
-  Reducer reducer(*pg_, plan_, buffer(), stream_);
+  Reducer reducer(*group_, plan_, buffer(), stream_);
   reducer.prepare_for_backward();
   for (std::size_t k : {5, 4, 3, 2, 1}) {
     produce(k, 0.0);
@@ -220,17 +215,17 @@ TEST_F(ReducerTest, ParameterWithoutGradientIsNamed) {
     EXPECT_NE(std::string(e.what()).find("parameter 0 got no gradient"), std::string::npos) << e.what();
   }
   // The launched first bucket must still complete on every rank before the next test.
-  pg_->barrier();
+  group_->barrier();
 }
 
 TEST_F(ReducerTest, BFloat16CompressionAveragesWithinBFloat16Precision) {
   BFloat16CompressionHook hook(buffer(), stream_);
   ReducerOptions options;
   options.hook = &hook;
-  Reducer reducer(*pg_, plan_, buffer(), stream_, options);
+  Reducer reducer(*group_, plan_, buffer(), stream_, options);
   run_backward(reducer, {5, 4, 3, 2, 1, 0}, 0.0);
   const std::vector<float> got = result();
-  const int size = pg_->size();
+  const int size = group_->size();
   for (std::size_t k = 0; k < specs_.size(); ++k) {
     for (std::int64_t i = 0; i < specs_[k].numel(); i += 101) {
       const float expected = grad_value(0, k, i) + (size - 1) / 2.0f;

@@ -30,6 +30,7 @@
 #include "runtime/io/atomic_file.h"
 #include "runtime/training/training_checkpoint.h"
 #include "runtime/distributed/world_mpi.h"
+#include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"
 
 namespace ddp {
@@ -164,16 +165,8 @@ double largest_difference(const std::vector<std::vector<float>>& a, const std::v
   return worst;
 }
 
-class ZeroTest : public ::testing::Test {
+class ZeroTest : public ddp::testing::RankTest {
  protected:
-  void SetUp() override {
-    World& w = test_world();
-    device_ = w.device();
-    stream_ = Stream::create(device_);
-    group_ = make_process_group(w, device_, default_backend(device_));
-    size_ = w.size();
-  }
-
   void expect_same(const char* what, double difference) {
     if (test_world().rank() == 0) std::printf("%s: largest difference %g at %d ranks\n", what, difference, size_);
     if (size_ <= 2) {
@@ -213,11 +206,6 @@ class ZeroTest : public ::testing::Test {
       }
     }
   }
-
-  Device device_;
-  Stream stream_;
-  std::unique_ptr<ProcessGroup> group_;
-  int size_ = 1;
 };
 
 TEST_F(ZeroTest, SgdWithMomentumGivesTheUnshardedParametersAndState) { check({Kind::kSgd, 0, false}); }
