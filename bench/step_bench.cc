@@ -17,6 +17,9 @@
 // collectives and phases) on and off in the same run, alternating repeats (on/off, off/on, ...); step_us stays the
 // default (on), and the JSON adds both medians and the median of the paired ratios. A replayed CUDA graph records
 // nothing: compare eager steps.
+// --ddp-ab times the eager step with DistributedDataParallel and without it, alternating repeats the same way:
+// two models of the same sizes and seed in this process, one wrapped, one not. step_us is the wrapped one's;
+// the JSON adds the unwrapped median and the median of the paired ratios: DDP's own cost at this world size.
 // --autotune, --serial-backward and --no-bias-epilogue set ddp::GemmOptions (runtime/kernels/cuda/gemm_options.h:
 // algorithm timing, one stream in backward, bias and activation by our own pass after the GEMM). Written against
 // ddp.h alone, as a user's program; only the GEMM floor (bench/gemm_floor.h) calls the kernel layer, and
@@ -61,6 +64,7 @@ struct Args {
   bool no_bias_epilogue = false;
   std::string optimizer = "sgd";
   bool recorder_ab = false;
+  bool ddp_ab = false;
   bool shard_optimizer = false;
 };
 
@@ -90,6 +94,8 @@ std::optional<Args> parse_args(int argc, char** argv, int* status) {
   app.add_flag("--gemm-floor", a.gemm_floor, "also time the step's GEMMs alone (GPU)");
   app.add_flag("--no-bias-epilogue", a.no_bias_epilogue, "bias and ReLU by our kernel after the GEMM, not cuBLASLt's epilogue");
   app.add_flag("--recorder-ab", a.recorder_ab, "time the step with the flight recorder on and off, alternating repeats");
+  app.add_flag("--ddp-ab", a.ddp_ab, "time the eager step with DDP and without, alternating repeats (implies --ddp)")
+      ->excludes("--recorder-ab", "--graph");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -97,6 +103,7 @@ std::optional<Args> parse_args(int argc, char** argv, int* status) {
     return std::nullopt;
   }
   DDP_CHECK(a.iters > 0 && a.repeats > 0 && a.warmup >= 0 && a.batch > 0, "iters, repeats, batch must be positive");
+  if (a.ddp_ab) a.ddp = true;
   return a;
 }
 
@@ -131,7 +138,7 @@ struct DdpFigures {
 // What a run measured, before the ranks' figures are combined.
 struct Measured {
   std::vector<double> times_us;
-  std::vector<double> times_off_us;  // --recorder-ab: the repeats with the flight recorder off
+  std::vector<double> times_b_us;  // an A/B's other arm: the flight recorder off (--recorder-ab), no DDP (--ddp-ab)
   std::int64_t optimizer_state_bytes = 0;  // this rank's (sharded: its share)
   DdpFigures ddp;
   std::string graph_error;
@@ -246,22 +253,39 @@ class StepBench {
     for (int r = 0; r < a_.repeats * (a_.recorder_ab ? 2 : 1); ++r) {
       const bool recorder_on = !a_.recorder_ab || (r % 2 == 0) == (r / 2 % 2 == 0);
       set_flight_recorder_enabled(recorder_on);
-      (recorder_on ? m->times_us : m->times_off_us)
-          .push_back(bench::time_per_call_us([&] { run_step(); }, a_.iters, stream_));
+      (recorder_on ? m->times_us : m->times_b_us).push_back(time_repeat());
     }
     set_flight_recorder_enabled(true);
     stream_.synchronize();
   }
 
+  // --ddp-ab: each repeat timed on this (wrapped) step and on `other`'s, in alternating order.
+  void time_against(StepBench& other, Measured* m) {
+    for (int r = 0; r < a_.repeats * 2; ++r) {
+      const bool mine = (r % 2 == 0) == (r / 2 % 2 == 0);
+      (mine ? m->times_us : m->times_b_us).push_back(mine ? time_repeat() : other.time_repeat());
+    }
+    stream_.synchronize();
+  }
+
+  // The mean time of one repeat of --iters steps (bench/timing.h).
+  double time_repeat() { return bench::time_per_call_us([&] { run_step(); }, a_.iters, stream_); }
+
+  void warm_up() {
+    for (int i = 0; i < a_.warmup; ++i) step();
+    stream_.synchronize();
+  }
+
   // The steps: warm-up, the DDP figures, the graph, the timed repeats, with the allocator counters around them.
-  Measured measure() {
+  // `without_ddp` (--ddp-ab) is the unwrapped twin whose repeats alternate with this one's.
+  Measured measure(StepBench* without_ddp = nullptr) {
     const Device& device = session_.device();
     const bool cuda = device.is_cuda();
     stream_.synchronize();
     reset_peak_memory_stats(device);
     if (cuda) reset_peak_memory_stats(Device::cpu());
-    for (int i = 0; i < a_.warmup; ++i) step();
-    stream_.synchronize();
+    warm_up();
+    if (without_ddp != nullptr) without_ddp->warm_up();
     Measured m;
     m.ddp = ddp_figures();
     const std::int64_t mallocs_before = cuda ? memory_stats(device).num_backend_allocs : 0;
@@ -274,7 +298,11 @@ class StepBench {
       }
     }
     m.captured = graph_.captured();
-    time_steps(&m);
+    if (without_ddp != nullptr) {
+      time_against(*without_ddp, &m);
+    } else {
+      time_steps(&m);
+    }
     m.device_mallocs = cuda ? memory_stats(device).num_backend_allocs - mallocs_before : 0;
     m.cpu_allocs_per_step = static_cast<double>(memory_stats(Device::cpu()).num_allocations - cpu_allocs_before) /
                             (static_cast<double>(a_.repeats) * a_.iters);
@@ -329,11 +357,11 @@ void report(const Args& a, Session& session, const Measured& m, const GemmOption
   const double backward_ms = ddp_ms[0] / session.size(), allreduce_ms = ddp_ms[1] / session.size(),
                exposed_ms = ddp_ms[2] / session.size(), allgather_ms = ddp_ms[3] / session.size(),
                exposed_allgather_ms = ddp_ms[4] / session.size();
-  double step_off_us = 0, paired_overhead = 0;
-  if (a.recorder_ab) {
-    step_off_us = session.max(bench::median(m.times_off_us));
+  double step_b_us = 0, paired_overhead = 0;
+  if (a.recorder_ab || a.ddp_ab) {
+    step_b_us = session.max(bench::median(m.times_b_us));
     std::vector<double> ratios;
-    for (std::size_t k = 0; k < m.times_us.size(); ++k) ratios.push_back(m.times_us[k] / m.times_off_us[k] - 1.0);
+    for (std::size_t k = 0; k < m.times_us.size(); ++k) ratios.push_back(m.times_us[k] / m.times_b_us[k] - 1.0);
     paired_overhead = session.max(bench::median(ratios));
   }
   const double state_bytes = session.max(static_cast<double>(m.optimizer_state_bytes));
@@ -363,10 +391,16 @@ void report(const Args& a, Session& session, const Measured& m, const GemmOption
   j["bias_epilogue"] = gemm.bias_epilogue;
   if (gemm_us > 0) j["gemm_us"] = gemm_us;
   if (a.recorder_ab) {
-    j["step_us_recorder_off"] = step_off_us;
-    j["recorder_overhead"] = step_us / step_off_us - 1.0;
+    j["step_us_recorder_off"] = step_b_us;
+    j["recorder_overhead"] = step_us / step_b_us - 1.0;
     j["recorder_overhead_paired"] = paired_overhead;
-    j["times_off_us"] = m.times_off_us;
+    j["times_off_us"] = m.times_b_us;
+  }
+  if (a.ddp_ab) {
+    j["step_us_no_ddp"] = step_b_us;
+    j["ddp_overhead"] = step_us / step_b_us - 1.0;
+    j["ddp_overhead_paired"] = paired_overhead;
+    j["times_no_ddp_us"] = m.times_b_us;
   }
   if (a.ddp) {
     j["bucket_mb"] = a.bucket_mb;
@@ -401,7 +435,11 @@ int run(int argc, char** argv) {
   options.cpu_threads = a.threads;
   Session session(&argc, &argv, options);
   StepBench bench(a, session, sizes);
-  const Measured m = bench.measure();
+  Args plain = a;  // the unwrapped twin's arguments (StepBench keeps a reference)
+  plain.ddp = false;
+  std::unique_ptr<StepBench> without_ddp;
+  if (a.ddp_ab) without_ddp = std::make_unique<StepBench>(plain, session, sizes);
+  const Measured m = bench.measure(without_ddp.get());
   // After the step's figures: the GEMM floor's buffers must not count in the step's peak memory or allocations.
   const bool cuda = session.device().is_cuda();
   const double gemm_us =
