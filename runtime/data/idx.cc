@@ -39,7 +39,6 @@ std::string dims_text(const std::vector<uint32_t>& dims) {
   return out.str();
 }
 
-
 // The header's dimensions and the size of the array they describe.
 struct IdxHeader {
   std::vector<uint32_t> dims;
