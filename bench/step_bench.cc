@@ -20,6 +20,7 @@
 // --ddp-ab times the eager step with DistributedDataParallel and without it, alternating repeats the same way:
 // two models of the same sizes and seed in this process, one wrapped, one not. step_us is the wrapped one's;
 // the JSON adds the unwrapped median and the median of the paired ratios: DDP's own cost at this world size.
+// Its peak memory counts both models.
 // --autotune, --serial-backward and --no-bias-epilogue set ddp::GemmOptions (runtime/kernels/cuda/gemm_options.h:
 // algorithm timing, one stream in backward, bias and activation by our own pass after the GEMM). Written against
 // ddp.h alone, as a user's program; only the GEMM floor (bench/gemm_floor.h) calls the kernel layer, and
@@ -144,6 +145,7 @@ struct Measured {
   std::string graph_error;
   bool captured = false;
   std::int64_t device_mallocs = 0;  // backend allocations (cudaMalloc) during the timed steps
+  std::int64_t peak_bytes = 0;      // the device's peak in use from warm-up to the last timed step
   double cpu_allocs_per_step = 0;
   double loss = 0;
 };
@@ -307,6 +309,7 @@ class StepBench {
     m.cpu_allocs_per_step = static_cast<double>(memory_stats(Device::cpu()).num_allocations - cpu_allocs_before) /
                             (static_cast<double>(a_.repeats) * a_.iters);
     m.loss = last_loss_.item(stream_);
+    m.peak_bytes = memory_stats(device).peak_bytes_in_use;
     for (const auto& entry : optimizer_->state()) m.optimizer_state_bytes += entry.second.numel() * 4;
     return m;
   }
@@ -350,7 +353,7 @@ class StepBench {
 // figures their means.
 void report(const Args& a, Session& session, const Measured& m, const GemmOptions& gemm, double gemm_us) {
   const double step_us = session.max(bench::median(m.times_us));
-  const double peak = session.max(static_cast<double>(memory_stats(session.device()).peak_bytes_in_use));
+  const double peak = session.max(static_cast<double>(m.peak_bytes));
   const double mallocs_max = session.max(static_cast<double>(m.device_mallocs));
   const std::vector<double> ddp_ms = session.sum(
       {m.ddp.backward_ms, m.ddp.allreduce_ms, m.ddp.exposed_ms, m.ddp.allgather_ms, m.ddp.exposed_allgather_ms});
