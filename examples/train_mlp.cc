@@ -602,6 +602,7 @@ class Run {
       // The host runs up to an epoch ahead of the device: wait here, so the time line charges the queued steps
       // to training and not to the evaluation that would otherwise wait for them (one wait per epoch).
       stream_.synchronize();
+      const auto boundary_start = std::chrono::steady_clock::now();
       evaluate_epoch(epoch, epoch_finished);
       evaluated = true;
       if (done_) {
@@ -609,7 +610,9 @@ class Run {
       } else if (epoch + 1 == f_.epochs) {
         save(epoch + 1, 0);
       }
-      window_start_ = std::chrono::steady_clock::now();
+      // The progress window goes on across the boundary without the evaluation and the checkpoint: its samples
+      // since the last line were trained before them, so its clock skips them rather than restarting.
+      window_start_ += std::chrono::steady_clock::now() - boundary_start;
     }
     if (!evaluated && !stopped_) last_eval_ = evaluate(*model_, *test_, session_);
     times_.train_s = PhaseTimes::since(train_start) - times_.eval_s - times_.checkpoint_s;
