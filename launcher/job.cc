@@ -269,6 +269,20 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
+// The end of every forked child here: exec `argv`, or say why not ("<prefix>cannot run PROGRAM: why", and
+// `not_found_hint` when there is no such program) and exit 127, as a shell does.
+[[noreturn]] void exec_or_exit(const std::vector<std::string>& argv, const char* prefix,
+                               const char* not_found_hint = "") {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  const int error = errno;
+  write_all(STDERR_FILENO, std::string(prefix) + "cannot run " + args[0] + ": " + std::strerror(error) +
+                               (error == ENOENT ? not_found_hint : "") + "\n");
+  ::_exit(127);
+}
+
 // Accumulates one pipe's bytes and emits complete lines.
 struct LineRelay {
   int fd;
@@ -339,15 +353,7 @@ void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, Out
   ::sigprocmask(SIG_SETMASK, &unblock, nullptr);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  ::execvp(args[0], args.data());
-  const std::string message = std::string("ddprun: cannot run ") + args[0] + ": " + std::strerror(errno) +
-                              (errno == ENOENT ? " (is Open MPI installed? apt-get install openmpi-bin)" : "") +
-                              "\n";
-  write_all(STDERR_FILENO, message);
-  ::_exit(127);
+  exec_or_exit(argv, "ddprun: ", " (is Open MPI installed? apt-get install openmpi-bin)");
 }
 
 }  // namespace
@@ -485,12 +491,7 @@ std::vector<HostAnswer> probe_hosts(const std::vector<HostSlots>& hosts, const M
       if (null >= 0) ::dup2(null, STDIN_FILENO);
       ::dup2(pipe_fds[1], STDOUT_FILENO);
       ::dup2(pipe_fds[1], STDERR_FILENO);
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execvp(args[0], args.data());
-      write_all(STDERR_FILENO, std::string("cannot run ") + args[0] + ": " + std::strerror(errno) + "\n");
-      ::_exit(127);
+      exec_or_exit(argv, "");
     }
     ::setpgid(pid, pid);
     ::close(pipe_fds[1]);
@@ -603,12 +604,7 @@ void route_signals_to_program() {
   // once, through the wrapper (a graceful stop that came twice would be taken for the user insisting).
   ::setpgid(0, 0);
   for (int sig : {SIGINT, SIGTERM, kDumpSignal, kGracefulStopSignal}) ::signal(sig, SIG_DFL);
-  std::vector<char*> args;
-  for (const std::string& a : program) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  ::execvp(args[0], args.data());
-  write_all(STDERR_FILENO, std::string("ddprun: cannot run ") + args[0] + ": " + std::strerror(errno) + "\n");
-  ::_exit(127);
+  exec_or_exit(program, "ddprun: ");
 }
 
 // Waits for the program, handing on (once) a graceful stop asked before or meanwhile; its exit code, or 128 +
