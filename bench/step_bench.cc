@@ -136,6 +136,10 @@ struct DdpFigures {
   int buckets = 0;
 };
 
+// An A/B's order of arms over its timed repeats: A B, B A, A B, ... so that drift in the machine's speed falls on
+// both alike. True when repeat `r` times arm A.
+bool first_arm(int r) { return (r % 2 == 0) == (r / 2 % 2 == 0); }
+
 // What a run measured, before the ranks' figures are combined.
 struct Measured {
   std::vector<double> times_us;
@@ -250,10 +254,10 @@ class StepBench {
   }
 
   // --repeats times the mean of --iters steps (bench/timing.h). With --recorder-ab every repeat is timed twice,
-  // the recorder on and off in alternating order, so that drift in the machine's speed falls on both alike.
+  // the recorder on and off in the order of first_arm.
   void time_steps(Measured* m) {
     for (int r = 0; r < a_.repeats * (a_.recorder_ab ? 2 : 1); ++r) {
-      const bool recorder_on = !a_.recorder_ab || (r % 2 == 0) == (r / 2 % 2 == 0);
+      const bool recorder_on = !a_.recorder_ab || first_arm(r);
       set_flight_recorder_enabled(recorder_on);
       (recorder_on ? m->times_us : m->times_b_us).push_back(time_repeat());
     }
@@ -261,10 +265,10 @@ class StepBench {
     stream_.synchronize();
   }
 
-  // --ddp-ab: each repeat timed on this (wrapped) step and on `other`'s, in alternating order.
+  // --ddp-ab: each repeat timed on this (wrapped) step and on `other`'s, in the order of first_arm.
   void time_against(StepBench& other, Measured* m) {
     for (int r = 0; r < a_.repeats * 2; ++r) {
-      const bool mine = (r % 2 == 0) == (r / 2 % 2 == 0);
+      const bool mine = first_arm(r);
       (mine ? m->times_us : m->times_b_us).push_back(mine ? time_repeat() : other.time_repeat());
     }
     stream_.synchronize();
