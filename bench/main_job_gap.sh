@@ -35,9 +35,7 @@ row() {  # label env... -- args...
   local out time_line steps seconds per_step accuracy
   out=$(env "${envs[@]}" "${job[@]}" "$@" 2>&1)
   time_line=$(grep -h '^time:' <<<"$out" | tail -1)
-  steps=$(sed -nE 's/.* ([0-9]+) steps ([0-9.]+) s \(([0-9]+) us each\).*/\1/p' <<<"$time_line")
-  seconds=$(sed -nE 's/.* ([0-9]+) steps ([0-9.]+) s \(([0-9]+) us each\).*/\2/p' <<<"$time_line")
-  per_step=$(sed -nE 's/.* ([0-9]+) steps ([0-9.]+) s \(([0-9]+) us each\).*/\3/p' <<<"$time_line")
+  read -r steps seconds per_step < <(sed -nE 's/.* ([0-9]+) steps ([0-9.]+) s \(([0-9]+) us each\).*/\1 \2 \3/p' <<<"$time_line")
   accuracy=$(grep -oE 'final step=[0-9]+ .*test_accuracy=[0-9.]+' <<<"$out" | grep -oE '[0-9.]+$')
   if [ -z "$time_line" ]; then
     echo "FAILED: $label" >&2
