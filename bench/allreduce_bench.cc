@@ -33,12 +33,17 @@ struct Flags {
   int repeats = 5;
 };
 
-// Milliseconds per call of `enqueue` on `stream`: the median over repeats of `iters` back-to-back calls.
+// Milliseconds per call of `enqueue` on `stream`: the median over repeats of `iters` back-to-back calls. Every
+// repeat starts with the ranks lined up (the stream drained, then a host barrier): otherwise the first
+// all-reduce of a repeat waits for the slowest rank's host, and that skew, divided over the repeat, reads as a
+// fixed latency of every call.
 template <typename Enqueue>
-double ms_per_call(const ddp::Stream& stream, const Flags& f, Enqueue&& enqueue) {
+double ms_per_call(const ddp::World& world, const ddp::Stream& stream, const Flags& f, Enqueue&& enqueue) {
   for (int i = 0; i < 3; ++i) enqueue();
   std::vector<double> ms;
   for (int r = 0; r < f.repeats; ++r) {
+    stream.synchronize();
+    world.max(0.0);
     ddp::Event start = ddp::Event::create(stream.device(), true), stop = ddp::Event::create(stream.device(), true);
     start.record(stream);
     for (int i = 0; i < f.iters; ++i) enqueue();
@@ -74,10 +79,10 @@ int run(int argc, char** argv) {
     const ddp::CommBuffer buffer{data, count, ddp::DType::kFloat32, world.device()};
     // Ours: the caller's stream waits for each collective, as DDP's optimizer does, so the timing covers the
     // whole round trip of the process group's ordering.
-    const double ours_ms = ms_per_call(stream, f, [&] {
+    const double ours_ms = ms_per_call(world, stream, f, [&] {
       group.all_reduce(buffer, ddp::ReduceOp::kSum, stream)->wait(stream);
     });
-    const double nccl_ms = ms_per_call(stream, f, [&] {
+    const double nccl_ms = ms_per_call(world, stream, f, [&] {
       DDP_NCCL_CALL(&nccl, ncclAllReduce(data, data, count, ncclFloat32, ncclSum, nccl.handle(), stream.handle()));
     });
     DDP_CUDA_CHECK(cudaFree(data));

@@ -11,7 +11,10 @@ export LD_LIBRARY_PATH="$libs/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # The training jobs read the data set bundled with GPU_BUNDLE_DATA=1.
 export DDP_GPU_DATA="$PWD/.gpu/data"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export NCCL_NVLS_ENABLE=0   # NVLink multicast stays off on shared hosts
+# NVLink multicast stays off on shared hosts: a program using it can take the host's GPUs out of service.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# A job that hangs is ended after GPU_JOB_TIMEOUT seconds (a failure, not a wait for the call's own limit).
+job_timeout=${GPU_JOB_TIMEOUT:-600}
 logs="${OUT:-.gpu/logs}"
 mkdir -p "$logs"
 nvidia-smi -L || true
@@ -34,7 +37,7 @@ record() {  # name status
 for t in $(cat .gpu/tests.txt); do
   if [ -n "${GPU_TESTS:-}" ] && ! grep -qE "$GPU_TESTS" <<<"$t"; then continue; fi
   [ -x ".gpu/bin/$t" ] || continue
-  timeout 600 ".gpu/bin/$t" </dev/null >"$logs/$t.log" 2>&1
+  timeout "$job_timeout" ".gpu/bin/$t" </dev/null >"$logs/$t.log" 2>&1
   s=$?
   grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/$t.log" | sed "s/^/  $t: /"
   record "$t" "$s"
@@ -51,7 +54,7 @@ while IFS=$'\t' read -r name command; do
     skipped=$((skipped + 1)); echo "SKIP $name (one rank per GPU over NCCL needs two or more GPUs; this node has ${GPUS:-0})"
     continue
   fi
-  timeout 600 bash -c "$command" </dev/null >"$logs/$name.log" 2>&1
+  timeout "$job_timeout" bash -c "$command" </dev/null >"$logs/$name.log" 2>&1
   s=$?
   tail -5 "$logs/$name.log" | sed "s/^/  $name: /"
   record "$name" "$s"
