@@ -59,13 +59,15 @@ BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const Buck
     // One flat float32 gradient buffer: bfloat16 models keep FP32 master weights, and so FP32 gradients.
     DDP_CHECK(p.dtype == DType::kFloat32,
               "parameter " + p.describe() + ": DDP reduces float32 gradients (keep FP32 master weights)");
-    const double bytes = static_cast<double>(p.numel()) * dtype_size(p.dtype);
-    if (!current.parameters.empty() && current_bytes + bytes > cap()) close();
     plan.offsets[k] = plan.total;
     plan.bucket_of[k] = plan.buckets.size();
     current.parameters.push_back(k);
-    current_bytes += bytes;
+    current_bytes += static_cast<double>(p.numel()) * dtype_size(p.dtype);
     plan.total = align_slot(plan.total + p.numel());
+    // A bucket closes once it reaches its cap (PyTorch's rule), not before the parameter that would pass it:
+    // closing early leaves a bias alone in a bucket of its own in front of its weight, and every collective
+    // costs a fixed latency that a few kilobytes do not pay back (both gradients come from one backward step).
+    if (current_bytes >= cap()) close();
   }
   close();
   return plan;

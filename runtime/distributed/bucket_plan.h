@@ -56,7 +56,8 @@ struct BucketOptions {
   int shards = 1;
 };
 
-// Deterministic: depends only on the specs and options. A parameter larger than the cap gets a bucket of its own.
+// Deterministic: depends only on the specs and options. Parameters join the open bucket until it holds at least
+// the cap; so a bucket may pass the cap by its last parameter.
 BucketPlan plan_buckets(const std::vector<ParameterSpec>& parameters, const BucketOptions& options = {});
 
 }  // namespace ddp

@@ -222,8 +222,8 @@ TEST_F(DdpTest, FindUnusedParametersAveragesZerosForTheHeadARankDidNotUse) {
   // and unused parameters launch at different moments on different ranks.
   DdpOptions options;
   options.find_unused_parameters = true;
-  options.first_bucket_cap_mb = 0.001;
-  options.bucket_cap_mb = 0.002;
+  options.first_bucket_cap_mb = 0.0001;  // ~100 bytes: one bucket per layer (a bias joins its weight)
+  options.bucket_cap_mb = 0.0002;
   TwoHeads model(7 + 1000 * rank_, device_, stream_);  // made equal by the broadcast
   DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_, options);
   ASSERT_GT(ddp.plan().buckets.size(), 2u);
