@@ -41,7 +41,7 @@ row() {  # label, then what run_once takes after its name
 echo "| configuration | distinct loss sequences | hashes | last run |"
 echo "| --- | --- | --- | --- |"
 row "eager" --no-cuda-graph
-row "eager serial backward" DDP_GEMM_CONCURRENT_BACKWARD=0 --no-cuda-graph
+row "eager concurrent backward" DDP_GEMM_CONCURRENT_BACKWARD=1 --no-cuda-graph
 row "eager launch blocking" CUDA_LAUNCH_BLOCKING=1 --no-cuda-graph
 row "eager mpi backend" --no-cuda-graph --backend mpi
 row "graph" 

@@ -49,18 +49,17 @@ mid=(--sizes $S2 --batch 4096 --device cuda --warmup 5 --iters 10 --repeats 5)
 big=(--sizes $S3 --batch 8192 --device cuda --warmup 5 --iters 10 --repeats 5)
 
 # Ours vs PyTorch, each PyTorch configuration measured once and shared by the rows that compare with it.
-# "autotune" rows time cuBLASLt's candidates once per GEMM shape (runtime/kernels/cuda/gemm_options.h; the small model's
-# with one stream in backward, where autotuned kernels measured alone lose when they overlap); "serial" rows run
-# dx and dw of a backward on one stream. --gemm-floor adds the step's GEMMs alone (column "GEMMs alone").
+# "autotune" rows time cuBLASLt's candidates once per GEMM shape (runtime/kernels/cuda/gemm_options.h);
+# "concurrent" rows run dw of a backward on a second stream beside dx (the default is one stream). --gemm-floor adds the step's GEMMs alone (column "GEMMs alone").
 A="784-1024-1024-10 b256 fp32 eager"
 torch "$A" ref "${small[@]}" --precision fp32
 ours "$A" ours "${small[@]}" --precision fp32
-A="784-1024-1024-10 b256 fp32 graph"; B2="$A autotune"; C="$A serial"; D="$A own bias pass"
+A="784-1024-1024-10 b256 fp32 graph"; B2="$A autotune"; C="$A concurrent"; D="$A own bias pass"
 torch "$A|$B2|$C|$D" ref "${small[@]}" --precision fp32 --graph
 ours "$D" ours "${small[@]}" --precision fp32 --graph --gemm-floor --no-bias-epilogue
 ours "$A" ours "${small[@]}" --precision fp32 --graph --gemm-floor
-ours "$B2" ours "${small[@]}" --precision fp32 --graph --gemm-floor --autotune --serial-backward
-ours "$C" ours "${small[@]}" --precision fp32 --graph --gemm-floor --serial-backward
+ours "$B2" ours "${small[@]}" --precision fp32 --graph --gemm-floor --autotune
+ours "$C" ours "${small[@]}" --precision fp32 --graph --gemm-floor --concurrent-backward
 for p in fp32 tf32; do
   A="1024-2048x4-1024 b4096 $p"; B2="$A autotune"; C="$A own bias pass"; D="$A own bias pass autotune"
   torch "$A|$B2|$C|$D" ref "${mid[@]}" --precision $p

@@ -7,9 +7,11 @@
 //     candidates (the idea of torch.backends.cudnn.benchmark) finds the fastest, but which one wins can change
 //     from run to run with noise, and different algorithms round differently: results stay correct but are no
 //     longer bitwise repeatable across runs. So it is opt-in.
-//   * concurrent backward: a Linear's dx and dw GEMMs are independent; on two streams they fill the GPU
-//     together when either alone would leave SMs idle (small batches). The arithmetic is unchanged (each GEMM
-//     is the same call), so it is on by default; off is for debugging with a strictly serial stream.
+//   * concurrent backward: a Linear's dx and dw GEMMs are independent, and on two streams they could fill the
+//     GPU together where either alone leaves SMs idle. Measured, they do not: the GEMMs alone gain 1-2 us a
+//     step, and a CUDA graph of the small main-job step is slower with the branches than serial (the
+//     split-K kernels of both GEMMs then compete for the SMs). So it is off by default; the arithmetic is the
+//     same either way (each GEMM is the same call), kept for models where it wins (see bench/RESULTS.md).
 #pragma once
 
 namespace ddp::kernels::cuda {
@@ -18,9 +20,9 @@ struct GemmOptions {
   // DDP_GEMM_AUTOTUNE=1: on the first call of each GEMM configuration outside CUDA-graph capture, time up to
   // 16 of cuBLASLt's candidates on scratch outputs and keep the fastest (costs milliseconds per shape once).
   bool autotune = false;
-  // DDP_GEMM_CONCURRENT_BACKWARD=0 turns it off: dw on a second stream, forked from and joined back into the
+  // DDP_GEMM_CONCURRENT_BACKWARD=1 turns it on: dw on a second stream, forked from and joined back into the
   // caller's stream with events (also inside CUDA-graph capture).
-  bool concurrent_backward = true;
+  bool concurrent_backward = false;
   // DDP_GEMM_BIAS_EPILOGUE=0 turns it off: the forward GEMM without cuBLASLt's BIAS / RELU_BIAS epilogue, and
   // our vectorised bias+activation pass after it (for GEMM kernels that run their epilogue as a slow pass of
   // its own; see bench/RESULTS.md).
