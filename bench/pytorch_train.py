@@ -12,10 +12,13 @@ Modes:
   resident    the data set held on the device, batches by randperm indexing (no loader);
   compiled    resident, with the step under torch.compile(mode="reduce-overhead") (CUDA graphs), compile time
               included.
-With --ranks N on the CPU it runs DistributedDataParallel over gloo in N processes (dataloader mode only).
+With --ranks N on the CPU it runs DistributedDataParallel over gloo in N processes (dataloader mode only). Under
+torchrun it runs DistributedDataParallel over NCCL, one process per GPU (any mode: resident and compiled give each
+rank every world-th row of the epoch's shared permutation, the DistributedSampler's split).
 
   python3 bench/pytorch_train.py --data DIR --device cuda --mode resident
   python3 bench/pytorch_train.py --data DIR --device cpu --ranks 2
+  torchrun --standalone --nproc-per-node 2 bench/pytorch_train.py --data DIR --device cuda --mode resident
 Prints one line per epoch and "final step=S test_loss=L test_accuracy=A" (as train_mlp), then a JSON line.
 """
 import argparse
@@ -89,13 +92,15 @@ def evaluate(model, x, y, chunk=10000):
 def train(args, rank=0, world=1):
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
+    if device.type == "cuda" and world > 1:
+        device = torch.device("cuda", torch.cuda.current_device())  # torchrun_worker's choice
     if args.precision == "tf32":
         torch.backends.cuda.matmul.allow_tf32 = True
     train_x, train_y = load(args.data, "train")
     test_x, test_y = load(args.data, "test")
     model = build_model(args.hidden, args.layers).to(device)
     if world > 1:
-        model = nn.parallel.DistributedDataParallel(model)
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
                             **({"fused": True} if device.type == "cuda" and args.mode != "compiled" else {}))
     n = train_x.shape[0]
@@ -135,9 +140,9 @@ def train(args, rank=0, world=1):
                 sampler.set_epoch(epoch)
             batches = ((x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in loader)
         else:
-            order = torch.randperm(n, device=device, generator=gen)
+            order = torch.randperm(n, device=device, generator=gen)[rank::world]
             batches = ((train_x[order[i:i + args.batch_size]], train_y[order[i:i + args.batch_size]])
-                       for i in range(0, n, args.batch_size))
+                       for i in range(0, order.shape[0], args.batch_size))
         for x, y in batches:
             if args.mode == "compiled" and x.shape[0] != args.batch_size:
                 torch.compiler.cudagraph_mark_step_begin()
@@ -146,7 +151,7 @@ def train(args, rank=0, world=1):
             steps += 1
         loss, acc = evaluate(model, test_x, test_y)
         if world > 1:
-            t = torch.tensor([loss, acc], dtype=torch.float64)
+            t = torch.tensor([loss, acc], dtype=torch.float64, device=device)
             torch.distributed.all_reduce(t)
             loss, acc = (t / world).tolist()
         if rank == 0:
@@ -167,6 +172,15 @@ def ddp_worker(rank, args):
     torch.distributed.destroy_process_group()
 
 
+def torchrun_worker(args):
+    # torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, the rendezvous): one process per GPU over NCCL.
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    torch.distributed.init_process_group("nccl")
+    train(args, rank, world)
+    torch.distributed.destroy_process_group()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -183,7 +197,9 @@ def main():
     p.add_argument("--warmup-epochs", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    if args.ranks > 1:
+    if "LOCAL_RANK" in os.environ and args.device == "cuda":
+        torchrun_worker(args)
+    elif args.ranks > 1:
         torch.multiprocessing.spawn(ddp_worker, args=(args,), nprocs=args.ranks)
     else:
         train(args)

@@ -5,8 +5,10 @@
 # most 1.05), peak memory, each rank's optimizer state, and how much of the parameter all-gathers the optimizer
 # hid. Raw lines go to ${OUT:-/tmp}/bench_shard.jsonl.
 #   bash bench/shard_optimizer.sh                    CPU, 2 ranks (builds //bench:step_bench first)
-#   bash bench/shard_optimizer.sh --device cuda      on the GPU machine: 2 ranks sharing its GPU through the MPI
-#                                                    backend (binaries from the bundle, $B or .gpu/bin)
+#   bash bench/shard_optimizer.sh --device cuda      on the GPU machine (binaries from the bundle, $B or .gpu/bin):
+#                                                    one rank per GPU over NCCL where the node has RANKS GPUs,
+#                                                    else (or with DDP_BACKEND=mpi) RANKS ranks sharing one GPU
+#                                                    through the MPI backend
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEVICE=cpu
@@ -24,8 +26,13 @@ if [ "$DEVICE" = cpu ]; then
   common=(--sizes 784,1024,1024,10 --batch 128 --device cpu --iters 10 --repeats 5)
 else
   BIN="${B:-$PWD/.gpu/bin}/step_bench"
-  export DDP_BACKEND=mpi  # several ranks on one GPU: NCCL refuses that
-  read -r -a mpi_opts <<<"${MPIRUN_OPTS:---oversubscribe --bind-to none}"
+  if [ "${DDP_BACKEND:-}" != mpi ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge "$RANKS" ]; then
+    export NCCL_NVLS_ENABLE=0
+    read -r -a mpi_opts <<<"${MPIRUN_OPTS:---bind-to none}"
+  else
+    export DDP_BACKEND=mpi  # several ranks on one GPU: NCCL refuses that
+    read -r -a mpi_opts <<<"${MPIRUN_OPTS:---oversubscribe --bind-to none}"
+  fi
   common=(--sizes 1024,2048,2048,2048,2048,1024 --batch 1024 --device cuda --warmup 5 --iters 10 --repeats 5)
 fi
 : >"$out"
@@ -44,7 +51,7 @@ record() {  # label side args...
 for round in $(seq "$ROUNDS"); do
   echo "round $round of $ROUNDS" >&2
   for opt in sgd adamw; do
-    label="$RANKS ranks $DEVICE $opt: sharded vs unsharded"
+    label="$RANKS ranks $DEVICE${DDP_BACKEND:+ ($DDP_BACKEND)} $opt: sharded vs unsharded"
     record "$label" ours --optimizer "$opt" --shard-optimizer
     record "$label" ref --optimizer "$opt"
   done

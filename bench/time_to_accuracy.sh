@@ -9,7 +9,8 @@
 # with the data resident on the GPU, and resident + torch.compile(mode="reduce-overhead"). On the CPU: train_mlp
 # and PyTorch DDP over gloo, 2 ranks each. Raw lines go to ${OUT:-/tmp}/time_to_accuracy.jsonl.
 # TTA_EPOCHS shortens every run alike (default 30, the recipe's); TTA_ONLY=ours or =torch runs one side;
-# TTA_TORCH_MODES="resident" runs only PyTorch's fastest GPU variant.
+# TTA_TORCH_MODES="resident" runs only PyTorch's fastest GPU variant. TTA_RANKS=N on the GPU runs both sides on
+# N GPUs, one rank each: ours through ddprun -np N, PyTorch DDP over NCCL through torchrun.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 device=${TTA_DEVICE:-cuda}
@@ -22,7 +23,7 @@ if [ "$device" = cuda ]; then
   ddprun=${DDPRUN:-$B/ddprun}
   data=${DDP_GPU_DATA:-$PWD/.gpu/data}
   PY=${PY:-python3}
-  ranks=1
+  ranks=${TTA_RANKS:-1}
   [ -d /tmp/ddp-gpu-lib/lib ] && export LD_LIBRARY_PATH="/tmp/ddp-gpu-lib/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 else
   B=${B:-$PWD/bazel-bin/examples}
@@ -63,6 +64,10 @@ run() {  # label command...: times the process to its final accuracy line and to
 ours=("$ddprun" -np "$ranks" -- "$B/train_mlp" --device "$device" --data "$data" --epochs "$epochs"
       --log-every 1000000)
 torch=("$PY" bench/pytorch_train.py --device "$device" --data "$data" --epochs "$epochs")
+if [ "$device" = cuda ] && [ "$ranks" -gt 1 ]; then
+  torch=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$ranks" bench/pytorch_train.py
+         --device "$device" --data "$data" --epochs "$epochs")
+fi
 # One untimed start of each side first: the first start after the machine came up (libraries read from disk,
 # the GPU's clocks and driver state) would otherwise be charged to whichever run comes first.
 [ "${TTA_ONLY:-}" != torch ] && "${ours[@]}" --max-steps 100 >/dev/null 2>&1
@@ -95,7 +100,7 @@ fi
 # The table: each row's time and its speed-up over PyTorch's fastest run of the same call.
 best_torch=$(printf '%s\n' "${rows[@]}" | awk -F'|' '$1 ~ /^pytorch/ && $3 != "failed" { if (b == "" || $2 < b) b = $2 } END { print b }')
 echo
-echo "| run ($device, $epochs epochs) | s, process start to the final accuracy line | s, to exit | test accuracy | PyTorch's fastest / this (to exit) |"
+echo "| run ($device, $ranks rank(s), $epochs epochs) | s, process start to the final accuracy line | s, to exit | test accuracy | PyTorch's fastest / this (to exit) |"
 echo "| --- | --- | --- | --- | --- |"
 for r in "${rows[@]}"; do
   IFS='|' read -r label seconds to_final acc <<<"$r"
