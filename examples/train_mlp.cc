@@ -599,6 +599,8 @@ class Run {
         if (last_saved_step_ != step_) save(epoch_finished ? epoch + 1 : epoch, epoch_finished ? 0 : position);
         break;
       }
+      // The next epoch's order is drawn while the device still runs this one's queued steps, not after.
+      if (!done_ && epoch + 1 < f_.epochs) sampler_->set_epoch(epoch + 1);
       // The host runs up to an epoch ahead of the device: wait here, so the time line charges the queued steps
       // to training and not to the evaluation that would otherwise wait for them (one wait per epoch).
       stream_.synchronize();

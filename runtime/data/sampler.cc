@@ -87,9 +87,11 @@ void DistributedSampler::set_global_position(int64_t position) {
 }
 
 void DistributedSampler::lay_out(int64_t epoch, int64_t start) {
+  position_ = 0;
+  if (laid_out_ && epoch == epoch_ && start == start_) return;  // the same indices again
+  laid_out_ = true;
   epoch_ = epoch;
   start_ = start;
-  position_ = 0;
   const int64_t n = options_.dataset_size;
   const int64_t r = options_.num_replicas;
   const int64_t left = std::max<int64_t>(0, n - start);

@@ -122,6 +122,28 @@ TEST(DistributedSampler, RanksTimesBatchEqualsOneRankWithBigBatch) {
   }
 }
 
+TEST(DistributedSampler, SettingTheEpochLaidOutAlreadyRewindsToTheSameIndices) {
+  // train_mlp lays out the next epoch before the device finishes the current one, then sets it again.
+  const int64_t n = 200;
+  DistributedSampler fresh(opts(n, 2, 1, true));
+  fresh.set_epoch(5);
+  DistributedSampler early(opts(n, 2, 1, true));
+  early.set_epoch(5);
+  std::vector<int64_t> a, b;
+  early.next_batch(8, &a);  // partly consumed, then set again: back at the start
+  early.set_epoch(5);
+  early.set_global_position(0);
+  EXPECT_EQ(early.global_position(), 0);
+  EXPECT_EQ(early.indices(), fresh.indices());
+  // A resume point in the epoch is another layout; setting the epoch again lays the whole of it out.
+  early.set_global_position(48);
+  EXPECT_EQ(early.num_samples(), (n - 48) / 2);
+  early.set_epoch(5);
+  EXPECT_EQ(early.indices(), fresh.indices());
+  early.set_epoch(6);
+  EXPECT_NE(early.indices(), fresh.indices());
+}
+
 TEST(DistributedSampler, ResumeAtGlobalPosition) {
   // Two ranks, 3 steps of batch 8 consumed: global position 48. Resuming with 2 ranks continues exactly.
   const int64_t n = 200;
