@@ -100,7 +100,7 @@ def train(args, rank=0, world=1):
     test_x, test_y = load(args.data, "test")
     model = build_model(args.hidden, args.layers).to(device)
     if world > 1:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if device.type == "cuda" else None)
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
                             **({"fused": True} if device.type == "cuda" and args.mode != "compiled" else {}))
     n = train_x.shape[0]
