@@ -12,6 +12,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A non-blocking communicator answers most calls with ncclInProgress and finishes enqueuing them within
+// microseconds: polling with sleeps of 100 us made every eager collective cost a sleep on the host (an eager
+// 2-rank step of the main job took 838 us against 146 us as a graph). So the wait spins first, then sleeps.
+constexpr auto kSpinBeforeSleeping = std::chrono::milliseconds(2);
+
 }  // namespace
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm comm, const Device& device,
@@ -47,7 +52,8 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm comm, const 
 }
 
 void NcclCommunicator::wait_ready(double timeout_s, const char* what) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration<double>(timeout_s);
   while (true) {
     ncclResult_t state = ncclSuccess;
     DDP_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
@@ -63,7 +69,11 @@ void NcclCommunicator::wait_ready(double timeout_s, const char* what) {
                           " s; the communicator was aborted (is every rank alive and reaching this call?)",
                       __FILE__, __LINE__);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (Clock::now() - start < kSpinBeforeSleeping) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 }
 
