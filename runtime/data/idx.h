@@ -58,6 +58,7 @@ constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mni
 constexpr float kFashionMnistMean = 0.2860f;
 constexpr float kFashionMnistStd = 0.3530f;
 constexpr int kFashionMnistClasses = 10;
+constexpr int64_t kFashionMnistFeatures = 28 * 28;  // the loader accepts [N, 28, 28] images only
 
 enum class Split { kTrain, kTest };
 
