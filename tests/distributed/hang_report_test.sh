@@ -152,7 +152,7 @@ case "$case_name" in
     [ "$status" -eq 0 ] || fail "the job did not go on to succeed after the dump (exit status $status)"
     grep -qx "done" <<<"$out" || fail "the job did not finish its steps"
     for rank in 0 1 2 3; do
-      dumps=$(grep -cE "^rank $rank: flight recorder: in [a-z ]+ for [0-9.]+ s(, within [a-z ]+)*, step $n, pid $n on " <<<"$out")
+      dumps=$(grep -cE "^rank $rank: flight recorder: in [A-Za-z/ ]+ for [0-9.]+ s(, within [A-Za-z/ ]+)*, step $n, pid $n on " <<<"$out")
       [ "$dumps" -eq 1 ] || fail "rank $rank printed $dumps flight recorders, not one"
       grep -qE "^rank $rank:   #$n MPI_Allreduce of $n float32, bucket [0-3] of 4, step $n: issued [0-9.]+ s ago, took [0-9.]+ ms$" <<<"$out" ||
         fail "rank $rank's dump lists no completed bucket all-reduce"
