@@ -67,6 +67,7 @@ struct Args {
   bool recorder_ab = false;
   bool ddp_ab = false;
   bool shard_optimizer = false;
+  bool overlap_optimizer = false;
 };
 
 // Parses the command line; nullopt after --help or a parse error, whose exit status goes to `status`.
@@ -81,6 +82,8 @@ std::optional<Args> parse_args(int argc, char** argv, int* status) {
   app.add_option("--optimizer", a.optimizer, "sgd (momentum 0.9) | adamw")->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_flag("--ddp", a.ddp, "wrap the model in DistributedDataParallel (also at world size 1)");
   app.add_flag("--shard-optimizer", a.shard_optimizer, "with --ddp: shard the optimizer state over the ranks (ZeRO 1)");
+  app.add_flag("--overlap-optimizer", a.overlap_optimizer,
+               "with --ddp: update each bucket as soon as its all-reduce is done (DdpOptions::overlap_optimizer)");
   app.add_flag("--graph", a.graph, "capture the whole step as a CUDA graph (falls back to eager when impossible)");
   app.add_option("--warmup", a.warmup);
   app.add_option("--iters", a.iters, "steps per repeat");
@@ -167,7 +170,7 @@ class StepBench {
       ddp_ = std::make_unique<DistributedDataParallel>(
           model_, session,
           DdpOptions{.bucket_cap_mb = a.bucket_mb, .first_bucket_cap_mb = a.first_bucket_mb,
-                     .shard_optimizer = a.shard_optimizer});
+                     .shard_optimizer = a.shard_optimizer, .overlap_optimizer = a.overlap_optimizer});
     }
     if (a.optimizer == "adamw") {
       optimizer_ = std::make_unique<AdamW>(model_, AdamWOptions{2e-3, 0.9, 0.999, 1e-8, 0.05}, stream_);
@@ -418,6 +421,7 @@ void report(const Args& a, Session& session, const Measured& m, const GemmOption
     j["hidden_comm_fraction"] =
         allreduce_ms > 0 ? nlohmann::json(std::clamp(1.0 - exposed_ms / allreduce_ms, 0.0, 1.0)) : nlohmann::json(nullptr);
     j["shard_optimizer"] = a.shard_optimizer;
+    j["overlap_optimizer"] = a.overlap_optimizer;
     if (a.shard_optimizer) {
       j["allgather_ms"] = allgather_ms;
       j["exposed_allgather_ms"] = exposed_allgather_ms;

@@ -146,6 +146,7 @@ bool ParameterStore::holds(const std::vector<std::pair<std::string, Tensor>>& pa
 }
 
 void ParameterStore::zero_grad(const Stream& stream) {
+  wait_for_gradients(stream);  // a collective still reading a bucket (the optimizer skipped) finishes first
   flat_grads_.zero_(stream);
   for (ParameterSlot& s : slots_) s.param.autograd_meta().grad_valid = false;
 }

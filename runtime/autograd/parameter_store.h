@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/autograd/gradient_gate.h"
 #include "runtime/autograd/update_shard.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
@@ -101,6 +102,16 @@ class ParameterStore {
   // The same, shared: an optimizer keeps it for as long as its state is made for it.
   const std::shared_ptr<UpdateShard>& shared_update_shard() const { return update_shard_; }
 
+  // Gradients that become final piece by piece (see gradient_gate.h), or null: final when backward returns.
+  // The gate's owner sets it and clears it (null) before it goes away.
+  void set_gradient_gate(GradientGate* gate) { gradient_gate_ = gate; }
+  GradientGate* gradient_gate() const { return gradient_gate_; }
+  // Orders `stream` after every gradient is final: for code that reads the gradients other than through an
+  // optimizer's update (which waits piece by piece). Nothing without a gate.
+  void wait_for_gradients(const Stream& stream) const {
+    if (gradient_gate_ != nullptr) gradient_gate_->wait_all(stream);
+  }
+
  private:
   struct HookList {
     std::vector<GradReadyHook> hooks;
@@ -117,6 +128,7 @@ class ParameterStore {
   Tensor flat_grads_;
   std::shared_ptr<HookList> hooks_;  // shared with the per-tensor hooks, emptied when the store goes away
   std::shared_ptr<UpdateShard> update_shard_;
+  GradientGate* gradient_gate_ = nullptr;
 };
 
 }  // namespace ddp

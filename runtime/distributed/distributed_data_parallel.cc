@@ -16,6 +16,27 @@ ParameterStore& group_then_parameters(Module& model, Session& session) {
   return model.flat_parameters(session.stream());
 }
 
+}  // namespace
+
+// The store's GradientGate under DdpOptions::overlap_optimizer: the pieces are the buckets, a piece's wait is
+// its bucket's.
+class BucketGradientGate : public GradientGate {
+ public:
+  explicit BucketGradientGate(Reducer& reducer) : reducer_(reducer) {
+    for (const GradientBucket& b : reducer.plan().buckets) boundaries_.push_back(b.offset);
+    boundaries_.push_back(reducer.plan().total);
+  }
+  const std::vector<std::int64_t>& boundaries() const override { return boundaries_; }
+  void wait_piece(std::size_t k, const Stream& stream) override { reducer_.wait_bucket(k, stream); }
+  void wait_all(const Stream& stream) override { reducer_.wait_all(stream); }
+
+ private:
+  Reducer& reducer_;
+  std::vector<std::int64_t> boundaries_;
+};
+
+namespace {
+
 // Why the optimizer state cannot be sharded as asked, or "" (the same answer on every rank: the models match).
 std::string shard_refusal(const std::vector<ParameterSpec>& specs, const DdpOptions& options, int ranks) {
   if (options.compression != GradientCompression::kNone) {
@@ -50,6 +71,11 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   verify_parameters_match(world, specs);
 
   if (options.shard_optimizer) world.agree(shard_refusal(specs, options, group_.size()), "cannot shard the optimizer");
+  if (options.overlap_optimizer && options.shard_optimizer) {
+    throw InvalidArgument(
+        "DdpOptions::overlap_optimizer and shard_optimizer cannot be combined (the sharded update already "
+        "overlaps its parameter all-gathers): turn one of them off");
+  }
   const int shards = options.shard_optimizer ? group_.size() : 1;
   BucketPlan plan = plan_buckets(specs, BucketOptions{options.bucket_cap_mb, options.first_bucket_cap_mb, shards});
   parameters_.relayout(plan.layout_order(), compute_, plan.offsets, plan.total);
@@ -63,6 +89,7 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   ReducerOptions reducer_options;
   reducer_options.average = options.average;
   reducer_options.shard = options.shard_optimizer;
+  reducer_options.defer_waits = options.overlap_optimizer;
   if (options.compression == GradientCompression::kBFloat16) {
     hook_ = std::make_unique<BFloat16CompressionHook>(CommBuffer::of(parameters_.flat_grads()), compute_);
     reducer_options.hook = hook_.get();
@@ -76,12 +103,23 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
                                                  compute_);
     parameters_.set_update_shard(shard_);
   }
+  if (options.overlap_optimizer) {
+    gate_ = std::make_unique<BucketGradientGate>(*reducer_);
+    parameters_.set_gradient_gate(gate_.get());
+  }
   layout_version_ = parameters_.layout_version();  // after the shard: setting it counts as a new layout
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
   parameters_.clear_grad_ready_hooks();
   if (shard_) parameters_.set_update_shard(nullptr);
+  if (gate_) {
+    try {
+      gate_->wait_all(compute_);  // the store's gradients stay final without this object
+    } catch (...) {
+    }
+    parameters_.set_gradient_gate(nullptr);
+  }
 }
 
 const GatherStats& DistributedDataParallel::last_gather_stats() {

@@ -40,6 +40,7 @@
 namespace ddp {
 
 class BucketUpdateShard;
+class BucketGradientGate;
 
 enum class GradientCompression { kNone, kBFloat16 };
 
@@ -64,6 +65,14 @@ struct DdpOptions {
   // ranks, where total counts the flat buffer with each bucket padded to a multiple of 16·N elements. Not
   // with gradient compression. Make the optimizer (and Bf16Weights) after this object.
   bool shard_optimizer = false;
+  // The optimizer's update overlaps the all-reduces: backward() returns without ordering the compute stream
+  // after the buckets, and the optimizer updates each bucket as soon as its own all-reduce is done (the store
+  // carries a GradientGate), so the earlier buckets' updates run while the last bucket, which only starts when
+  // backward ends, is on the wire. The parameters are the same bits. What changes for the caller: between
+  // backward() and the optimizer's step the gradients are not final for other readers; clip_grad_norm and
+  // zero_grad wait for them, code of one's own calls parameters.wait_for_gradients(stream) first. Not with
+  // shard_optimizer or join().
+  bool overlap_optimizer = false;
 };
 
 class DistributedDataParallel {
@@ -82,7 +91,8 @@ class DistributedDataParallel {
   // Backward of `loss` (a one-element float32 tensor) on the compute stream, with the gradients all-reduced
   // (averaged, unless DdpOptions::average is off) as they become final. Returns once everything is enqueued:
   // the compute stream is ordered after the last bucket, so the optimizer can be enqueued at once; on the CPU
-  // the gradients are final on return. Every rank must call it the same number of times. Throws
+  // the gradients are final on return. (With DdpOptions::overlap_optimizer the optimizer's step does that
+  // ordering bucket by bucket instead.) Every rank must call it the same number of times. Throws
   // InvalidArgument when a parameter got no gradient (see find_unused_parameters) or the parameters were
   // re-laid out since construction.
   void backward(const Tensor& loss);
@@ -143,6 +153,7 @@ class DistributedDataParallel {
   DdpOptions options_;
   const JoinOptions* join_ = nullptr;  // while join() runs
   std::unique_ptr<CommHook> hook_;
+  std::unique_ptr<BucketGradientGate> gate_;  // overlap_optimizer
   std::unique_ptr<Reducer> reducer_;
   std::shared_ptr<BucketUpdateShard> shard_;  // also held by the store while this object lives
 };

@@ -19,6 +19,8 @@ CommBuffer whole(const Tensor& t) { return CommBuffer{t.data_ptr(), t.numel(), t
 
 void DistributedDataParallel::join(const std::function<void()>& loop, const JoinOptions& options) {
   DDP_CHECK(join_ == nullptr, "DistributedDataParallel::join called inside join");
+  DDP_CHECK(gate_ == nullptr, "DistributedDataParallel::join cannot run with DdpOptions::overlap_optimizer: "
+                              "turn the overlap off for a loop with uneven inputs");
   join_ = &options;
   struct Reset {
     DistributedDataParallel& ddp;

@@ -23,6 +23,7 @@ Reducer::Reducer(ProcessGroup& group, BucketPlan plan, CommBuffer gradients, con
   if (compute_.device().is_cuda()) {
     backward_begin_ = Event::create(compute_.device(), /*timing=*/true);
     backward_end_ = Event::create(compute_.device(), /*timing=*/true);
+    last_wait_begin_ = Event::create(compute_.device(), /*timing=*/true);
     comm_done_ = Event::create(compute_.device(), /*timing=*/true);
   }
 }
@@ -51,6 +52,10 @@ double Reducer::now_us() const {
 
 void Reducer::prepare_for_backward() {
   DDP_ASSERT(!in_backward_, "prepare_for_backward called twice without finalize");
+  // Deferred waits nobody took (a skipped optimizer step): this backward writes the buckets those collectives
+  // still read.
+  wait_all(compute_);
+  waited_.clear();
   for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
     pending_[b] = static_cast<int>(plan_.buckets[b].parameters.size());
   }
@@ -135,41 +140,65 @@ void Reducer::finalize() {
   launch_ready_buckets();
 
   if (compute_.device().is_cuda()) backward_end_.record(compute_);
-  const auto wait_start = std::chrono::steady_clock::now();
+  wait_start_ = std::chrono::steady_clock::now();
+  host_wait_ms_ = 0;
   // Fewer contributors than ranks: a hook averaged over the group, the default all-reduce summed.
-  float rescale = 1.0f;
+  rescale_ = 1.0f;
   if (options_.average && contributors_ != group_.size()) {
-    rescale = options_.hook != nullptr ? static_cast<float>(group_.size()) / static_cast<float>(contributors_)
-                                       : 1.0f / static_cast<float>(contributors_);
+    rescale_ = options_.hook != nullptr ? static_cast<float>(group_.size()) / static_cast<float>(contributors_)
+                                        : 1.0f / static_cast<float>(contributors_);
   }
-  for (std::size_t b = 0; b < works_.size(); ++b) {
-    // Never issued: the error that stopped it is on its way to the caller, and there is nothing to wait for.
-    DDP_CHECK(works_[b] != nullptr, "bucket " + std::to_string(b) + "'s all-reduce was never issued");
-    works_[b]->wait(compute_);
-    if (options_.hook != nullptr) options_.hook->finish(b, bucket_view(b), compute_);
-    if (rescale != 1.0f) {
-      const CommBuffer view = bucket_view(b);
-      DDP_DISPATCH(view.device, scale, static_cast<float*>(view.data), view.count, rescale, compute_.handle());
-    }
+  waited_.assign(works_.size(), false);
+  unwaited_ = works_.size();
+  if (unwaited_ == 0 && !is_capturing(compute_)) end_waits(compute_);
+  if (!options_.defer_waits) wait_all(compute_);
+}
+
+void Reducer::wait_bucket(std::size_t b, const Stream& stream) {
+  if (b >= waited_.size() || waited_[b]) return;
+  // Never issued: the error that stopped it is on its way to the caller, and there is nothing to wait for.
+  DDP_CHECK(works_[b] != nullptr, "bucket " + std::to_string(b) + "'s all-reduce was never issued");
+  const bool timed = !is_capturing(stream);
+  const bool last = unwaited_ == 1;
+  if (options_.defer_waits && last && timed && stream.device().is_cuda()) last_wait_begin_.record(stream);
+  const auto host_start = std::chrono::steady_clock::now();
+  works_[b]->wait(stream);
+  if (options_.hook != nullptr) options_.hook->finish(b, bucket_view(b), stream);
+  if (rescale_ != 1.0f) {
+    const CommBuffer view = bucket_view(b);
+    DDP_DISPATCH(view.device, scale, static_cast<float*>(view.data), view.count, rescale_, stream.handle());
   }
-  if (is_capturing(compute_)) return;  // no timings: see ReducerStats::timed
-  if (compute_.device().is_cuda()) {
+  host_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count();
+  waited_[b] = true;
+  if (--unwaited_ == 0 && timed) end_waits(stream);
+}
+
+void Reducer::wait_all(const Stream& stream) {
+  for (std::size_t b = 0; b < waited_.size(); ++b) wait_bucket(b, stream);
+}
+
+void Reducer::end_waits(const Stream& stream) {
+  if (stream.device().is_cuda()) {
     // Exposed time is measured on the device, when asked for: how long the compute stream sat waiting.
-    comm_done_.record(compute_);
+    comm_done_.record(stream);
   } else {
+    // Waited on the host: all of it since backward ended, or (deferred) the time inside the waits.
     stats_.exposed_comm_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wait_start).count();
+        options_.defer_waits
+            ? host_wait_ms_
+            : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wait_start_).count();
   }
   stats_pending_ = true;
 }
 
 const ReducerStats& Reducer::last_stats() {
+  wait_all(compute_);  // deferred waits nobody took yet
   if (!stats_pending_) return stats_;
   stats_pending_ = false;
   stats_.timed = true;
   if (compute_.device().is_cuda()) {
     comm_done_.synchronize();
-    stats_.exposed_comm_ms = comm_done_.elapsed_ms_since(backward_end_);
+    stats_.exposed_comm_ms = comm_done_.elapsed_ms_since(options_.defer_waits ? last_wait_begin_ : backward_end_);
   }
   stats_.allreduce_ms = 0;
   stats_.bucket_timings.assign(works_.size(), ReducerStats::BucketTiming{});

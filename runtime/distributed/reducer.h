@@ -38,10 +38,15 @@ struct ReducerOptions {
   // averaged gradients of its slice plan.shard_of(b, r) of every bucket and the rest of the buffer is left
   // undefined. Needs a plan made with shards = the group's size; no hook.
   bool shard = false;
+  // finalize() leaves each bucket's wait to wait_bucket()/wait_all() (DdpOptions::overlap_optimizer: the
+  // optimizer updates a bucket as soon as its own collective is done). prepare_for_backward() and last_stats()
+  // wait for what is left.
+  bool defer_waits = false;
 };
 
 // Per-step timing, in milliseconds. `exposed_comm_ms` is the time the compute stream (or thread) waited for
-// communication after backward ended: zero when all of it was hidden under backward.
+// communication after backward ended: zero when all of it was hidden under backward. With deferred waits it
+// is the wait for the last bucket, after the work queued before it (the optimizer's earlier buckets).
 struct ReducerStats {
   // False for a backward captured into a CUDA graph: its events are graph nodes with no times of their own, so
   // none of the figures below is measured (they stay zero).
@@ -86,9 +91,14 @@ class Reducer {
   void prepare_for_backward();
   // The autograd hook: parameter `index` (registration order) has its final gradient for this backward.
   void mark_ready(std::size_t index);
-  // After backward: launches what is left, then orders the compute stream after every bucket's all-reduce.
-  // Throws if some parameter never got a gradient (a parameter unused in forward), naming it.
+  // After backward: launches what is left, then orders the compute stream after every bucket's all-reduce
+  // (unless ReducerOptions::defer_waits). Throws if some parameter never got a gradient (a parameter unused in
+  // forward), naming it.
   void finalize();
+  // Orders `stream` after bucket `bucket`'s collective (and its hook's finish and rescaling): once per bucket
+  // and backward; nothing for a bucket already waited for, or when no backward is pending.
+  void wait_bucket(std::size_t bucket, const Stream& stream);
+  void wait_all(const Stream& stream);
   // During backward: the parameters (registration indices) whose gradients are not marked ready yet.
   std::vector<std::size_t> unready_parameters() const;
   // Skips communication for the next backward(s): gradients accumulate locally (DDP's no_sync).
@@ -107,6 +117,8 @@ class Reducer {
  private:
   void launch_ready_buckets();
   void launch(std::size_t bucket);
+  // After the last bucket's wait: marks the step's device timings for last_stats().
+  void end_waits(const Stream& stream);
   CommBuffer bucket_view(std::size_t bucket) const;
   double now_us() const;
 
@@ -125,7 +137,13 @@ class Reducer {
   std::vector<std::shared_ptr<Work>> works_;
   Event backward_begin_;
   Event backward_end_;
+  Event last_wait_begin_;  // deferred waits: the stream reached the last bucket's wait
   Event comm_done_;
+  std::vector<bool> waited_;    // per bucket, this backward; empty when nothing is pending
+  std::size_t unwaited_ = 0;
+  float rescale_ = 1.0f;        // this backward's factor for the buckets (fewer contributors than ranks)
+  std::chrono::steady_clock::time_point wait_start_;
+  double host_wait_ms_ = 0;     // on the CPU: time spent in the waits
   std::chrono::steady_clock::time_point backward_start_;
   ReducerStats stats_;
   bool stats_pending_ = false;  // device-side timings not read yet

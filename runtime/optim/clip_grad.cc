@@ -45,6 +45,7 @@ double clip_grad_norm(ParameterStore& store, double max_norm, const Stream& stre
   const std::vector<FlatSpan> spans = held_gradients(store);
   UpdateShard* shard = store.update_shard();
   if (spans.empty() && shard == nullptr) return 0.0;
+  store.wait_for_gradients(stream);  // the norm reads every gradient: all of them final first
   float* grads = store.flat_grads().data<float>();
 
   double sum = 0.0;

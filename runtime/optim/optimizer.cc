@@ -120,6 +120,10 @@ void Optimizer::follow_store_layout(const Stream& stream) {
 
 void Optimizer::update_spans(const Stream& stream,
                              const std::function<void(const FlatSpan&, std::int64_t)>& update) {
+  if (GradientGate* gate = store_.gradient_gate(); gate != nullptr && shard_ == nullptr) {
+    update_behind_gate(*gate, stream, update);
+    return;
+  }
   std::int64_t state_offset = 0;
   for (std::size_t k = 0; k < spans_.size(); ++k) {
     update(spans_[k], state_offset);
@@ -135,6 +139,20 @@ void Optimizer::update_spans(const Stream& stream,
   for (const FlatSpan& s : others_) {
     DDP_DISPATCH(store_.device(), cast, DType::kFloat32, params + s.offset, DType::kBFloat16, copy + s.offset,
                  s.count, stream.handle());
+  }
+}
+
+void Optimizer::update_behind_gate(GradientGate& gate, const Stream& stream,
+                                   const std::function<void(const FlatSpan&, std::int64_t)>& update) {
+  // Unsharded, the one span is the whole buffer and the state is laid out as it: piece k's state starts at its
+  // offset. Each piece's update waits for that piece's gradients only.
+  const std::vector<std::int64_t>& bounds = gate.boundaries();
+  DDP_ASSERT(spans_.size() == 1 && spans_[0].offset == 0 && !bounds.empty() && bounds.back() == spans_[0].count,
+             "a gradient gate's pieces must cover the optimizer's one span");
+  for (std::size_t k = 0; k + 1 < bounds.size(); ++k) {
+    gate.wait_piece(k, stream);
+    const FlatSpan piece{bounds[k], bounds[k + 1] - bounds[k]};
+    if (piece.count > 0) update(piece, piece.offset);
   }
 }
 

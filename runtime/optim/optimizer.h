@@ -113,6 +113,9 @@ class Optimizer {
   // hears of each span as soon as it is queued and, after the last, the stream waits for the other ranks' spans
   // (whose bf16 copy, if any, is then refreshed from the gathered parameters).
   void update_spans(const Stream& stream, const std::function<void(const FlatSpan&, std::int64_t)>& update);
+  // update_spans under the store's gradient gate: piece by piece, each after its own gradients are final.
+  void update_behind_gate(GradientGate& gate, const Stream& stream,
+                          const std::function<void(const FlatSpan&, std::int64_t)>& update);
   template <typename Scalars>
   Scalars* device_scalars_as() const {
     static_assert(sizeof(Scalars) <= kDeviceScalarBytes, "the step's scalars must fit the device slot");

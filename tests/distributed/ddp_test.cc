@@ -118,6 +118,10 @@ class DdpTest : public ddp::testing::RankTest {
                                   << " vs " << want[at] << "), scale " << scale;
   }
 
+  // The whole step (DDP's all-reduces and, with `overlap`, the optimizer's per-bucket waits) captured into a
+  // CUDA graph replays the parameters of eager steps bit for bit.
+  void check_captured_step_replays_eager_steps(bool overlap);
+
   template <typename MakeOptimizer>
   void check_equivalence(MakeOptimizer make_optimizer, int steps) {
     // The reference: one process, the whole N·b batch, no DDP.
@@ -167,6 +171,60 @@ TEST_F(DdpTest, AdamWMatchesOneProcessOnTheWholeBatch) {
         return std::make_unique<AdamW>(store, o, stream_);
       },
       5);
+}
+
+// DdpOptions::overlap_optimizer: the optimizer updates each bucket once its own all-reduce is done. The same
+// kernels on the same gradients: the same bits as the ordinary step, with a gradient norm clipped between
+// backward and step (clip_grad_norm waits for every bucket), with bfloat16 compression (its decompression runs
+// at each bucket's wait), and after a step whose optimizer was skipped (zero_grad waits).
+TEST_F(DdpTest, TheOverlappedOptimizerGivesTheBitsOfTheOrdinaryStep) {
+  for (GradientCompression compression : {GradientCompression::kNone, GradientCompression::kBFloat16}) {
+    for (bool adamw : {false, true}) {
+      auto run = [&](bool overlap, std::vector<double>* norms) {
+        DdpOptions options;
+        options.first_bucket_cap_mb = 0.001;  // several buckets
+        options.bucket_cap_mb = 0.004;
+        options.compression = compression;
+        options.overlap_optimizer = overlap;
+        MLP model(kSizes, Activation::kRelu, 9, device_, stream_);
+        DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_, options);
+        EXPECT_GT(ddp.plan().buckets.size(), 2u);
+        std::unique_ptr<Optimizer> optimizer;
+        if (adamw) {
+          optimizer = std::make_unique<AdamW>(*model.parameter_store(), AdamWOptions{.lr = 1e-2}, stream_);
+        } else {
+          optimizer = std::make_unique<Sgd>(*model.parameter_store(), SgdOptions{.lr = 0.1, .momentum = 0.9}, stream_);
+        }
+        for (int s = 0; s < 5; ++s) {
+          auto [x, y] = rows(make_batch(kLocalBatch * size_, s), rank_ * kLocalBatch, kLocalBatch);
+          model.zero_grad(stream_);
+          ddp.backward(ops::cross_entropy(model.forward(x, stream_), y, stream_));
+          if (s == 1) continue;  // a skipped step: the next zero_grad must wait for its all-reduces
+          if (s == 2) norms->push_back(clip_grad_norm(*model.parameter_store(), 0.5, stream_));
+          optimizer->step(stream_);
+        }
+        return ordered(model);
+      };
+      std::vector<double> plain_norms, overlapped_norms;
+      const std::vector<float> plain = run(false, &plain_norms);
+      const std::vector<float> overlapped = run(true, &overlapped_norms);
+      EXPECT_EQ(overlapped, plain) << (adamw ? "AdamW" : "SGD") << ", compression "
+                                   << (compression == GradientCompression::kNone ? "off" : "bf16");
+      EXPECT_EQ(overlapped_norms, plain_norms);
+    }
+  }
+}
+
+TEST_F(DdpTest, TheOverlappedOptimizerRefusesShardingAndJoin) {
+  MLP model(kSizes, Activation::kRelu, 9, device_, stream_);
+  DdpOptions options;
+  options.overlap_optimizer = true;
+  options.shard_optimizer = true;
+  EXPECT_THROW(DistributedDataParallel(model.flatten_parameters(stream_), *group_, test_world(), stream_, options),
+               InvalidArgument);
+  options.shard_optimizer = false;
+  DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_, options);
+  EXPECT_THROW(ddp.join([] {}), InvalidArgument);
 }
 
 TEST_F(DdpTest, NoSyncAccumulationEqualsOneLargerBatch) {
@@ -292,9 +350,17 @@ TEST_F(DdpTest, AnUnusedParameterIsNamedUnlessFindUnusedParametersIsSet) {
 // eager steps with the same schedule. NCCL only: the MPI backend stages through the host and cannot be captured.
 TEST_F(DdpTest, ACapturedStepReplaysTheBitsOfEagerSteps) {
   if (!device_.is_cuda() || group_->backend() != Backend::kNccl) GTEST_SKIP() << "needs CUDA and the NCCL backend";
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap_optimizer" : "ordinary step");
+    check_captured_step_replays_eager_steps(overlap);
+  }
+}
+
+void DdpTest::check_captured_step_replays_eager_steps(bool overlap) {
   DdpOptions options;
   options.first_bucket_cap_mb = 0.001;  // several buckets, so several all-reduces inside the graph
   options.bucket_cap_mb = 0.004;
+  options.overlap_optimizer = overlap;
   MLP eager_model(kSizes, Activation::kRelu, 11, device_, stream_);
   DistributedDataParallel eager_ddp(eager_model.flatten_parameters(stream_), *group_, test_world(), stream_, options);
   AdamW eager_opt(*eager_model.parameter_store(), AdamWOptions{}, stream_);
