@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Where the main job's graphed step loses time against step_bench's (issue 12: train_mlp's fp32 step averages
-# 110-115 us on the H200 where step_bench's graphed step of the same model takes 92.5 us). train_mlp's default
-# recipe under variations that each test one explanation, in one call, then a table of the time line's steps:
+# Where the main job's graphed step loses time against step_bench's (issue 12), by train_mlp's default recipe
+# under variations that each test one explanation, in one call, then a table of the time line's steps:
 #   - the host's lead: with no loss read the host queues up to an epoch of replays; reading the loss every 10 or
 #     50 steps keeps it near the device;
 #   - cuBLASLt's first algorithm choice (DDP_GEMM_AUTOTUNE=1) and the second backward stream (concurrent);
 #   - the batch's shape: 120 and 125 rows (no short last batch) against 128.
+# What it found (bench/NOTES.md, seventh session): the second backward stream cost the graphed step 12 us (now
+# off by default); the rest of the time line's average over step_bench was the first step's kernel loading and
+# the epoch boundaries, not the steady state (read that from --metrics-file windows, as RESULTS.md does).
 #   bash bench/main_job_gap.sh                      (GPU machine: binaries from .gpu/bin, data from .gpu/data)
 #   GAP_DEVICE=cpu GAP_EPOCHS=1 bash bench/main_job_gap.sh   (this machine: checks the script, not the GPU)
 set -uo pipefail
