@@ -509,7 +509,7 @@ std::vector<std::int64_t> layer_sizes(const Flags& f) {
 }
 
 // The first step on a GPU loads every kernel it launches (CUDA loads them lazily) and makes cuBLASLt's plan for
-// every GEMM shape: a tenth of a second or more, with the device idle before and after. The start-up would
+// every GEMM shape: a good part of the start-up, with the device idle before and after. The start-up would
 // otherwise spend that time waiting for the data set's read; so one step of a throwaway model of the same sizes,
 // precision and optimizer runs on zeros meanwhile. What stays is what the real run reuses: the loaded kernels,
 // the GEMM plans (each shape's first algorithm, the same one the run would pick) and the allocator's cache.

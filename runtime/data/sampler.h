@@ -57,8 +57,8 @@ class DistributedSampler {
   explicit DistributedSampler(const SamplerOptions& options);
 
   // Draws the epoch's permutation and rewinds to its start. Laying out the epoch and start already laid out only
-  // rewinds (drawing 60000 indices takes most of a millisecond): a training loop can lay out the next epoch
-  // while the device finishes this one and set it again where the epoch begins.
+  // rewinds (drawing a large data set's permutation is host time the device may wait for): a training loop can
+  // lay out the next epoch while the device finishes this one and set it again where the epoch begins.
   void set_epoch(int64_t epoch);
   int64_t epoch() const { return epoch_; }
   // Lays out the rest of the current epoch from global sample position `position` (a checkpoint's, saved at

@@ -12,9 +12,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A non-blocking communicator answers most calls with ncclInProgress and finishes enqueuing them within
-// microseconds: polling with sleeps of 100 us made every eager collective cost a sleep on the host (an eager
-// 2-rank step of the main job took 838 us against 146 us as a graph). So the wait spins first, then sleeps.
+// A non-blocking communicator answers many calls with ncclInProgress and finishes enqueuing them within
+// microseconds: a sleep at the first poll would make every eager collective cost a sleep on the host (see
+// bench/RESULTS.md, seventh session). So the wait spins first, then sleeps.
 constexpr auto kSpinBeforeSleeping = std::chrono::milliseconds(2);
 
 }  // namespace

@@ -8,10 +8,10 @@
 //     from run to run with noise, and different algorithms round differently: results stay correct but are no
 //     longer bitwise repeatable across runs. So it is opt-in.
 //   * concurrent backward: a Linear's dx and dw GEMMs are independent, and on two streams they could fill the
-//     GPU together where either alone leaves SMs idle. Measured, they do not: the GEMMs alone gain 1-2 us a
-//     step, and a CUDA graph of the small main-job step is slower with the branches than serial (the
-//     split-K kernels of both GEMMs then compete for the SMs). So it is off by default; the arithmetic is the
-//     same either way (each GEMM is the same call), kept for models where it wins (see bench/RESULTS.md).
+//     GPU together where either alone leaves SMs idle. Measured, they do not: the GEMMs alone gain little,
+//     and a CUDA graph of the small main-job step is slower with the branches than serial (the split-K
+//     kernels of both GEMMs then compete for the SMs; bench/RESULTS.md). So it is off by default; the
+//     arithmetic is the same either way (each GEMM is the same call), kept for models where it wins.
 #pragma once
 
 namespace ddp::kernels::cuda {
