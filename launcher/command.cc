@@ -302,9 +302,10 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
 }
 
 std::vector<std::string> build_probe_command(const std::string& host, const MachineFacts& facts,
-                                             const std::string& probe) {
+                                             const std::string& probe, const std::string& session_base) {
   std::vector<std::string> cmd = {"mpirun", "-np", "1"};
   if (facts.root) cmd.push_back("--allow-run-as-root");
+  if (!session_base.empty()) cmd.insert(cmd.end(), {"--mca", "orte_local_tmpdir_base", session_base});
   // Unbound, so that the probe sees every core the host gives the job.
   cmd.insert(cmd.end(), {"--host", host, "--bind-to", "none", probe, kProbeFlag});
   return cmd;

@@ -90,9 +90,12 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
                                               const std::string& rank_wrapper = "");
 constexpr const char* kRankWrapperFlag = "--ddprun-rank-wrapper";
 
-// The mpirun command that starts `probe` (ddprun's own path) with kProbeFlag once on `host` (hosts.h).
+// The mpirun command that starts `probe` (ddprun's own path) with kProbeFlag once on `host` (hosts.h). With a
+// `session_base`, that mpirun keeps its session directory under it instead of the shared TMPDIR: the probes of
+// all hosts run at once, and mpiruns of one machine sharing TMPDIR race on its top directory (one removes it
+// at exit while another creates its own: "A call to mkdir was unable to create the desired directory").
 std::vector<std::string> build_probe_command(const std::string& host, const MachineFacts& facts,
-                                             const std::string& probe);
+                                             const std::string& probe, const std::string& session_base = "");
 
 // Before each attempt of a job over several hosts: what the probes found, and which hosts and how many ranks
 // the attempt runs with. Hosts that did not answer are dropped when --min-np allows (np becomes the smaller of

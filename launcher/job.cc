@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -464,6 +465,14 @@ HostAnswer read_probe_output(const std::string& output, int status, bool timed_o
   return answer;
 }
 
+// A new directory of this user's under TMPDIR (or /tmp) named `prefix`.XXXXXX, or "" when none can be made
+// (the caller then does without).
+std::string private_directory(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/" + prefix + ".XXXXXX";
+  return ::mkdtemp(path.data()) != nullptr ? path : "";
+}
+
 }  // namespace
 
 std::vector<HostAnswer> probe_hosts(const std::vector<HostSlots>& hosts, const MachineFacts& facts,
@@ -474,13 +483,15 @@ std::vector<HostAnswer> probe_hosts(const std::vector<HostSlots>& hosts, const M
     std::string output;
     int status = 0;
     bool done = false;
+    std::string session_base;  // this probe's mpirun's own session directories; removed after it
   };
   std::vector<Probe> probes(hosts.size());
   const pid_t parent = ::getpid();
   for (size_t i = 0; i < hosts.size(); ++i) {
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error(std::string("ddprun: pipe failed: ") + std::strerror(errno));
-    const std::vector<std::string> argv = build_probe_command(hosts[i].host, facts, self);
+    probes[i].session_base = private_directory("ddprun-probe");
+    const std::vector<std::string> argv = build_probe_command(hosts[i].host, facts, self, probes[i].session_base);
     const pid_t pid = ::fork();
     if (pid < 0) throw Error(std::string("ddprun: fork failed: ") + std::strerror(errno));
     if (pid == 0) {
@@ -534,6 +545,10 @@ std::vector<HostAnswer> probe_hosts(const std::vector<HostSlots>& hosts, const M
     while (::waitpid(p.pid, &status, 0) < 0 && errno == EINTR) {
     }
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (!p.session_base.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(p.session_base, ignored);
+    }
     answers.push_back(read_probe_output(p.output, code, timed_out, timeout_ms));
   }
   return answers;

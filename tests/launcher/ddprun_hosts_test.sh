@@ -61,6 +61,10 @@ cleanup() {
 trap cleanup EXIT
 
 start_sshd() {  # ADDRESS PORT
+  # Each "host" gets a temporary directory of its own, as real hosts have: Open MPI's daemons there keep their
+  # session directories under TMPDIR, and two daemons of one machine sharing /tmp race on its top directory
+  # (one removes it as the other creates its own: "A call to mkdir was unable to create the desired directory").
+  mkdir -p "$session/tmp-$1"
   cat >"$dir/sshd-$1.conf" <<EOF
 ListenAddress $1:$2
 HostKey $dir/host_key
@@ -72,6 +76,7 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 PermitRootLogin prohibit-password
 MaxStartups 100
+SetEnv TMPDIR=$session/tmp-$1
 EOF
   "$sshd" -f "$dir/sshd-$1.conf" -E "$dir/sshd-$1.log" || return 1
   for _ in $(seq 50); do [ -s "$dir/sshd-$1.pid" ] && return 0; sleep 0.1; done
@@ -95,6 +100,8 @@ fi
 export OMPI_MCA_plm_rsh_args="-p $port -i $dir/key -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 ssh $OMPI_MCA_plm_rsh_args 127.0.0.3 true || { fail "ssh to 127.0.0.3 port $port failed"; cat "$dir"/sshd-*.log; exit 1; }
+remote_tmp=$(ssh $OMPI_MCA_plm_rsh_args 127.0.0.3 'echo $TMPDIR')
+[ "$remote_tmp" = "$session/tmp-127.0.0.3" ] || fail "127.0.0.3's sessions see TMPDIR '$remote_tmp', not their own"
 
 # 1. --hosts with 2 slots each: with 2 cores a host, each rank gets 1 core, and the two ranks of a host differ.
 cores=$("$ddprun" --ddprun-probe | sed -n 's/^ddprun-probe: cores=\([0-9]*\) .*/\1/p')

@@ -107,6 +107,10 @@ TEST(Probe, CommandStartsDdprunOnceOnTheHostUnbound) {
   facts.root = true;
   EXPECT_EQ(joined(build_probe_command("node7", facts, "/opt/ddprun")),
             "mpirun -np 1 --allow-run-as-root --host node7 --bind-to none /opt/ddprun --ddprun-probe");
+  // Probes run side by side: each mpirun keeps its session directory apart.
+  EXPECT_EQ(joined(build_probe_command("node7", facts, "/opt/ddprun", "/tmp/ddprun-probe.ab12cd")),
+            "mpirun -np 1 --allow-run-as-root --mca orte_local_tmpdir_base /tmp/ddprun-probe.ab12cd --host node7 "
+            "--bind-to none /opt/ddprun --ddprun-probe");
 }
 
 LaunchOptions over(const std::string& hosts, int np = 0, int min_np = 0) {
