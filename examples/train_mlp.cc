@@ -462,7 +462,8 @@ struct PhaseTimes {
                   "device warm-up %.2f, data %.2f, model and DDP %.2f), %lld steps %.2f s (%.0f us each), "
                   "evaluation %.2f s, checkpoints %.2f s",
                   total, world_s + warm_s + data_s + setup_s, world_s, world.mpi_s, world.device_s, world.nccl_s,
-                  warm_s, data_s, setup_s, steps, train_s, steps > 0 ? train_s * 1e6 / steps : 0.0, eval_s, checkpoint_s);
+                  warm_s, data_s, setup_s, steps, train_s, steps > 0 ? train_s * 1e6 / steps : 0.0, eval_s,
+                  checkpoint_s);
     return text;
   }
 };

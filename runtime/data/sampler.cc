@@ -73,7 +73,7 @@ DistributedSampler::DistributedSampler(const SamplerOptions& options) : options_
                           " samples and " + std::to_string(options.num_replicas) +
                           " ranks leaves no sample for any rank");
   }
-  set_epoch(0);
+  draw(0, 0);
 }
 
 void DistributedSampler::set_epoch(int64_t epoch) { lay_out(epoch, 0); }
@@ -88,8 +88,10 @@ void DistributedSampler::set_global_position(int64_t position) {
 
 void DistributedSampler::lay_out(int64_t epoch, int64_t start) {
   position_ = 0;
-  if (laid_out_ && epoch == epoch_ && start == start_) return;  // the same indices again
-  laid_out_ = true;
+  if (epoch != epoch_ || start != start_) draw(epoch, start);  // else the same indices again
+}
+
+void DistributedSampler::draw(int64_t epoch, int64_t start) {
   epoch_ = epoch;
   start_ = start;
   const int64_t n = options_.dataset_size;

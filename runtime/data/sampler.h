@@ -92,13 +92,14 @@ class DistributedSampler {
   const SamplerOptions& options() const { return options_; }
 
  private:
-  // Lays out `epoch` from global position `start`.
+  // Lays out `epoch` from global position `start` and rewinds; draws only when that is not the current layout.
   void lay_out(int64_t epoch, int64_t start);
+  // Draws `epoch`'s permutation and this rank's indices of it from `start`.
+  void draw(int64_t epoch, int64_t start);
   // This rank's samples in an epoch laid out from its start.
   int64_t whole_epoch_samples() const;
 
   SamplerOptions options_;
-  bool laid_out_ = false;
   int64_t epoch_ = 0;
   int64_t start_ = 0;  // the global position the epoch was laid out from
   int64_t total_size_ = 0;

@@ -140,7 +140,6 @@ void Reducer::finalize() {
   launch_ready_buckets();
 
   if (compute_.device().is_cuda()) backward_end_.record(compute_);
-  wait_start_ = std::chrono::steady_clock::now();
   host_wait_ms_ = 0;
   // Fewer contributors than ranks: a hook averaged over the group, the default all-reduce summed.
   rescale_ = 1.0f;
@@ -182,11 +181,8 @@ void Reducer::end_waits(const Stream& stream) {
     // Exposed time is measured on the device, when asked for: how long the compute stream sat waiting.
     comm_done_.record(stream);
   } else {
-    // Waited on the host: all of it since backward ended, or (deferred) the time inside the waits.
-    stats_.exposed_comm_ms =
-        options_.defer_waits
-            ? host_wait_ms_
-            : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wait_start_).count();
+    // Waited on the host: the time inside the waits (all of it since backward ended, unless deferred).
+    stats_.exposed_comm_ms = host_wait_ms_;
   }
   stats_pending_ = true;
 }

@@ -142,7 +142,6 @@ class Reducer {
   std::vector<bool> waited_;    // per bucket, this backward; empty when nothing is pending
   std::size_t unwaited_ = 0;
   float rescale_ = 1.0f;        // this backward's factor for the buckets (fewer contributors than ranks)
-  std::chrono::steady_clock::time_point wait_start_;
   double host_wait_ms_ = 0;     // on the CPU: time spent in the waits
   std::chrono::steady_clock::time_point backward_start_;
   ReducerStats stats_;
