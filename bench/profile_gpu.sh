@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Device time of each kernel of our training step, from Nsight Compute with the clocks left as they are: where
-# the time of a step goes, kernel by kernel (GEMMs by cuBLASLt kernel name, with tile shapes). Kernels run
-# serialised under ncu, so the sum is an upper bound of the step's time, not a measure of it.
+# Device time of each kernel of our training step, from Nsight Compute with the clocks and the caches left as
+# they are (ncu's default flushes L2 before every kernel, which inflates the small step's kernels, whose weights
+# and activations stay in L2 from one kernel to the next): where the time of a step goes, kernel by kernel (GEMMs
+# by cuBLASLt kernel name, with tile shapes). Kernels run serialised under ncu, so the sum does not count the gaps
+# between them; against the step's own time it tells how much of a step is kernels and how much is between them.
 #   bash bench/profile_gpu.sh [sizes] [batch] [precision] [extra step_bench flags...]
 # On the GPU machine, from the repository root, after tools/gpu_bundle.sh; prints one line per kernel of one
 # step (after warm-up) and the total. Raw CSV: ${OUT:-/tmp}/profile_gpu.csv.
@@ -19,7 +21,7 @@ precision=${3:-fp32}
 shift $(($# < 3 ? $# : 3))
 csv="${OUT:-/tmp}/profile_gpu.csv"
 # 6 warm-up steps, then the profiled window: the kernels of the last step are those after the 6th SGD kernel.
-"$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+"$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
   mpirun -np 1 --bind-to none "$B/step_bench" --sizes "$sizes" --batch "$batch" --device cuda \
   --precision "$precision" --warmup 6 --iters 1 --repeats 1 --stats-iters 0 "$@" >"$csv" 2>"$csv.err"
 rc=$?

@@ -68,7 +68,7 @@ Tensor Bf16Weights::weight(std::size_t index) const {
   Tensor param = slot.param;
   if (autograd::should_record({&param})) {
     autograd::record("bf16_weight", {param}, {copy}, [param, copy](const Stream& s) {
-      Tensor g = autograd::grad_of(copy);
+      Tensor g = autograd::grad_of(copy, s);
       if (!g.defined()) return;
       cast_into_grad(g, autograd::grad_target(param, s), s);
     });
@@ -84,7 +84,7 @@ Tensor cast(const Tensor& x, DType dtype, const Stream& stream) {
   DDP_DISPATCH(x.device(), cast, x.dtype(), x.data_ptr(), dtype, y.data_ptr(), x.numel(), stream.handle());
   if (autograd::should_record({&x})) {
     autograd::record("cast", {x}, {y}, [x, y](const Stream& s) {
-      Tensor g = autograd::grad_of(y);
+      Tensor g = autograd::grad_of(y, s);
       if (!g.defined()) return;
       autograd::GradTarget t = autograd::grad_target(x, s);
       DDP_CHECK(!t.accumulate || t.grad.dtype() == DType::kFloat32,

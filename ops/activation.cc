@@ -18,7 +18,7 @@ Tensor activation(const Tensor& x, Activation act, const Stream& stream) {
   if (autograd::should_record({&x})) {
     const char* name = act == Activation::kRelu ? "relu" : act == Activation::kGelu ? "gelu" : "identity";
     autograd::record(name, {x}, {y}, [x, y, act, device](const Stream& s) {
-      Tensor dy = autograd::grad_of(y);
+      Tensor dy = autograd::grad_of(y, s);
       if (!dy.defined()) return;
       autograd::GradTarget gx = autograd::grad_target(x, s);
       if (!gx.grad.defined()) return;

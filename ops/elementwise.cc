@@ -42,7 +42,7 @@ Tensor add(const Tensor& a, const Tensor& b, const Stream& stream) {
   DDP_DISPATCH(device, add, a.data<float>(), b.data<float>(), y.data<float>(), y.numel(), stream.handle());
   if (autograd::should_record({&a, &b})) {
     autograd::record("add", {a, b}, {y}, [a, b, y](const Stream& s) {
-      const Tensor dy = autograd::grad_of(y);
+      const Tensor dy = autograd::grad_of(y, s);
       if (!dy.defined()) return;
       add_scaled_grad(a, dy, 1.0f, s);
       add_scaled_grad(b, dy, 1.0f, s);
@@ -59,7 +59,7 @@ Tensor scale(const Tensor& x, double alpha, const Stream& stream) {
   DDP_DISPATCH(device, axpby, x.data<float>(), y.data<float>(), y.numel(), factor, 0.0f, stream.handle());
   if (autograd::should_record({&x})) {
     autograd::record("scale", {x}, {y}, [x, y, factor](const Stream& s) {
-      const Tensor dy = autograd::grad_of(y);
+      const Tensor dy = autograd::grad_of(y, s);
       if (dy.defined()) add_scaled_grad(x, dy, factor, s);
     });
   }
@@ -73,7 +73,7 @@ Tensor mul(const Tensor& a, const Tensor& b, const Stream& stream) {
   DDP_DISPATCH(device, mul, a.data<float>(), b.data<float>(), y.data<float>(), y.numel(), false, stream.handle());
   if (autograd::should_record({&a, &b})) {
     autograd::record("mul", {a, b}, {y}, [a, b, y, device](const Stream& s) {
-      const Tensor dy = autograd::grad_of(y);
+      const Tensor dy = autograd::grad_of(y, s);
       if (!dy.defined()) return;
       // d(a⊙b)/da = b and d(a⊙b)/db = a: each input's gradient is dy times the other input.
       auto add_grad_times = [&](const Tensor& input, const Tensor& other) {
@@ -100,7 +100,7 @@ Tensor to_device(const Tensor& x, const Device& device, const Stream& stream) {
   Tensor y = x.copy_to(device, stream);
   if (autograd::should_record({&x})) {
     autograd::record(kOp, {x}, {y}, [x, y, from](const Stream& s) {
-      const Tensor dy = autograd::grad_of(y);
+      const Tensor dy = autograd::grad_of(y, s);
       if (!dy.defined()) return;
       if (from.is_cuda() || dy.device().is_cuda()) {
         DDP_CHECK(s.device().is_cuda(), "to_device: the gradient of a copy from " + from.str() + " to " +

@@ -29,7 +29,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const T
     autograd::record(
         "linear", {x, w_target, b_target}, {y},
         [x, w, w_target, b_target, y, pre, act, math, shape, types, device](const Stream& s) {
-          Tensor dy = autograd::grad_of(y);
+          Tensor dy = autograd::grad_of(y, s);
           if (!dy.defined()) return;
           autograd::GradTarget gx = autograd::grad_target(x, s);
           autograd::GradTarget gw = autograd::grad_target(w_target, s);

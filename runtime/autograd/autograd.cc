@@ -78,17 +78,20 @@ bool adopt_grad(const Tensor& t, const Tensor& g) {
   return true;
 }
 
-Tensor grad_of(const Tensor& output) {
+Tensor grad_of(const Tensor& output, const Stream& stream) {
   if (!output.has_autograd_meta()) return Tensor();
-  const AutogradMeta& m = output.autograd_meta();
-  if (!m.grad || !m.grad_valid) return Tensor();
-  return Tensor(m.grad);
+  AutogradMeta& m = output.autograd_meta();
+  if (!m.grad_valid) return Tensor();
+  if (!m.grad && m.grad_host_scalar) {
+    m.grad = Tensor::full(output.shape(), *m.grad_host_scalar, output.dtype(), output.device(), stream).impl();
+  }
+  return m.grad ? Tensor(m.grad) : Tensor();
 }
 
 double scalar_grad_value(const Tensor& output, const Stream& stream) {
   const AutogradMeta& m = output.autograd_meta();
   if (m.grad_host_scalar) return *m.grad_host_scalar;
-  Tensor g = grad_of(output);
+  Tensor g = grad_of(output, stream);
   DDP_CHECK(g.defined() && g.numel() == 1, "scalar_grad_value: no scalar gradient for " + output.describe());
   return static_cast<double>(g.to_vector<float>(stream)[0]);
 }
@@ -101,9 +104,10 @@ void backward(const Tensor& loss, const Stream& stream) {
   std::vector<Node> nodes = std::move(tape().nodes);
   tape().nodes.clear();
 
+  // The seed, d loss / d loss = 1, as a host value: the loss ops read it so (no fill kernel in the step), and
+  // grad_of makes the tensor for any other node.
   AutogradMeta& loss_meta = loss.autograd_meta();
-  Tensor seed = Tensor::full(loss.shape(), 1.0, DType::kFloat32, loss.device(), stream);
-  loss_meta.grad = seed.impl();
+  loss_meta.grad.reset();
   loss_meta.grad_valid = true;
   loss_meta.grad_host_scalar = 1.0;
 

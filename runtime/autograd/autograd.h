@@ -74,8 +74,9 @@ GradTarget grad_target(const Tensor& t, const Stream& stream);
 // Makes `g` (freshly computed, same shape) `t`'s gradient without a copy when `t` has none yet; returns false
 // (and does nothing) when `t` already has gradient storage, in which case the caller accumulates.
 bool adopt_grad(const Tensor& t, const Tensor& g);
-// The gradient flowing into an output of this node (undefined if none reached it).
-Tensor grad_of(const Tensor& output);
+// The gradient flowing into an output of this node (undefined if none reached it). The loss's own gradient, the
+// constant 1 that loss nodes take as a host value (scalar_grad_value), is made on `stream` only when asked for here.
+Tensor grad_of(const Tensor& output, const Stream& stream);
 // The scale of a scalar output's gradient as a host value: free when it is the loss (1.0), otherwise a
 // read-back that synchronises `stream` (a loss used inside a larger expression; rare).
 double scalar_grad_value(const Tensor& output, const Stream& stream);

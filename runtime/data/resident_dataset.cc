@@ -1,4 +1,4 @@
-// ResidentDataset: the upload, the epoch's order and the gather (ops' gather_rows kernel on either device).
+// ResidentDataset: the upload, the epoch's order and the gather (the gather_batch kernel on either device).
 #include "runtime/data/resident_dataset.h"
 
 #include <algorithm>
@@ -102,9 +102,8 @@ void ResidentDataset::gather(int64_t begin, const Tensor& x, const Tensor& y, co
                 ") of an epoch order of " + std::to_string(order_size_));
   const int64_t* positions = order_.data<int64_t>() + begin;
   const auto s = device_.is_cuda() ? stream.handle() : nullptr;
-  DDP_DISPATCH(device_, gather_rows, features_.data_ptr(), feature_count_ * 4, positions, nullptr, n, x.data_ptr(),
-               s);
-  DDP_DISPATCH(device_, gather_rows, labels_.data_ptr(), 4, positions, nullptr, n, y.data_ptr(), s);
+  DDP_DISPATCH(device_, gather_batch, features_.data_ptr(), feature_count_ * 4, labels_.data_ptr(), 4, positions,
+               nullptr, n, x.data_ptr(), y.data_ptr(), s);
 }
 
 void ResidentDataset::gather_next(const Tensor& x, const Tensor& y, const Stream& stream) {
@@ -126,9 +125,8 @@ void ResidentDataset::gather_next(const Tensor& x, const Tensor& y, const Stream
   const auto s = device_.is_cuda() ? stream.handle() : nullptr;
   const int64_t* order = order_.data<int64_t>();
   int64_t* cursor = cursor_.data<int64_t>();
-  DDP_DISPATCH(device_, gather_rows, features_.data_ptr(), feature_count_ * 4, order, cursor, n, x.data_ptr(), s);
-  DDP_DISPATCH(device_, gather_rows, labels_.data_ptr(), 4, order, cursor, n, y.data_ptr(), s);
-  DDP_DISPATCH(device_, advance_counter, cursor, n, s);
+  DDP_DISPATCH(device_, gather_batch, features_.data_ptr(), feature_count_ * 4, labels_.data_ptr(), 4, order, cursor,
+               n, x.data_ptr(), y.data_ptr(), s);
 }
 
 }  // namespace data

@@ -650,6 +650,21 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyMatchesReference) {
   check_softmax_xent(64, 1000, 100.0f, stream_, DType::kBFloat16);
 }
 
+// The one-launch reductions (the bias gradient's column sums over row chunks, cross-entropy's loss) share the
+// stream's counters: each must leave them at zero, or the next launch's last block never sees itself last and
+// its output stays poisoned (NaN), which the comparisons catch.
+TEST_F(CudaKernels, OneLaunchReductionsFollowEachOther) {
+  const LinearCase narrow{DType::kFloat32, MathMode::kFloat32, {4096, 64, 10}};  // 10 columns, many row chunks
+  const LinearCase wide{DType::kFloat32, MathMode::kFloat32, {512, 64, 1024}};   // the 16-byte path, 4 tiles
+  for (int round = 0; round < 3; ++round) {
+    run_linear_backward_case(narrow, Activation::kNone, true, false, true, stream_);
+    check_softmax_xent(256, 10, 0.0f, stream_);
+    run_linear_backward_case(wide, Activation::kRelu, true, true, true, stream_);
+    run_linear_backward_case(narrow, Activation::kRelu, true, true, true, stream_);
+    check_softmax_xent(20000, 33, 0.0f, stream_);
+  }
+}
+
 TEST_F(CudaKernels, MseMatchesReference) {
   for (std::int64_t n : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{1000003}}) {
     const auto p = random_nonzero(n, 41), t = random_nonzero(n, 42);

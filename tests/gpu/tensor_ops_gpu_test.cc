@@ -136,7 +136,8 @@ TEST_F(Gpu, AModuleFlattensOntoTheDeviceOfItsParameters) {
 }
 
 // A data set held in the GPU's memory gives the batches the CPU copy gives, bit for bit, through each access width
-// of the gather kernel: 16-byte pieces (rows of 8 floats), 4-byte pieces (rows of 3) and the int32 labels.
+// of the gather kernel: 16-byte pieces (rows of 8 floats), 4-byte pieces (rows of 3) and the int32 labels; at a
+// given place and from the cursor the kernel itself moves on.
 TEST_F(Gpu, ResidentBatchesMatchTheCpu) {
   for (std::int64_t features : {8, 3}) {
     data::Dataset d;
@@ -158,6 +159,20 @@ TEST_F(Gpu, ResidentBatchesMatchTheCpu) {
     EXPECT_EQ(gx.to_vector<float>(s()), cx.to_vector<float>(cpu_stream())) << features << " features";
     EXPECT_EQ(gy.to_vector<std::int32_t>(s()), cy.to_vector<std::int32_t>(cpu_stream())) << features << " features";
     EXPECT_EQ(cy.to_vector<std::int32_t>(cpu_stream())[0], 17 * 7 % 10);
+    // The batches that move the device-side cursor on, one launch each: the same rows as on the CPU.
+    on_cpu.set_cursor(1, cpu_stream());
+    on_gpu.set_cursor(1, s());
+    for (int batch = 0; batch < 2; ++batch) {
+      Tensor nx = Tensor::empty({3, features}, DType::kFloat32, Device::cuda(0), s());
+      Tensor ny = Tensor::empty({3}, DType::kInt32, Device::cuda(0), s());
+      Tensor mx = Tensor::empty({3, features}, DType::kFloat32, Device::cpu(), cpu_stream());
+      Tensor my = Tensor::empty({3}, DType::kInt32, Device::cpu(), cpu_stream());
+      on_cpu.gather_next(mx, my, cpu_stream());
+      on_gpu.gather_next(nx, ny, s());
+      EXPECT_EQ(nx.to_vector<float>(s()), mx.to_vector<float>(cpu_stream())) << "batch " << batch;
+      EXPECT_EQ(ny.to_vector<std::int32_t>(s()), my.to_vector<std::int32_t>(cpu_stream())) << "batch " << batch;
+    }
+    EXPECT_EQ(on_gpu.cursor(), 7);
   }
 }
 

@@ -169,14 +169,18 @@ void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, Strea
   }
 }
 
-void gather_rows(const void* src, std::int64_t row_bytes, const std::int64_t* indices, const std::int64_t* position,
-                 std::int64_t count, void* dst, StreamHandle /*stream*/) {
-  const auto* from = static_cast<const unsigned char*>(src);
-  auto* to = static_cast<unsigned char*>(dst);
+void gather_batch(const void* features, std::int64_t feature_bytes, const void* labels, std::int64_t label_bytes,
+                  const std::int64_t* indices, std::int64_t* position, std::int64_t count, void* features_dst,
+                  void* labels_dst, StreamHandle /*stream*/) {
   const std::int64_t* rows = indices + (position != nullptr ? *position : 0);
-  for (std::int64_t i = 0; i < count; ++i) std::memcpy(to + i * row_bytes, from + rows[i] * row_bytes, row_bytes);
+  auto gather = [&](const void* src, std::int64_t row_bytes, void* dst) {
+    const auto* from = static_cast<const unsigned char*>(src);
+    auto* to = static_cast<unsigned char*>(dst);
+    for (std::int64_t i = 0; i < count; ++i) std::memcpy(to + i * row_bytes, from + rows[i] * row_bytes, row_bytes);
+  };
+  gather(features, feature_bytes, features_dst);
+  gather(labels, label_bytes, labels_dst);
+  if (position != nullptr) *position += count;
 }
-
-void advance_counter(std::int64_t* counter, std::int64_t delta, StreamHandle /*stream*/) { *counter += delta; }
 
 }  // namespace ddp::kernels::cpu

@@ -90,12 +90,15 @@ constexpr int kRowLanes = 8;  // rows processed concurrently per block
 
 // Block (bx, by) covers columns [32·bx, 32·bx + 32) and rows [by·rows_per_chunk, ...). It writes dz (when there
 // is an activation, or a dz to convert into) and the chunk's column sums: directly into dbias when there is one
-// chunk, else into partials[by][col]. TDy is dy's and saved's type, TDz dz's, TB dbias's.
+// chunk, else into partials[by][col], which the last block of the column tile to finish (counted in
+// counters[bx]) adds in chunk order. TDy is dy's and saved's type, TDz dz's, TB dbias's.
 template <typename TDy, typename TDz, typename TB>
 __global__ void activation_grad_bias_kernel(Activation act, const TDy* dy, const TDy* __restrict__ saved, TDz* dz,
-                                            TB* __restrict__ dbias, float* __restrict__ partials, bool accumulate,
-                                            std::int64_t rows, std::int64_t cols, std::int64_t rows_per_chunk) {
+                                            TB* __restrict__ dbias, float* __restrict__ partials,
+                                            unsigned int* __restrict__ counters, bool accumulate, std::int64_t rows,
+                                            std::int64_t cols, std::int64_t rows_per_chunk) {
   __shared__ float sums[kRowLanes][kColTile + 1];
+  __shared__ bool finisher;
   const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
   const std::int64_t row_end = min(rows, row_begin + rows_per_chunk);
@@ -113,31 +116,31 @@ __global__ void activation_grad_bias_kernel(Activation act, const TDy* dy, const
       sum += g;
     }
   }
-  const bool want_sums = dbias != nullptr || partials != nullptr;
-  if (!want_sums) return;
+  if (dbias == nullptr) return;
   sums[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float total = 0.0f;
-    for (int k = 0; k < kRowLanes; ++k) total += sums[k][threadIdx.x];
-    if (partials != nullptr) {
-      partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
-    } else {
-      if (accumulate) total += to_float(dbias[col]);
-      dbias[col] = from_float<TB>(total);
-    }
-  }
-}
-
-template <typename T>
-__global__ void bias_grad_finalize_kernel(const float* __restrict__ partials, std::int64_t chunks, std::int64_t cols,
-                                          T* __restrict__ dbias, bool accumulate) {
-  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (col >= cols) return;
+  const bool first_row = threadIdx.y == 0;
   float total = 0.0f;
-  for (std::int64_t c = 0; c < chunks; ++c) total += partials[c * cols + col];
-  if (accumulate) total += to_float(dbias[col]);
-  dbias[col] = from_float<T>(total);
+  if (first_row && col < cols)
+    for (int k = 0; k < kRowLanes; ++k) total += sums[k][threadIdx.x];
+  if (gridDim.y == 1) {
+    if (first_row && col < cols) dbias[col] = from_float<TB>(accumulate ? total + to_float(dbias[col]) : total);
+    return;
+  }
+  if (first_row && col < cols) partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
+  __threadfence();  // the partials are visible device-wide before the count says so
+  __syncthreads();
+  const bool first_thread = threadIdx.x == 0 && threadIdx.y == 0;
+  if (first_thread) finisher = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!finisher) return;
+  __threadfence();
+  if (first_row && col < cols) {
+    float all = 0.0f;
+    for (unsigned int c = 0; c < gridDim.y; ++c) all += __ldcg(&partials[static_cast<std::int64_t>(c) * cols + col]);
+    dbias[col] = from_float<TB>(accumulate ? all + to_float(dbias[col]) : all);
+  }
+  if (first_thread) counters[blockIdx.x] = 0;  // ready for the next launch (and graph replay)
 }
 
 // The same computation, eight columns per thread with 16-byte accesses (rows of a multiple of 8 elements,
@@ -226,9 +229,9 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
   }
   if (act == Activation::kNone && dbias == nullptr && dz == nullptr) return;  // nothing to do: dz is dy
   const std::int64_t col_tiles = (cols + kVecCols - 1) / kVecCols;
+  constexpr std::int64_t kCounters = kReductionCounterBytes / sizeof(unsigned int);
   const bool vec = cols % 8 == 0 && aligned16(dy) && (act == Activation::kNone || aligned16(saved)) &&
-                   (dz == nullptr || aligned16(dz)) &&
-                   col_tiles <= static_cast<std::int64_t>(kReductionCounterBytes / sizeof(unsigned int));
+                   (dz == nullptr || aligned16(dz)) && col_tiles <= kCounters;
   if (vec) {
     // About four blocks per SM of the largest GPU, at least 8 rows (one per warp) a chunk, partials within the
     // scratch (below its counters).
@@ -239,12 +242,9 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
     if (dbias == nullptr) chunks = std::min<std::int64_t>((rows + 7) / 8, 65535);
     const std::int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
     chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-    char* scratch = dbias != nullptr && chunks > 1 ? static_cast<char*>(reduction_scratch(stream)) : nullptr;
-    float* partials = scratch != nullptr ? reinterpret_cast<float*>(scratch) : nullptr;
-    unsigned int* counters =
-        scratch != nullptr
-            ? reinterpret_cast<unsigned int*>(scratch + kReductionScratchBytes - kReductionCounterBytes)
-            : nullptr;
+    const bool two_level = dbias != nullptr && chunks > 1;
+    float* partials = two_level ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
+    unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
     const dim3 grid(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
     activation_grad_bias_vec_kernel<TDy, TDz, TB><<<grid, 256, 0, stream>>>(
         act, static_cast<const TDy*>(dy), static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
@@ -253,10 +253,14 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
     DDP_CUDA_CHECK_LAUNCH();
     return;
   }
-  // Enough row chunks to fill the GPU; with a bias gradient, bounded by the scratch for the partial sums.
+  // Enough row chunks to fill the GPU; with a bias gradient, bounded by the scratch for the partial sums (and
+  // one row chunk when there are more column tiles than counters).
   constexpr std::int64_t kRowsPerChunkMin = 64;
+  const std::int64_t col_blocks = (cols + kColTile - 1) / kColTile;
   std::int64_t chunks = (rows + kRowsPerChunkMin - 1) / kRowsPerChunkMin;
-  if (dbias != nullptr) {
+  if (dbias != nullptr && col_blocks > kCounters) {
+    chunks = 1;
+  } else if (dbias != nullptr) {
     const std::int64_t by_scratch =
         static_cast<std::int64_t>((kReductionScratchBytes - kReductionCounterBytes) /
                                   (sizeof(float) * static_cast<std::size_t>(cols)));
@@ -266,19 +270,15 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
   }
   const std::int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  float* partials = nullptr;
-  if (dbias != nullptr && chunks > 1) partials = static_cast<float*>(reduction_scratch(stream));
+  const bool two_level = dbias != nullptr && chunks > 1;
+  float* partials = two_level ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
+  unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
   const dim3 block(kColTile, kRowLanes);
-  const dim3 grid(static_cast<unsigned int>((cols + kColTile - 1) / kColTile), static_cast<unsigned int>(chunks));
+  const dim3 grid(static_cast<unsigned int>(col_blocks), static_cast<unsigned int>(chunks));
   activation_grad_bias_kernel<TDy, TDz, TB><<<grid, block, 0, stream>>>(
       act, static_cast<const TDy*>(dy), static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
-      partials == nullptr ? static_cast<TB*>(dbias) : nullptr, partials, accumulate, rows, cols, rows_per_chunk);
+      static_cast<TB*>(dbias), partials, counters, accumulate, rows, cols, rows_per_chunk);
   DDP_CUDA_CHECK_LAUNCH();
-  if (partials != nullptr) {
-    bias_grad_finalize_kernel<TB><<<blocks_for(cols), kThreads, 0, stream>>>(partials, chunks, cols,
-                                                                             static_cast<TB*>(dbias), accumulate);
-    DDP_CUDA_CHECK_LAUNCH();
-  }
 }
 
 void check_float_type(DType dtype, const char* what) {

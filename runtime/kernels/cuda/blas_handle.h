@@ -35,4 +35,10 @@ BlasContext blas_context(cudaStream_t stream);
 // kReductionScratchBytes of device memory bound to (current device, `stream`), 256-byte aligned.
 void* reduction_scratch(cudaStream_t stream);
 
+// The counters at the end of that scratch (kReductionCounterBytes / 4 of them, zero between kernels).
+inline unsigned int* reduction_counters(cudaStream_t stream) {
+  return reinterpret_cast<unsigned int*>(static_cast<char*>(reduction_scratch(stream)) + kReductionScratchBytes -
+                                         kReductionCounterBytes);
+}
+
 }  // namespace ddp::kernels::cuda

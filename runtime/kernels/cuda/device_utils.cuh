@@ -163,13 +163,42 @@ __device__ __forceinline__ T block_sum(T v, T* shared) {
   return total;
 }
 
-// out[0] (+)= Σ partials[0..count) in index order, by one block. `Acc` is the accumulation type.
-template <typename Acc, typename Out>
-__global__ void sum_partials_kernel(const Acc* __restrict__ partials, int count, Out* __restrict__ out, double scale) {
-  __shared__ Acc shared[32];
+// Σ partials[0..count) in index order by the calling block (1-D, a multiple of 32 threads); the result is valid in
+// thread 0. The partials are read past L1 (__ldcg): other blocks of the same launch wrote them.
+template <typename Acc>
+__device__ __forceinline__ Acc sum_in_order(const Acc* partials, int count, Acc* shared) {
   Acc v = Acc(0);
-  for (int i = threadIdx.x; i < count; i += blockDim.x) v += partials[i];
-  const Acc total = block_sum(v, shared);
+  for (int i = threadIdx.x; i < count; i += blockDim.x) v += __ldcg(&partials[i]);
+  return block_sum(v, shared);
+}
+
+// The "last block finishes" pattern, which saves the second launch of a two-pass reduction: every block writes
+// its partial results, then calls this; it returns true in all threads of the one block that arrived last, and
+// that block may then read every block's partials. The counter (from reduction_counters, zero before the launch)
+// is zero again when the kernel ends, ready for the next launch or graph replay. Contains __syncthreads: call
+// from every thread of the block, after its partials are written.
+__device__ __forceinline__ bool arrived_last(unsigned int* counter) {
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible device-wide before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    last = atomicAdd(counter, 1u) == gridDim.x * gridDim.y - 1;
+    if (last) *counter = 0;  // every block has counted
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+// A whole reduction's end in one launch: each block passes its total (valid in thread 0); the last block to
+// finish writes out[0] = (Σ partials in index order) · scale. `partials` holds one value per block.
+template <typename Acc, typename Out>
+__device__ __forceinline__ void finish_sum(Acc block_total, Acc* partials, unsigned int* counter, Out* out,
+                                           double scale) {
+  __shared__ Acc shared[32];
+  if (threadIdx.x == 0) partials[blockIdx.x] = block_total;
+  if (!arrived_last(counter)) return;
+  const Acc total = sum_in_order(partials, static_cast<int>(gridDim.x), shared);
   if (threadIdx.x == 0) out[0] = static_cast<Out>(static_cast<double>(total) * scale);
 }
 

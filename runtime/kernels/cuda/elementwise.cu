@@ -1,9 +1,11 @@
-// Elementwise utilities of the kernel contract: fill, axpby, scale, add, mul, cast, sum_squares, gather_rows.
+// Elementwise utilities of the kernel contract: fill, axpby, scale, add, mul, cast, sum_squares, gather_batch.
 //
 // Each is one grid-stride kernel, using 16-byte vector accesses when every pointer involved is 16-byte aligned
 // (tensor views into a flat parameter buffer need not be). sum_squares is the one reduction: a fixed number of
-// per-block partials (a function of n only) summed in index order by a second kernel, so the result is the same
+// per-block partials (a function of n only) summed in index order by the last block to finish, so the result is the same
 // bits on every run, which gradient-norm clipping needs for reproducible training.
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -147,11 +149,11 @@ __global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ src, float*
   for (std::int64_t i = thread_index(); i < n; i += grid_stride()) dst[i] = __bfloat162float(src[i]);
 }
 
-// ---- sum_squares: per-block double partials, then one block sums them in order ----
+// ---- sum_squares: per-block double partials, summed in order by the last block to finish ----
 constexpr int kMaxPartials = 1024;
 
-__global__ void sum_squares_partial_kernel(const float* __restrict__ x, std::int64_t n, double* __restrict__ partials,
-                                           bool vectorized) {
+__global__ void sum_squares_kernel(const float* __restrict__ x, std::int64_t n, double* __restrict__ partials,
+                                   unsigned int* counter, double* __restrict__ out, bool vectorized) {
   __shared__ double shared[32];
   double acc = 0.0;
   for_each_by_four(
@@ -166,7 +168,7 @@ __global__ void sum_squares_partial_kernel(const float* __restrict__ x, std::int
         acc += e * e;
       });
   const double total = detail::block_sum(acc, shared);
-  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+  detail::finish_sum(total, partials, counter, out, 1.0);
 }
 
 }  // namespace
@@ -253,22 +255,18 @@ void sum_squares(const float* x, std::int64_t n, double* out, StreamHandle strea
   const bool vectorized = aligned16(x);
   std::int64_t blocks = n <= 0 ? 1 : ((vectorized ? (n + 3) / 4 : n) + kThreads - 1) / kThreads;
   if (blocks > kMaxPartials) blocks = kMaxPartials;
-  sum_squares_partial_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(x, n < 0 ? 0 : n, partials,
-                                                                                       vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
-  detail::sum_partials_kernel<double, double><<<1, 1024, 0, stream>>>(partials, static_cast<int>(blocks), out, 1.0);
+  sum_squares_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(
+      x, n < 0 ? 0 : n, partials, reduction_counters(stream), out, vectorized);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
 namespace {
 
-// One work item per `Unit` of a row: consecutive threads copy consecutive pieces of one row, so both the reads
-// (within a source row) and the writes are coalesced.
+// One work item per unit (FUnit, LUnit) of a row: consecutive threads copy consecutive pieces of one row, so both
+// the reads (within a source row) and the writes are coalesced; the features' units first, then the labels'.
 template <typename Unit>
-__global__ void gather_rows_kernel(const Unit* __restrict__ src, std::int64_t units_per_row,
-                                   const std::int64_t* __restrict__ indices, const std::int64_t* __restrict__ position,
-                                   std::int64_t count, Unit* __restrict__ dst) {
-  const std::int64_t* rows = indices + (position != nullptr ? *position : 0);
+__device__ __forceinline__ void gather_units(const Unit* __restrict__ src, std::int64_t units_per_row,
+                                             const std::int64_t* rows, std::int64_t count, Unit* __restrict__ dst) {
   const std::int64_t total = count * units_per_row;
   for (std::int64_t k = thread_index(); k < total; k += grid_stride()) {
     const std::int64_t row = k / units_per_row;
@@ -277,16 +275,57 @@ __global__ void gather_rows_kernel(const Unit* __restrict__ src, std::int64_t un
   }
 }
 
-template <typename Unit>
-void launch_gather(const void* src, std::int64_t row_bytes, const std::int64_t* indices, const std::int64_t* position,
-                   std::int64_t count, void* dst, cudaStream_t stream) {
-  const std::int64_t units = row_bytes / static_cast<std::int64_t>(sizeof(Unit));
-  gather_rows_kernel<Unit><<<blocks_for(count * units), kThreads, 0, stream>>>(
-      static_cast<const Unit*>(src), units, indices, position, count, static_cast<Unit*>(dst));
+// Every block reads *position before it counts itself in; the last block to arrive moves it on.
+template <typename FUnit, typename LUnit>
+__global__ void gather_batch_kernel(const FUnit* __restrict__ features, std::int64_t feature_units,
+                                    const LUnit* __restrict__ labels, std::int64_t label_units,
+                                    const std::int64_t* __restrict__ indices, std::int64_t* position,
+                                    std::int64_t count, FUnit* __restrict__ features_dst,
+                                    LUnit* __restrict__ labels_dst, unsigned int* counter) {
+  const std::int64_t* rows = indices + (position != nullptr ? *position : 0);
+  gather_units(features, feature_units, rows, count, features_dst);
+  gather_units(labels, label_units, rows, count, labels_dst);
+  if (position == nullptr) return;
+  if (detail::arrived_last(counter) && threadIdx.x == 0) *position += count;
+}
+
+// The widest access (16, 4 or 1 bytes) that every row start of `src` and `dst` allows.
+std::int64_t unit_bytes(const void* src, std::int64_t row_bytes, const void* dst) {
+  for (std::int64_t unit : {16, 4}) {
+    if (row_bytes % unit == 0 && reinterpret_cast<std::uintptr_t>(src) % unit == 0 &&
+        reinterpret_cast<std::uintptr_t>(dst) % unit == 0)
+      return unit;
+  }
+  return 1;
+}
+
+template <typename FUnit, typename LUnit>
+void launch_gather_batch(const void* features, std::int64_t feature_bytes, const void* labels,
+                         std::int64_t label_bytes, const std::int64_t* indices, std::int64_t* position,
+                         std::int64_t count, void* features_dst, void* labels_dst, cudaStream_t stream) {
+  const std::int64_t feature_units = feature_bytes / static_cast<std::int64_t>(sizeof(FUnit));
+  const std::int64_t label_units = label_bytes / static_cast<std::int64_t>(sizeof(LUnit));
+  gather_batch_kernel<FUnit, LUnit>
+      <<<blocks_for(count * std::max(feature_units, label_units)), kThreads, 0, stream>>>(
+          static_cast<const FUnit*>(features), feature_units, static_cast<const LUnit*>(labels), label_units,
+          indices, position, count, static_cast<FUnit*>(features_dst), static_cast<LUnit*>(labels_dst),
+          position != nullptr ? reduction_counters(stream) : nullptr);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
-__global__ void advance_counter_kernel(std::int64_t* counter, std::int64_t delta) { *counter += delta; }
+template <typename FUnit>
+void launch_gather_batch_for_labels(const void* features, std::int64_t feature_bytes, const void* labels,
+                                    std::int64_t label_bytes, const std::int64_t* indices, std::int64_t* position,
+                                    std::int64_t count, void* features_dst, void* labels_dst, cudaStream_t stream) {
+  // Labels are int32 (4 bytes) in every data set so far; anything else goes byte by byte.
+  if (unit_bytes(labels, label_bytes, labels_dst) >= 4) {
+    launch_gather_batch<FUnit, std::uint32_t>(features, feature_bytes, labels, label_bytes, indices, position, count,
+                                              features_dst, labels_dst, stream);
+  } else {
+    launch_gather_batch<FUnit, unsigned char>(features, feature_bytes, labels, label_bytes, indices, position, count,
+                                              features_dst, labels_dst, stream);
+  }
+}
 
 }  // namespace
 
@@ -327,26 +366,24 @@ void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, Strea
   }
 }
 
-void gather_rows(const void* src, std::int64_t row_bytes, const std::int64_t* indices, const std::int64_t* position,
-                 std::int64_t count, void* dst, StreamHandle stream) {
-  if (count <= 0 || row_bytes <= 0) return;
-  // The widest access every row start allows: 16 bytes for 784 float features, 4 for an int32 label.
-  const auto fits = [&](std::int64_t unit) {
-    return row_bytes % unit == 0 && reinterpret_cast<std::uintptr_t>(src) % unit == 0 &&
-           reinterpret_cast<std::uintptr_t>(dst) % unit == 0;
-  };
-  if (fits(16)) {
-    launch_gather<uint4>(src, row_bytes, indices, position, count, dst, stream);
-  } else if (fits(4)) {
-    launch_gather<std::uint32_t>(src, row_bytes, indices, position, count, dst, stream);
-  } else {
-    launch_gather<unsigned char>(src, row_bytes, indices, position, count, dst, stream);
+void gather_batch(const void* features, std::int64_t feature_bytes, const void* labels, std::int64_t label_bytes,
+                  const std::int64_t* indices, std::int64_t* position, std::int64_t count, void* features_dst,
+                  void* labels_dst, StreamHandle stream) {
+  if (count <= 0 || feature_bytes <= 0 || label_bytes <= 0) {
+    DDP_CHECK(count <= 0, "gather_batch: rows of no bytes");
+    return;
   }
-}
-
-void advance_counter(std::int64_t* counter, std::int64_t delta, StreamHandle stream) {
-  advance_counter_kernel<<<1, 1, 0, stream>>>(counter, delta);
-  DDP_CUDA_CHECK_LAUNCH();
+  switch (unit_bytes(features, feature_bytes, features_dst)) {
+    case 16:  // 784 float features
+      return launch_gather_batch_for_labels<uint4>(features, feature_bytes, labels, label_bytes, indices, position,
+                                                   count, features_dst, labels_dst, stream);
+    case 4:
+      return launch_gather_batch_for_labels<std::uint32_t>(features, feature_bytes, labels, label_bytes, indices,
+                                                           position, count, features_dst, labels_dst, stream);
+    default:
+      return launch_gather_batch_for_labels<unsigned char>(features, feature_bytes, labels, label_bytes, indices,
+                                                           position, count, features_dst, labels_dst, stream);
+  }
 }
 
 }  // namespace ddp::kernels::cuda

@@ -301,6 +301,19 @@ class GemmPlan {
   std::string summary() const {
     std::string text = describe(key_) + ": " + std::to_string(candidates_.size()) + " candidate(s), kept #" +
                        std::to_string(chosen_);
+    if (!candidates_.empty()) {
+      // The kept algorithm's split of K and how its parts are added (cublasLtReductionScheme_t: 0 none,
+      // 1 in place, 2/4 a separate pass in the compute/output type).
+      std::int32_t split_k = 1;
+      std::uint32_t scheme = 0;
+      std::size_t written = 0;
+      const cublasLtMatmulAlgo_t& algo = candidates_[chosen_].algo;
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k),
+                                           &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                           &written);
+      text += " (split-K " + std::to_string(split_k) + ", reduction scheme " + std::to_string(scheme) + ")";
+    }
     if (!times_ms_.empty() && times_ms_[0] != FLT_MAX && times_ms_[chosen_] != FLT_MAX) {
       char t[96];
       std::snprintf(t, sizeof t, " (%.1f us; heuristic #0 %.1f us)", times_ms_[chosen_] * 1000.0f,

@@ -3,8 +3,9 @@
 //
 // One warp owns a row (classes are few, rows many), so a row's max, log-sum-exp and gradient need only shuffles.
 // Scalar results are deterministic: each block writes a partial for a fixed set of rows (the grid depends only on
-// the problem size), and a single block adds the partials in index order. No float atomics anywhere, so the same
-// inputs give the same loss bits on every run and every rank.
+// the problem size), and the block that finishes last adds the partials in index order (detail::arrived_last), in
+// the same launch. No float atomics anywhere, so the same inputs give the same loss bits on every run and every
+// rank.
 #include <cmath>
 #include <limits>
 
@@ -35,7 +36,8 @@ __global__ void write_float_kernel(float* out, float value) { out[0] = value; }
 template <typename T>
 __global__ void softmax_xent_kernel(const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
                                     std::int64_t batch, std::int64_t classes, T* __restrict__ dlogits,
-                                    float inv_batch, double* __restrict__ partials, bool vec) {
+                                    float inv_batch, double* __restrict__ partials, unsigned int* counter,
+                                    float* __restrict__ loss, bool vec) {
   __shared__ double warp_losses[kWarpsPerBlock];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -92,15 +94,14 @@ __global__ void softmax_xent_kernel(const T* __restrict__ logits, const std::int
   }
   if (lane == 0) warp_losses[warp] = my_loss;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int w = 0; w < kWarpsPerBlock; ++w) total += warp_losses[w];
-    partials[blockIdx.x] = total;
-  }
+  double total = 0.0;
+  for (int w = 0; w < kWarpsPerBlock; ++w) total += warp_losses[w];
+  detail::finish_sum(total, partials, counter, loss, 1.0 / static_cast<double>(batch));
 }
 
 __global__ void mse_kernel(const float* __restrict__ pred, const float* __restrict__ target, std::int64_t n,
-                           float* __restrict__ dpred, float grad_scale, double* __restrict__ partials) {
+                           float* __restrict__ dpred, float grad_scale, double* __restrict__ partials,
+                           unsigned int* counter, float* __restrict__ loss) {
   __shared__ double shared[32];
   double acc = 0.0;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -110,7 +111,7 @@ __global__ void mse_kernel(const float* __restrict__ pred, const float* __restri
     if (dpred != nullptr) dpred[i] = grad_scale * d;
   }
   const double total = detail::block_sum(acc, shared);
-  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+  detail::finish_sum(total, partials, counter, loss, 1.0 / static_cast<double>(n));
 }
 
 // Greater value wins; NaN beats numbers (torch.argmax treats NaN as the maximum); ties go to the lower index.
@@ -145,7 +146,8 @@ __device__ __forceinline__ std::int64_t warp_argmax(const float* x, std::int64_t
 }
 
 __global__ void count_correct_kernel(const float* __restrict__ logits, const std::int32_t* __restrict__ labels,
-                                     std::int64_t batch, std::int64_t classes, long long* __restrict__ partials) {
+                                     std::int64_t batch, std::int64_t classes, long long* __restrict__ partials,
+                                     unsigned int* counter, std::int64_t* __restrict__ correct) {
   __shared__ long long warp_counts[kWarpsPerBlock];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -157,11 +159,9 @@ __global__ void count_correct_kernel(const float* __restrict__ logits, const std
   }
   if (lane == 0) warp_counts[warp] = count;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    long long total = 0;
-    for (int w = 0; w < kWarpsPerBlock; ++w) total += warp_counts[w];
-    partials[blockIdx.x] = total;
-  }
+  long long total = 0;
+  for (int w = 0; w < kWarpsPerBlock; ++w) total += warp_counts[w];
+  detail::finish_sum(total, partials, counter, correct, 1.0);
 }
 
 __global__ void argmax_rows_kernel(const float* __restrict__ logits, std::int64_t batch, std::int64_t classes,
@@ -188,21 +188,19 @@ void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* 
     return;
   }
   double* partials = static_cast<double*>(reduction_scratch(stream));
+  unsigned int* counter = reduction_counters(stream);
   const unsigned int blocks = row_blocks(batch);
   const bool vec = classes % 8 == 0 && detail::aligned16(logits) && (dlogits == nullptr || detail::aligned16(dlogits));
   const float inv_batch = static_cast<float>(1.0 / static_cast<double>(batch));
   if (dtype == DType::kFloat32) {
     softmax_xent_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(logits), labels, batch,
                                                                 classes, static_cast<float*>(dlogits), inv_batch,
-                                                                partials, vec);
+                                                                partials, counter, loss, vec);
   } else {
     softmax_xent_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(logits), labels, batch, classes, static_cast<__nv_bfloat16*>(dlogits),
-        inv_batch, partials, vec);
+        inv_batch, partials, counter, loss, vec);
   }
-  DDP_CUDA_CHECK_LAUNCH();
-  detail::sum_partials_kernel<double, float><<<1, 1024, 0, stream>>>(partials, static_cast<int>(blocks), loss,
-                                                                     1.0 / static_cast<double>(batch));
   DDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -217,10 +215,8 @@ void mse_loss(const float* pred, const float* target, std::int64_t n, float* los
   std::int64_t blocks = (n + kThreads - 1) / kThreads;
   if (blocks > kMaxPartials) blocks = kMaxPartials;
   mse_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(
-      pred, target, n, dpred, static_cast<float>(2.0 / static_cast<double>(n)), partials);
-  DDP_CUDA_CHECK_LAUNCH();
-  detail::sum_partials_kernel<double, float><<<1, 1024, 0, stream>>>(partials, static_cast<int>(blocks), loss,
-                                                                     1.0 / static_cast<double>(n));
+      pred, target, n, dpred, static_cast<float>(2.0 / static_cast<double>(n)), partials, reduction_counters(stream),
+      loss);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
@@ -228,10 +224,8 @@ void count_correct(const float* logits, const std::int32_t* labels, std::int64_t
                    std::int64_t* correct, StreamHandle stream) {
   long long* partials = static_cast<long long*>(reduction_scratch(stream));
   const unsigned int blocks = row_blocks(batch);
-  count_correct_kernel<<<blocks, kThreads, 0, stream>>>(logits, labels, batch < 0 ? 0 : batch, classes, partials);
-  DDP_CUDA_CHECK_LAUNCH();
-  detail::sum_partials_kernel<long long, std::int64_t>
-      <<<1, 1024, 0, stream>>>(partials, static_cast<int>(blocks), correct, 1.0);
+  count_correct_kernel<<<blocks, kThreads, 0, stream>>>(logits, labels, batch < 0 ? 0 : batch, classes, partials,
+                                                       reduction_counters(stream), correct);
   DDP_CUDA_CHECK_LAUNCH();
 }
 
