@@ -9,7 +9,7 @@ packages=(
   cmake pkg-config make                                           # building against an installed runtime (tools/install.sh)
   openmpi-bin libopenmpi-dev                                      # MPI bootstrap and the CPU backend
   openssh-client openssh-server                                   # several hosts: Open MPI's ssh launch, tested
-  libopenblas-dev zlib1g-dev                                      # CPU GEMM; gzip for the dataset and CRC32
+  libopenblas-dev zlib1g-dev libdeflate-dev                       # CPU GEMM; gzip for the dataset and CRC32
   nlohmann-json3-dev libcli11-dev libfmt-dev                      # JSON, flags, formatting
   libgtest-dev libgmock-dev                                       # tests
   dataset-fashion-mnist                                           # the training example's data

@@ -1,6 +1,8 @@
-// IDX parsing with every length checked, gzip through zlib, and the Fashion-MNIST split loader.
+// IDX parsing with every length checked, gzip through libdeflate (a well-formed file, in one call) or zlib
+// (streaming, and every diagnosis of a bad one), and the Fashion-MNIST split loader.
 #include "runtime/data/idx.h"
 
+#include <libdeflate.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -12,6 +14,7 @@
 #include <future>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "runtime/core/check.h"
@@ -169,11 +172,72 @@ std::vector<uint8_t> gunzip(const uint8_t* bytes, size_t size, const std::string
 
 namespace {
 
+struct DecompressorFree {
+  void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
+};
+
+// The fast path of read_idx: a file of one gzip member whose trailer's size matches its IDX header, inflated by
+// libdeflate in one call into one allocation (about twice zlib's speed: the training images' inflate was most of
+// the main job's start-up). Anything else (no gzip magic, several members, a size that does not match, a corrupt
+// or truncated stream) returns nothing, and the streaming zlib path reads the file and says what is wrong.
+std::optional<IdxArray> read_single_member_gzip(const std::string& path, off_t file_size,
+                                                const std::function<void(const IdxHeader&)>& on_header) {
+  constexpr off_t kGzipOverhead = 18;  // the smallest gzip header and its 8-byte trailer
+  if (file_size < kGzipOverhead) return std::nullopt;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (file == nullptr) return std::nullopt;
+  std::vector<uint8_t> packed(static_cast<size_t>(file_size));
+  if (std::fread(packed.data(), 1, packed.size(), file.get()) != packed.size()) return std::nullopt;
+  if (packed[0] != 0x1f || packed[1] != 0x8b) return std::nullopt;
+  const uint8_t* trailer = packed.data() + packed.size() - 4;  // ISIZE: the inflated size mod 2^32, little-endian
+  const uint64_t inflated = uint64_t{trailer[0]} | (uint64_t{trailer[1]} << 8) | (uint64_t{trailer[2]} << 16) |
+                            (uint64_t{trailer[3]} << 24);
+  // The header first (a few bytes through zlib), so that `on_header` can start its work before the inflate.
+  uint8_t head[4 + 4 * kMaxDims];
+  z_stream stream;
+  std::memset(&stream, 0, sizeof stream);
+  if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) return std::nullopt;
+  stream.next_in = packed.data();
+  stream.avail_in = static_cast<uInt>(std::min<size_t>(packed.size(), std::numeric_limits<uInt>::max()));
+  stream.next_out = head;
+  stream.avail_out = sizeof head;
+  const int status = inflate(&stream, Z_SYNC_FLUSH);
+  const size_t head_size = sizeof head - stream.avail_out;
+  inflateEnd(&stream);
+  if ((status != Z_OK && status != Z_STREAM_END) || head_size < 4) return std::nullopt;
+  const uint8_t* magic = head;
+  if (magic[0] != 0 || magic[1] != 0 || magic[2] != kUnsignedByte || magic[3] == 0 || magic[3] > kMaxDims) {
+    return std::nullopt;
+  }
+  if (head_size < 4 + 4 * size_t{magic[3]}) return std::nullopt;
+  const IdxHeader header = parse_idx_header(head, head_size, path);
+  if (header.bytes + header.elements != inflated) return std::nullopt;  // includes sizes of 4 GiB and more
+
+  std::vector<uint8_t> raw(static_cast<size_t>(inflated));
+  std::unique_ptr<libdeflate_decompressor, DecompressorFree> decompressor(libdeflate_alloc_decompressor());
+  if (decompressor == nullptr) return std::nullopt;
+  if (on_header) on_header(header);
+  size_t used = 0, produced = 0;
+  const libdeflate_result result = libdeflate_gzip_decompress_ex(decompressor.get(), packed.data(), packed.size(),
+                                                                 raw.data(), raw.size(), &used, &produced);
+  if (result != LIBDEFLATE_SUCCESS || used != packed.size() || produced != raw.size()) return std::nullopt;
+  raw.erase(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(header.bytes));
+  return IdxArray{header.dims, std::move(raw)};
+}
+
 // read_idx_file, telling `on_header` the array's shape before its bytes are read (and inflated).
 IdxArray read_idx(const std::string& path, const std::function<void(const IdxHeader&)>& on_header) {
   struct stat info;
   if (::stat(path.c_str(), &info) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   if (!S_ISREG(info.st_mode)) fail(path, "not a regular file");
+  // `on_header` once, whichever path tells it first.
+  bool told = false;
+  auto tell = [&](const IdxHeader& header) {
+    if (told || !on_header) return;
+    told = true;
+    on_header(header);
+  };
+  if (std::optional<IdxArray> array = read_single_member_gzip(path, info.st_size, tell)) return std::move(*array);
   std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
   if (file == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
   gzbuffer(file.get(), 1 << 18);
@@ -185,7 +249,7 @@ IdxArray read_idx(const std::string& path, const std::function<void(const IdxHea
   const size_t header_size = idx_header_bytes(header_bytes, path);
   got += read_gzip(file.get(), header_bytes + 4, header_size - 4, path);
   const IdxHeader header = parse_idx_header(header_bytes, got, path);
-  if (on_header) on_header(header);
+  tell(header);
   IdxArray array{header.dims, std::vector<uint8_t>(header.elements)};
   got += read_gzip(file.get(), array.values.data(), array.values.size(), path);
   if (got < header.bytes + header.elements) fail_length(path, header, got);

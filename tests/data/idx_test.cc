@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,39 @@ TEST(Idx, RefusesTruncatedGzipStream) {
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
   // The in-memory path agrees.
   EXPECT_NE(error_of([&] { gunzip(gz.data(), gz.size(), "mem"); }).find("truncated gzip"), std::string::npos);
+}
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                              static_cast<std::streamsize>(bytes.size()));
+}
+
+// A well-formed single-member file takes the one-call inflate; what that path cannot take goes the streaming way:
+// two gzip members one after the other (as `cat a.gz b.gz` makes) read as their concatenation, and a damaged
+// stream whose trailer still states the right size is refused as corrupt, not read.
+TEST(Idx, ReadsGzipOfSeveralMembersAndRefusesACorruptStream) {
+  const std::vector<uint8_t> whole = idx_bytes({100, 30}, seq(3000));
+  const std::vector<uint8_t> head(whole.begin(), whole.begin() + 1000), tail(whole.begin() + 1000, whole.end());
+  std::vector<uint8_t> joined = file_bytes(write_gz("first-member.gz", head));
+  const std::vector<uint8_t> second = file_bytes(write_gz("second-member.gz", tail));
+  joined.insert(joined.end(), second.begin(), second.end());
+  const std::string two = tmpdir() + "/two-members.gz";
+  write_bytes(two, joined);
+  EXPECT_EQ(read_idx_file(two).values, seq(3000));
+
+  std::vector<uint8_t> damaged = file_bytes(write_gz("to-damage.gz", whole));
+  ASSERT_GT(damaged.size(), 40u);
+  damaged[damaged.size() / 2] ^= 0x5a;  // inside the deflate data; the trailer is intact
+  const std::string bad = tmpdir() + "/damaged.gz";
+  write_bytes(bad, damaged);
+  const std::string e = error_of([&] { read_idx_file(bad); });
+  EXPECT_NE(e.find(bad), std::string::npos) << e;
+  EXPECT_TRUE(e.find("corrupt gzip data") != std::string::npos || e.find("truncated") != std::string::npos) << e;
 }
 
 TEST(Idx, GunzipRoundTrip) {
