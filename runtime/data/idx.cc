@@ -307,8 +307,22 @@ Dataset image_dataset(const IdxArray& images, const std::string& images_source, 
   float table[256];
   for (int v = 0; v < 256; ++v) table[v] = (static_cast<float>(v) / 255.0f - mean) / std_dev;
   d.features = std::move(features);
-  d.features.resize(images.values.size());
-  for (size_t i = 0; i < images.values.size(); ++i) d.features[i] = table[images.values[i]];
+  const size_t n = images.values.size();
+  d.features.resize(n);
+  // In four slices at once for a large set (the training images' 47 M values were a fifth of the main job's
+  // start-up on one thread); each value is the table's either way.
+  const uint8_t* in = images.values.data();
+  float* out = d.features.data();
+  auto convert = [&table, in, out](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) out[i] = table[in[i]];
+  };
+  const size_t slices = n >= (size_t{1} << 22) ? 4 : 1;
+  std::vector<std::future<void>> others;
+  for (size_t s = 1; s < slices; ++s) {
+    others.push_back(std::async(std::launch::async, convert, s * n / slices, (s + 1) * n / slices));
+  }
+  convert(0, n / slices);
+  for (std::future<void>& f : others) f.get();
   return d;
 }
 
