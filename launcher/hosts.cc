@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "launcher/command.h"
-#include "runtime/core/device.h"
+#include "launcher/gpus.h"
 
 namespace ddp {
 namespace launcher {
@@ -130,8 +130,7 @@ HostFacts host_facts_here() {
     const int cpus = have_affinity ? CPU_COUNT(&set) : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
     facts.cores = std::max(1, cpus);
   }
-  for (int gpu = 0; gpu < cuda_device_count(); ++gpu) {
-    const std::string address = cuda_pci_address(gpu);
+  for (const std::string& address : local_gpu_addresses()) {
     const std::string node = address.empty() ? "" : read_word("/sys/bus/pci/devices/" + address + "/numa_node");
     int value = -1;
     if (!node.empty() && node.size() < 6 && std::all_of(node.begin(), node.end(), ::isdigit)) value = std::stoi(node);
