@@ -205,11 +205,7 @@ std::optional<IdxArray> read_single_member_gzip(const std::string& path, off_t f
   const size_t head_size = sizeof head - stream.avail_out;
   inflateEnd(&stream);
   if ((status != Z_OK && status != Z_STREAM_END) || head_size < 4) return std::nullopt;
-  const uint8_t* magic = head;
-  if (magic[0] != 0 || magic[1] != 0 || magic[2] != kUnsignedByte || magic[3] == 0 || magic[3] > kMaxDims) {
-    return std::nullopt;
-  }
-  if (head_size < 4 + 4 * size_t{magic[3]}) return std::nullopt;
+  // A bad header is refused here as the streaming path would refuse it (the same checks, the same message).
   const IdxHeader header = parse_idx_header(head, head_size, path);
   if (header.bytes + header.elements != inflated) return std::nullopt;  // includes sizes of 4 GiB and more
 
