@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets with clang (not Bazel: the Bazel toolchain here is gcc) and runs each for a
 # bounded time on a copy of its seed corpus in tests/fuzz/corpus/<name>/.
 #   tests/fuzz/run_fuzzers.sh [SECONDS_PER_TARGET]    (default 30; FUZZ_OUT=dir for the build and run files)
-# Needs clang++ and its fuzzer runtime (Debian: clang-14 and libclang-rt-14-dev), zlib1g-dev,
+# Needs clang++ and its fuzzer runtime (Debian: clang-14 and libclang-rt-14-dev), zlib1g-dev, libdeflate-dev,
 # nlohmann-json3-dev, and the headers/libraries runtime/core links (CUDA under /usr/local/cuda, libopenmpi-dev).
 # A crash leaves its input as $FUZZ_OUT/<name>/crash-*; the script then exits non-zero. New interesting inputs
 # stay in $FUZZ_OUT/<name>/corpus (copy the useful ones into the repository's corpus by hand).
@@ -24,8 +24,8 @@ fi
 flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I. -I/usr/local/cuda/include -I/usr/local/cuda/include/cccl -I/usr/lib/x86_64-linux-gnu/openmpi/include
        -DOMPI_SKIP_MPICXX)
-# runtime/core (errors, element types) links the CUDA runtime only; the readers need zlib.
-libs=(-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lz)
+# runtime/core (errors, element types) links the CUDA runtime only; the readers need zlib and libdeflate.
+libs=(-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lz -ldeflate)
 
 declare -A sources=(
   [safetensors]="tests/fuzz/safetensors_fuzzer.cc runtime/io/safetensors.cc runtime/io/atomic_file.cc"
