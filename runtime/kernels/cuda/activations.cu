@@ -88,17 +88,35 @@ __global__ void bias_activation_vec_kernel(Activation act, const T* z_in, const 
 constexpr int kColTile = 32;  // columns per block: one warp reads 32 consecutive elements of a row
 constexpr int kRowLanes = 8;  // rows processed concurrently per block
 
+// The end of both bias-gradient kernels. Block (bx, by) holds, in the threads where `holds` is true, `total`: the
+// sum of column `col` over its chunk of rows. With one chunk (gridDim.y == 1) that is dbias[col]; with several,
+// each block writes partials[by][col] and the last block of column tile bx to finish (counted in counters[bx])
+// adds the partials in chunk order: deterministic, and one launch instead of two. Call from every thread.
+template <typename TB>
+__device__ void finish_column_sums(float total, bool holds, std::int64_t col, std::int64_t cols, TB* dbias,
+                                   float* partials, unsigned int* counters, bool accumulate) {
+  if (gridDim.y == 1) {
+    if (holds) dbias[col] = from_float<TB>(accumulate ? total + to_float(dbias[col]) : total);
+    return;
+  }
+  if (holds) partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
+  if (!arrived_last(&counters[blockIdx.x], gridDim.y)) return;
+  if (holds) {
+    float all = 0.0f;
+    for (unsigned int c = 0; c < gridDim.y; ++c) all += __ldcg(&partials[static_cast<std::int64_t>(c) * cols + col]);
+    dbias[col] = from_float<TB>(accumulate ? all + to_float(dbias[col]) : all);
+  }
+}
+
 // Block (bx, by) covers columns [32·bx, 32·bx + 32) and rows [by·rows_per_chunk, ...). It writes dz (when there
-// is an activation, or a dz to convert into) and the chunk's column sums: directly into dbias when there is one
-// chunk, else into partials[by][col], which the last block of the column tile to finish (counted in
-// counters[bx]) adds in chunk order. TDy is dy's and saved's type, TDz dz's, TB dbias's.
+// is an activation, or a dz to convert into) and the chunk's column sums (finish_column_sums). TDy is dy's and
+// saved's type, TDz dz's, TB dbias's.
 template <typename TDy, typename TDz, typename TB>
 __global__ void activation_grad_bias_kernel(Activation act, const TDy* dy, const TDy* __restrict__ saved, TDz* dz,
                                             TB* __restrict__ dbias, float* __restrict__ partials,
                                             unsigned int* __restrict__ counters, bool accumulate, std::int64_t rows,
                                             std::int64_t cols, std::int64_t rows_per_chunk) {
   __shared__ float sums[kRowLanes][kColTile + 1];
-  __shared__ bool finisher;
   const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
   const std::int64_t row_end = min(rows, row_begin + rows_per_chunk);
@@ -119,35 +137,17 @@ __global__ void activation_grad_bias_kernel(Activation act, const TDy* dy, const
   if (dbias == nullptr) return;
   sums[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
-  const bool first_row = threadIdx.y == 0;
+  const bool holds = threadIdx.y == 0 && col < cols;  // the first row of threads finishes the columns
   float total = 0.0f;
-  if (first_row && col < cols)
+  if (holds)
     for (int k = 0; k < kRowLanes; ++k) total += sums[k][threadIdx.x];
-  if (gridDim.y == 1) {
-    if (first_row && col < cols) dbias[col] = from_float<TB>(accumulate ? total + to_float(dbias[col]) : total);
-    return;
-  }
-  if (first_row && col < cols) partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
-  __threadfence();  // the partials are visible device-wide before the count says so
-  __syncthreads();
-  const bool first_thread = threadIdx.x == 0 && threadIdx.y == 0;
-  if (first_thread) finisher = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!finisher) return;
-  __threadfence();
-  if (first_row && col < cols) {
-    float all = 0.0f;
-    for (unsigned int c = 0; c < gridDim.y; ++c) all += __ldcg(&partials[static_cast<std::int64_t>(c) * cols + col]);
-    dbias[col] = from_float<TB>(accumulate ? all + to_float(dbias[col]) : all);
-  }
-  if (first_thread) counters[blockIdx.x] = 0;  // ready for the next launch (and graph replay)
+  finish_column_sums(total, holds, col, cols, dbias, partials, counters, accumulate);
 }
 
 // The same computation, eight columns per thread with 16-byte accesses (rows of a multiple of 8 elements,
 // 16-byte aligned buffers): a warp covers 256 consecutive columns of a row, the block's 8 warps take every 8th row
-// of the block's chunk of rows. Column sums are reduced over the warps in a fixed order; with several row chunks,
-// each block writes its partials and the last block of a column tile to finish (counted in `counters`) adds the
-// partials in chunk order and resets its counter: deterministic, and one launch instead of two.
+// of the block's chunk of rows. Column sums are reduced over the warps in a fixed order, then finished as in the
+// kernel above (finish_column_sums).
 constexpr int kVecCols = 256;  // 32 lanes x 8 columns
 
 template <typename TDy, typename TDz, typename TB>
@@ -155,9 +155,8 @@ __global__ void __launch_bounds__(256)
     activation_grad_bias_vec_kernel(Activation act, const TDy* dy, const TDy* __restrict__ saved, TDz* dz,
                                     TB* __restrict__ dbias, float* __restrict__ partials,
                                     unsigned int* __restrict__ counters, bool accumulate, std::int64_t rows,
-                                    std::int64_t cols, std::int64_t rows_per_chunk, unsigned int chunks) {
+                                    std::int64_t cols, std::int64_t rows_per_chunk) {
   __shared__ float sums[8][8][32];  // [warp][column within the lane's 8][lane]
-  __shared__ bool finisher;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * kVecCols + lane * 8;
@@ -199,23 +198,7 @@ __global__ void __launch_bounds__(256)
   const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kVecCols + t;
   float total = 0.0f;
   for (int w = 0; w < 8; ++w) total += sums[w][t & 7][t >> 3];
-  if (chunks == 1) {
-    if (col < cols) dbias[col] = from_float<TB>(accumulate ? total + to_float(dbias[col]) : total);
-    return;
-  }
-  if (col < cols) partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
-  __threadfence();  // the partials are visible device-wide before the count says so
-  __syncthreads();
-  if (t == 0) finisher = atomicAdd(&counters[blockIdx.x], 1u) == chunks - 1;
-  __syncthreads();
-  if (!finisher) return;
-  __threadfence();
-  if (col < cols) {
-    float all = 0.0f;
-    for (unsigned int c = 0; c < chunks; ++c) all += __ldcg(&partials[static_cast<std::int64_t>(c) * cols + col]);
-    dbias[col] = from_float<TB>(accumulate ? all + to_float(dbias[col]) : all);
-  }
-  if (t == 0) counters[blockIdx.x] = 0;  // ready for the next launch (and graph replay)
+  finish_column_sums(total, col < cols, col, cols, dbias, partials, counters, accumulate);
 }
 
 template <typename TDy, typename TDz, typename TB>
@@ -248,8 +231,7 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
     const dim3 grid(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
     activation_grad_bias_vec_kernel<TDy, TDz, TB><<<grid, 256, 0, stream>>>(
         act, static_cast<const TDy*>(dy), static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
-        static_cast<TB*>(dbias), partials, counters, accumulate, rows, cols, rows_per_chunk,
-        static_cast<unsigned int>(chunks));
+        static_cast<TB*>(dbias), partials, counters, accumulate, rows, cols, rows_per_chunk);
     DDP_CUDA_CHECK_LAUNCH();
     return;
   }

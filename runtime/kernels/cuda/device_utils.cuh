@@ -172,17 +172,17 @@ __device__ __forceinline__ Acc sum_in_order(const Acc* partials, int count, Acc*
   return block_sum(v, shared);
 }
 
-// The "last block finishes" pattern, which saves the second launch of a two-pass reduction: every block writes
-// its partial results, then calls this; it returns true in all threads of the one block that arrived last, and
-// that block may then read every block's partials. The counter (from reduction_counters, zero before the launch)
-// is zero again when the kernel ends, ready for the next launch or graph replay. Contains __syncthreads: call
-// from every thread of the block, after its partials are written.
-__device__ __forceinline__ bool arrived_last(unsigned int* counter) {
+// The "last block finishes" pattern, which saves the second launch of a two-pass reduction: each of the
+// `arrivals` blocks that share `counter` writes its partial results, then calls this; it returns true in all
+// threads of the one block that arrived last, which may then read every block's partials. The counter (from
+// reduction_counters, zero before the launch) is zero again when the kernel ends, ready for the next launch or
+// graph replay. Contains __syncthreads: call from every thread of the block, after its partials are written.
+__device__ __forceinline__ bool arrived_last(unsigned int* counter, unsigned int arrivals) {
   __shared__ bool last;
   __threadfence();  // this block's partials are visible device-wide before the count says so
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
-    last = atomicAdd(counter, 1u) == gridDim.x * gridDim.y - 1;
+    last = atomicAdd(counter, 1u) == arrivals - 1;
     if (last) *counter = 0;  // every block has counted
   }
   __syncthreads();
@@ -197,7 +197,7 @@ __device__ __forceinline__ void finish_sum(Acc block_total, Acc* partials, unsig
                                            double scale) {
   __shared__ Acc shared[32];
   if (threadIdx.x == 0) partials[blockIdx.x] = block_total;
-  if (!arrived_last(counter)) return;
+  if (!arrived_last(counter, gridDim.x * gridDim.y)) return;
   const Acc total = sum_in_order(partials, static_cast<int>(gridDim.x), shared);
   if (threadIdx.x == 0) out[0] = static_cast<Out>(static_cast<double>(total) * scale);
 }

@@ -2,8 +2,8 @@
 //
 // Each is one grid-stride kernel, using 16-byte vector accesses when every pointer involved is 16-byte aligned
 // (tensor views into a flat parameter buffer need not be). sum_squares is the one reduction: a fixed number of
-// per-block partials (a function of n only) summed in index order by the last block to finish, so the result is the same
-// bits on every run, which gradient-norm clipping needs for reproducible training.
+// per-block partials (a function of n only) summed in index order by the last block to finish, so the result is
+// the same bits on every run, which gradient-norm clipping needs for reproducible training.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -286,7 +286,7 @@ __global__ void gather_batch_kernel(const FUnit* __restrict__ features, std::int
   gather_units(features, feature_units, rows, count, features_dst);
   gather_units(labels, label_units, rows, count, labels_dst);
   if (position == nullptr) return;
-  if (detail::arrived_last(counter) && threadIdx.x == 0) *position += count;
+  if (detail::arrived_last(counter, gridDim.x) && threadIdx.x == 0) *position += count;
 }
 
 // The widest access (16, 4 or 1 bytes) that every row start of `src` and `dst` allows.
