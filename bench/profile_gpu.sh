@@ -21,7 +21,7 @@ precision=${3:-fp32}
 shift $(($# < 3 ? $# : 3))
 csv="${OUT:-/tmp}/profile_gpu.csv"
 # 6 warm-up steps, then the profiled window: the kernels of the last step are those after the 6th SGD kernel.
-"$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
+"$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second --csv --print-units base \
   mpirun -np 1 --bind-to none "$B/step_bench" --sizes "$sizes" --batch "$batch" --device cuda \
   --precision "$precision" --warmup 6 --iters 1 --repeats 1 --stats-iters 0 "$@" >"$csv" 2>"$csv.err"
 rc=$?

@@ -399,6 +399,7 @@ void report(const Args& a, Session& session, const Measured& m, const GemmOption
   j["autotune"] = gemm.autotune;
   j["concurrent_backward"] = gemm.concurrent_backward;
   j["bias_epilogue"] = gemm.bias_epilogue;
+  j["narrow_layers"] = gemm.narrow_layers;
   if (gemm_us > 0) j["gemm_us"] = gemm_us;
   if (a.recorder_ab) {
     j["step_us_recorder_off"] = step_b_us;

@@ -215,10 +215,15 @@ std::string describe(const LinearCase& c, Activation act, bool bias, bool accumu
 std::vector<LinearCase> linear_cases(bool include_large) {
   std::vector<LinearCase> cases;
   // {1000, 40, 264}: the bias gradient over 125 row chunks and a partial column tile (the vectorised reduction
-  // with its last-block finish); {64, 32, 16}: one chunk.
+  // with its last-block finish); {64, 32, 16}: one chunk. Layers of at most 32 outputs run on the narrow kernels
+  // (narrow_linear.h): {128, 512, 10} is the main job's head, {129, 70, 32} the widest narrow layer with a
+  // partial column block, a partial row chunk and rows not a multiple of four; {2000, 64, 10} is narrow forward
+  // but too many rows for the narrow backward (cuBLASLt).
   const std::vector<LinearShape> shapes =
-      include_large ? std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {256, 784, 1024}}
-                    : std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {64, 32, 16}, {1000, 40, 264}};
+      include_large
+          ? std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {256, 784, 1024}, {2000, 64, 10}}
+          : std::vector<LinearShape>{{37, 129, 67}, {1, 3, 5}, {64, 32, 16}, {1000, 40, 264}, {128, 512, 10},
+                                     {129, 70, 32}};
   for (const auto& s : shapes) {
     cases.push_back({DType::kFloat32, MathMode::kFloat32, s});
     cases.push_back({DType::kFloat32, MathMode::kTF32, s});
@@ -363,9 +368,25 @@ TEST_F(CudaKernels, LinearBackwardMatchesReference) {
         for (bool accumulate : {false, true}) run_linear_backward_case(c, act, bias, accumulate, true, stream_);
 }
 
+// The narrow layers' shapes through cuBLASLt, as with DDP_GEMM_NARROW=0.
+TEST_F(CudaKernels, NarrowLayersThroughCublasLtMatchReference) {
+  const gpu::GemmOptions saved = gpu::gemm_options();
+  gpu::GemmOptions o = saved;
+  o.narrow_layers = false;
+  gpu::set_gemm_options(o);
+  for (const auto& c : linear_cases(false)) {
+    if (c.shape.out > 32) continue;
+    for (Activation act : kActivations) {
+      run_linear_forward_case(c, act, true, stream_);
+      for (bool accumulate : {false, true}) run_linear_backward_case(c, act, true, accumulate, true, stream_);
+    }
+  }
+  gpu::set_gemm_options(saved);
+}
+
 TEST_F(CudaKernels, LinearBackwardLargeMatchesReference) {
   for (const auto& c : linear_cases(true)) {
-    if (c.shape.batch != 256) continue;
+    if (c.shape.batch != 256 && c.shape.batch != 2000) continue;
     for (Activation act : kActivations)
       for (bool accumulate : {false, true}) run_linear_backward_case(c, act, true, accumulate, true, stream_);
   }
@@ -378,59 +399,61 @@ TEST_F(CudaKernels, LinearBackwardWithoutDx) {
 
 // Views into a flat parameter buffer are not 256-byte aligned; cuBLASLt must be told, not assume it.
 TEST_F(CudaKernels, LinearForwardOnMisalignedViews) {
-  const LinearShape s{37, 129, 67};
-  const std::int64_t B = s.batch, I = s.in, O = s.out;
-  DeviceBuffer flat((B * I + O * I + O + B * O + 16) * sizeof(float));
-  float* base = flat.get<float>();
-  float* x = base + 1;  // 4-byte aligned only
-  float* w = x + B * I;
-  float* bias = w + O * I;
-  float* y = bias + O + 1;
-  const auto xh = random_nonzero(B * I, 11), wh = random_nonzero(O * I, 12, 0.1f), bh = random_nonzero(O, 13);
-  DDP_CUDA_CHECK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
-  DDP_CUDA_CHECK(cudaMemcpy(w, wh.data(), wh.size() * 4, cudaMemcpyHostToDevice));
-  DDP_CUDA_CHECK(cudaMemcpy(bias, bh.data(), bh.size() * 4, cudaMemcpyHostToDevice));
-  DDP_CUDA_CHECK(cudaMemset(y, 0xff, B * O * 4));
-  gpu::linear_forward(DType::kFloat32, MathMode::kFloat32, s, x, w, bias, Activation::kRelu, y, nullptr,
-                      stream_);
-  sync();
-  std::vector<float> yh(B * O);
-  DDP_CUDA_CHECK(cudaMemcpy(yh.data(), y, yh.size() * 4, cudaMemcpyDeviceToHost));
-  std::vector<double> got(yh.begin(), yh.end()), ref(B * O);
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t o = 0; o < O; ++o) {
-      double z = bh[o];
-      for (std::int64_t i = 0; i < I; ++i) z += static_cast<double>(xh[b * I + i]) * wh[o * I + i];
-      ref[b * O + o] = z > 0 ? z : 0;
-    }
-  EXPECT_LT(rel_l2(got, ref), 1e-5);
-
-  // Backward with the same misaligned views: dy = y, dbias misaligned (no BGRADB epilogue), dw and dx views.
-  DeviceBuffer grads((O * I + O + B * I + 16) * sizeof(float));
-  float* dw = grads.get<float>() + 1;
-  float* dbias = dw + O * I;
-  float* dx = dbias + O + 1;
-  grads.poison();
-  gpu::linear_backward(DType::kFloat32, MathMode::kFloat32, s, y, x, w, nullptr, nullptr, Activation::kNone,
-                       dx, dw, dbias, false, nullptr, stream_);
-  sync();
-  std::vector<float> dwh(O * I), dbh(O), dxh(B * I);
-  DDP_CUDA_CHECK(cudaMemcpy(dwh.data(), dw, dwh.size() * 4, cudaMemcpyDeviceToHost));
-  DDP_CUDA_CHECK(cudaMemcpy(dbh.data(), dbias, dbh.size() * 4, cudaMemcpyDeviceToHost));
-  DDP_CUDA_CHECK(cudaMemcpy(dxh.data(), dx, dxh.size() * 4, cudaMemcpyDeviceToHost));
-  std::vector<double> dw_ref(O * I, 0.0), db_ref(O, 0.0), dx_ref(B * I, 0.0);
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t o = 0; o < O; ++o) {
-      const double g = static_cast<float>(ref[b * O + o]);  // the device's y, to float precision
-      db_ref[o] += g;
-      for (std::int64_t i = 0; i < I; ++i) {
-        dw_ref[o * I + i] += g * xh[b * I + i];
-        dx_ref[b * I + i] += g * wh[o * I + i];
+  // A wide layer (cuBLASLt) and a narrow one (narrow_linear.h, whose four-wide loads need aligned rows).
+  for (const LinearShape s : {LinearShape{37, 129, 67}, LinearShape{37, 129, 10}}) {
+    const std::int64_t B = s.batch, I = s.in, O = s.out;
+    DeviceBuffer flat((B * I + O * I + O + B * O + 16) * sizeof(float));
+    float* base = flat.get<float>();
+    float* x = base + 1;  // 4-byte aligned only
+    float* w = x + B * I;
+    float* bias = w + O * I;
+    float* y = bias + O + 1;
+    const auto xh = random_nonzero(B * I, 11), wh = random_nonzero(O * I, 12, 0.1f), bh = random_nonzero(O, 13);
+    DDP_CUDA_CHECK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
+    DDP_CUDA_CHECK(cudaMemcpy(w, wh.data(), wh.size() * 4, cudaMemcpyHostToDevice));
+    DDP_CUDA_CHECK(cudaMemcpy(bias, bh.data(), bh.size() * 4, cudaMemcpyHostToDevice));
+    DDP_CUDA_CHECK(cudaMemset(y, 0xff, B * O * 4));
+    gpu::linear_forward(DType::kFloat32, MathMode::kFloat32, s, x, w, bias, Activation::kRelu, y, nullptr,
+                        stream_);
+    sync();
+    std::vector<float> yh(B * O);
+    DDP_CUDA_CHECK(cudaMemcpy(yh.data(), y, yh.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<double> got(yh.begin(), yh.end()), ref(B * O);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t o = 0; o < O; ++o) {
+        double z = bh[o];
+        for (std::int64_t i = 0; i < I; ++i) z += static_cast<double>(xh[b * I + i]) * wh[o * I + i];
+        ref[b * O + o] = z > 0 ? z : 0;
       }
-    }
-  EXPECT_LT(rel_l2(std::vector<double>(dwh.begin(), dwh.end()), dw_ref), 1e-5) << "misaligned dw";
-  EXPECT_LT(rel_l2(std::vector<double>(dbh.begin(), dbh.end()), db_ref), 1e-5) << "misaligned dbias";
-  EXPECT_LT(rel_l2(std::vector<double>(dxh.begin(), dxh.end()), dx_ref), 1e-5) << "misaligned dx";
+    EXPECT_LT(rel_l2(got, ref), 1e-5) << "misaligned y, out=" << O;
+
+    // Backward with the same misaligned views: dy = y, dbias misaligned (no BGRADB epilogue), dw and dx views.
+    DeviceBuffer grads((O * I + O + B * I + 16) * sizeof(float));
+    float* dw = grads.get<float>() + 1;
+    float* dbias = dw + O * I;
+    float* dx = dbias + O + 1;
+    grads.poison();
+    gpu::linear_backward(DType::kFloat32, MathMode::kFloat32, s, y, x, w, nullptr, nullptr, Activation::kNone,
+                         dx, dw, dbias, false, nullptr, stream_);
+    sync();
+    std::vector<float> dwh(O * I), dbh(O), dxh(B * I);
+    DDP_CUDA_CHECK(cudaMemcpy(dwh.data(), dw, dwh.size() * 4, cudaMemcpyDeviceToHost));
+    DDP_CUDA_CHECK(cudaMemcpy(dbh.data(), dbias, dbh.size() * 4, cudaMemcpyDeviceToHost));
+    DDP_CUDA_CHECK(cudaMemcpy(dxh.data(), dx, dxh.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<double> dw_ref(O * I, 0.0), db_ref(O, 0.0), dx_ref(B * I, 0.0);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t o = 0; o < O; ++o) {
+        const double g = static_cast<float>(ref[b * O + o]);  // the device's y, to float precision
+        db_ref[o] += g;
+        for (std::int64_t i = 0; i < I; ++i) {
+          dw_ref[o * I + i] += g * xh[b * I + i];
+          dx_ref[b * I + i] += g * wh[o * I + i];
+        }
+      }
+    EXPECT_LT(rel_l2(std::vector<double>(dwh.begin(), dwh.end()), dw_ref), 1e-5) << "misaligned dw, out=" << O;
+    EXPECT_LT(rel_l2(std::vector<double>(dbh.begin(), dbh.end()), db_ref), 1e-5) << "misaligned dbias, out=" << O;
+    EXPECT_LT(rel_l2(std::vector<double>(dxh.begin(), dxh.end()), dx_ref), 1e-5) << "misaligned dx, out=" << O;
+  }
 }
 
 TEST_F(CudaKernels, LinearSteadyStateDoesNotAllocate) {

@@ -12,6 +12,9 @@
 //     and a CUDA graph of the small main-job step is slower with the branches than serial (the split-K
 //     kernels of both GEMMs then compete for the SMs; bench/RESULTS.md). So it is off by default; the
 //     arithmetic is the same either way (each GEMM is the same call), kept for models where it wins.
+//   * narrow layers: a Linear of at most 32 outputs (a classifier's head) runs on our own one-launch kernels
+//     (narrow_linear.h) instead of cuBLASLt's split-K GEMMs and their reductions. On by default; the switch is
+//     for measuring one against the other.
 #pragma once
 
 namespace ddp::kernels::cuda {
@@ -27,6 +30,8 @@ struct GemmOptions {
   // our vectorised bias+activation pass after it (for GEMM kernels that run their epilogue as a slow pass of
   // its own; see bench/RESULTS.md).
   bool bias_epilogue = true;
+  // DDP_GEMM_NARROW=0 turns it off: layers of at most 32 outputs through cuBLASLt like every other.
+  bool narrow_layers = true;
   // DDP_GEMM_LOG=1: one line on stderr per new GEMM configuration: shape, types, epilogue, the algorithm kept
   // and, with autotune, the time of cuBLASLt's first choice against the fastest.
   bool log = false;

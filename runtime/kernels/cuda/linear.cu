@@ -23,6 +23,9 @@
 //   * Mixed precision (LinearTypes): bf16 x and w may produce a float32 y (the logits, no cast pass) and write
 //     float32 dw/dbias (the FP32 master weights' gradient slots, no bf16 weight gradient and no cast pass);
 //     cuBLASLt takes bf16 A/B with float32 C/D directly, and the bias (gradient) then has D's type.
+//   * Layers of at most 32 outputs (a classifier's head) skip cuBLASLt: narrow_linear.h's one-launch kernels do
+//     their forward and their whole backward, where cuBLASLt would split K over few output tiles and add the
+//     parts in extra kernels.
 //   * Algorithm choice and scheduling follow GemmOptions (gemm_options.h): cuBLASLt's first heuristic or, with
 //     autotune, the fastest of its candidates timed once per configuration; dx and dw of one backward on two
 //     streams so that small GEMMs fill the GPU together.
@@ -46,6 +49,7 @@
 #include "runtime/kernels/cuda/activation_kernels.h"
 #include "runtime/kernels/cuda/blas_handle.h"
 #include "runtime/kernels/cuda/gemm_options.h"
+#include "runtime/kernels/cuda/narrow_linear.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 #include "runtime/kernels/cuda/cublas_check.h"
@@ -73,6 +77,7 @@ GemmOptions& options_storage() {
     opts->concurrent_backward = env_flag("DDP_GEMM_CONCURRENT_BACKWARD", opts->concurrent_backward);
     opts->log = env_flag("DDP_GEMM_LOG", opts->log);
     opts->bias_epilogue = env_flag("DDP_GEMM_BIAS_EPILOGUE", opts->bias_epilogue);
+    opts->narrow_layers = env_flag("DDP_GEMM_NARROW", opts->narrow_layers);
     return opts;
   }();
   return *o;
@@ -470,6 +475,11 @@ void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
                             out, stream);
     return;
   }
+  if (gemm_options().narrow_layers && detail::narrow_forward_fits(shape)) {
+    detail::narrow_linear_forward(types, shape, x, w, bias, act, y,
+                                  act == Activation::kGelu ? pre_activation : nullptr, stream);
+    return;
+  }
   // Bias epilogues only with a 16-byte aligned bias: the MIN_ALIGNMENT preferences cover A, B, C and D but not the
   // bias vector, and a bias that is a view into a flat parameter buffer need not be aligned.
   const bool bias_fusable = (bias == nullptr || alignment_of(bias) >= 16) && gemm_options().bias_epilogue;
@@ -515,6 +525,13 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
       zero(dbias, out, types.grad, stream);
     }
     zero(dx, batch * in, types.input, stream);
+    return;
+  }
+  if (gemm_options().narrow_layers && detail::narrow_backward_fits(shape)) {
+    DDP_ASSERT(act == Activation::kNone || (act == Activation::kRelu ? y : pre_activation) != nullptr,
+               "linear_backward: the activation's saved tensor is missing");
+    detail::narrow_linear_backward(types, shape, dy, act == Activation::kRelu ? y : pre_activation, act, x, w, dx,
+                                   dw, dbias, accumulate, scratch_dz, stream);
     return;
   }
 
