@@ -25,6 +25,16 @@ std::string tmpdir() {
   return t ? t : "/tmp";
 }
 
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                              static_cast<std::streamsize>(bytes.size()));
+}
+
 std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& values,
                                uint8_t type = 0x08) {
   std::vector<uint8_t> b = {0, 0, type, static_cast<uint8_t>(dims.size())};
@@ -68,11 +78,8 @@ TEST(Idx, ReadsValidGzipFile) {
   EXPECT_EQ(a.values, seq(24));
   EXPECT_EQ(a.count(), 3);
   // An uncompressed file (as torchvision leaves beside the .gz) reads the same.
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string plain = std::string(tmp ? tmp : "/tmp") + "/valid-idx3";
-  const std::vector<uint8_t> bytes = idx_bytes({3, 2, 4}, seq(24));
-  std::ofstream(plain, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                               static_cast<std::streamsize>(bytes.size()));
+  const std::string plain = tmpdir() + "/valid-idx3";
+  write_bytes(plain, idx_bytes({3, 2, 4}, seq(24)));
   EXPECT_EQ(read_idx_file(plain).values, seq(24));
 }
 
@@ -135,16 +142,6 @@ TEST(Idx, RefusesTruncatedGzipStream) {
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
   // The in-memory path agrees.
   EXPECT_NE(error_of([&] { gunzip(gz.data(), gz.size(), "mem"); }).find("truncated gzip"), std::string::npos);
-}
-
-std::vector<uint8_t> file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                              static_cast<std::streamsize>(bytes.size()));
 }
 
 // A well-formed single-member file takes the one-call inflate; what that path cannot take goes the streaming way:
