@@ -527,11 +527,10 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
     zero(dx, batch * in, types.input, stream);
     return;
   }
+  // What the activation's derivative is taken of: ReLU's from y, GELU's from x·wᵀ+b.
+  const void* saved = act == Activation::kRelu ? y : pre_activation;
   if (gemm_options().narrow_layers && detail::narrow_backward_fits(shape)) {
-    DDP_ASSERT(act == Activation::kNone || (act == Activation::kRelu ? y : pre_activation) != nullptr,
-               "linear_backward: the activation's saved tensor is missing");
-    detail::narrow_linear_backward(types, shape, dy, act == Activation::kRelu ? y : pre_activation, act, x, w, dx,
-                                   dw, dbias, accumulate, scratch_dz, stream);
+    detail::narrow_linear_backward(types, shape, dy, saved, act, x, w, dx, dw, dbias, accumulate, scratch_dz, stream);
     return;
   }
 
@@ -541,7 +540,6 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
   bool dbias_done = false;
   if (act != Activation::kNone || types.output != types.input) {
     DDP_ASSERT(scratch_dz != nullptr, "linear_backward: scratch_dz is required with an activation or mixed types");
-    const void* saved = act == Activation::kRelu ? y : pre_activation;
     detail::activation_grad_bias(types.output, types.input, types.grad, act, dy, saved, scratch_dz, dbias,
                                  accumulate, batch, out, stream);
     dz = scratch_dz;

@@ -7,8 +7,6 @@
 // chunk of work rather than once per load, and so that the arithmetic reads registers, not shared memory.
 #include "runtime/kernels/cuda/narrow_linear.h"
 
-#include <algorithm>
-
 #include "runtime/kernels/cuda/device_utils.cuh"
 
 namespace ddp::kernels::cuda::detail {
@@ -117,9 +115,11 @@ __global__ void __launch_bounds__(kColumns* kRowLanes)
 #pragma unroll
   for (int o = 0; o < kMaxOut; ++o) w_r[o] = o < out && col_ok ? to_float(w[o * in + col]) : 0.0f;
 
+  // Elements of dy in the chunk of rows from r0 (fewer than kChunkRows·out in the last one).
+  auto chunk_elements = [&](std::int64_t r0) { return (batch - r0 < kChunkRows ? batch - r0 : kChunkRows) * out; };
   float dy_r[kDzPerThread], saved_r[kDzPerThread], x_r[kRowsPerLane];
   auto load_chunk = [&](std::int64_t r0) {
-    const std::int64_t elements = (batch - r0 < kChunkRows ? batch - r0 : kChunkRows) * out;
+    const std::int64_t elements = chunk_elements(r0);
 #pragma unroll
     for (int k = 0; k < kDzPerThread; ++k) {
       const int e = t + k * kThreadsPerBlock;
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kColumns* kRowLanes)
   for (int o = 0; o < kMaxOut; ++o) dw_acc[o] = db_acc[o] = 0.0f;
   load_chunk(0);
   for (std::int64_t r0 = 0; r0 < batch; r0 += kChunkRows) {
-    const std::int64_t elements = (batch - r0 < kChunkRows ? batch - r0 : kChunkRows) * out;
+    const std::int64_t elements = chunk_elements(r0);
 #pragma unroll
     for (int k = 0; k < kDzPerThread; ++k) {
       const int e = t + k * kThreadsPerBlock;
@@ -233,13 +233,13 @@ bool narrow_backward_fits(const LinearShape& shape) {
 void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const void* x, const void* w,
                            const void* bias, Activation act, void* y, void* pre_activation, cudaStream_t stream) {
   DDP_ASSERT(narrow_forward_fits(shape), "narrow_linear_forward: shape out of range");
-  const std::int64_t blocks = std::min<std::int64_t>((shape.batch + kWarpsPerBlock - 1) / kWarpsPerBlock, kMaxBlocks);
+  const unsigned int blocks = blocks_for(shape.batch, kWarpsPerBlock);  // a row per warp, at most kMaxBlocks
   const int out = static_cast<int>(shape.out);
   with_types(types, [&](auto in_tag, auto out_tag, auto) {
     using TIn = decltype(in_tag);
     using TOut = decltype(out_tag);
     auto launch = [&](auto kernel) {
-      kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(
+      kernel<<<blocks, kThreads, 0, stream>>>(
           static_cast<const TIn*>(x), static_cast<const TIn*>(w), static_cast<const TOut*>(bias), act,
           static_cast<TOut*>(y), static_cast<TOut*>(pre_activation), shape.batch, shape.in, out);
     };
