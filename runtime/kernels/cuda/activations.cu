@@ -18,6 +18,7 @@ namespace {
 
 __global__ void activation_forward_kernel(Activation act, const float* x, float* y,
                                           std::int64_t n, bool vectorized) {
+  detail::begin_kernel();
   auto f = [act](float z) { return apply_activation(act, z); };
   for_each_by_four(
       n, vectorized,
@@ -27,6 +28,7 @@ __global__ void activation_forward_kernel(Activation act, const float* x, float*
 
 __global__ void activation_backward_kernel(Activation act, const float* x, const float* dy,
                                            float* dx, std::int64_t n, bool accumulate, bool vectorized) {
+  detail::begin_kernel();
   auto grad = [act](float input, float g) { return g * activation_grad(act, input); };
   for_each_by_four(
       n, vectorized,
@@ -47,6 +49,7 @@ __global__ void activation_backward_kernel(Activation act, const float* x, const
 template <typename T>
 __global__ void bias_activation_kernel(Activation act, const T* z_in, const T* __restrict__ bias, T* pre_out, T* y,
                                        std::int64_t rows, std::int64_t cols) {
+  detail::begin_kernel();
   // No __restrict__ on z_in/pre_out/y: they may alias (in-place); each element is read before it is written.
   const std::int64_t n = rows * cols;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -66,6 +69,7 @@ __global__ void bias_activation_kernel(Activation act, const T* z_in, const T* _
 template <typename T>
 __global__ void bias_activation_vec_kernel(Activation act, const T* z_in, const T* __restrict__ bias, T* pre_out,
                                            T* y, std::int64_t groups, std::int64_t cols) {
+  detail::begin_kernel();
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
     const std::int64_t i = g * 8;
@@ -116,6 +120,7 @@ __global__ void activation_grad_bias_kernel(Activation act, const TDy* dy, const
                                             TB* __restrict__ dbias, float* __restrict__ partials,
                                             unsigned int* __restrict__ counters, bool accumulate, std::int64_t rows,
                                             std::int64_t cols, std::int64_t rows_per_chunk) {
+  detail::begin_kernel();
   __shared__ float sums[kRowLanes][kColTile + 1];
   const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
@@ -156,6 +161,7 @@ __global__ void __launch_bounds__(256)
                                     TB* __restrict__ dbias, float* __restrict__ partials,
                                     unsigned int* __restrict__ counters, bool accumulate, std::int64_t rows,
                                     std::int64_t cols, std::int64_t rows_per_chunk) {
+  detail::begin_kernel();
   __shared__ float sums[8][8][32];  // [warp][column within the lane's 8][lane]
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -229,10 +235,9 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
     float* partials = two_level ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
     unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
     const dim3 grid(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
-    activation_grad_bias_vec_kernel<TDy, TDz, TB><<<grid, 256, 0, stream>>>(
-        act, static_cast<const TDy*>(dy), static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
-        static_cast<TB*>(dbias), partials, counters, accumulate, rows, cols, rows_per_chunk);
-    DDP_CUDA_CHECK_LAUNCH();
+    detail::launch(activation_grad_bias_vec_kernel<TDy, TDz, TB>, grid, 256, 0, stream, act,
+                   static_cast<const TDy*>(dy), static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
+                   static_cast<TB*>(dbias), partials, counters, accumulate, rows, cols, rows_per_chunk);
     return;
   }
   // Enough row chunks to fill the GPU; with a bias gradient, bounded by the scratch for the partial sums (and
@@ -257,10 +262,9 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
   unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
   const dim3 block(kColTile, kRowLanes);
   const dim3 grid(static_cast<unsigned int>(col_blocks), static_cast<unsigned int>(chunks));
-  activation_grad_bias_kernel<TDy, TDz, TB><<<grid, block, 0, stream>>>(
-      act, static_cast<const TDy*>(dy), static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
-      static_cast<TB*>(dbias), partials, counters, accumulate, rows, cols, rows_per_chunk);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(activation_grad_bias_kernel<TDy, TDz, TB>, grid, block, 0, stream, act, static_cast<const TDy*>(dy),
+                 static_cast<const TDy*>(saved), static_cast<TDz*>(dz), static_cast<TB*>(dbias), partials, counters,
+                 accumulate, rows, cols, rows_per_chunk);
 }
 
 void check_float_type(DType dtype, const char* what) {
@@ -279,27 +283,25 @@ void bias_activation(DType dtype, Activation act, const void* z_in, const void* 
       (pre_out == nullptr || aligned16(pre_out))) {
     const std::int64_t groups = n / 8;
     if (dtype == DType::kFloat32) {
-      bias_activation_vec_kernel<float><<<blocks_for(groups), kThreads, 0, stream>>>(
-          act, static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
-          static_cast<float*>(y), groups, cols);
+      detail::launch(bias_activation_vec_kernel<float>, blocks_for(groups), kThreads, 0, stream, act,
+                     static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
+                     static_cast<float*>(y), groups, cols);
     } else {
-      bias_activation_vec_kernel<__nv_bfloat16><<<blocks_for(groups), kThreads, 0, stream>>>(
-          act, static_cast<const __nv_bfloat16*>(z_in), static_cast<const __nv_bfloat16*>(bias),
-          static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), groups, cols);
+      detail::launch(bias_activation_vec_kernel<__nv_bfloat16>, blocks_for(groups), kThreads, 0, stream, act,
+                     static_cast<const __nv_bfloat16*>(z_in), static_cast<const __nv_bfloat16*>(bias),
+                     static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), groups, cols);
     }
-    DDP_CUDA_CHECK_LAUNCH();
     return;
   }
   if (dtype == DType::kFloat32) {
-    bias_activation_kernel<float><<<blocks_for(n), kThreads, 0, stream>>>(
-        act, static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
-        static_cast<float*>(y), rows, cols);
+    detail::launch(bias_activation_kernel<float>, blocks_for(n), kThreads, 0, stream, act,
+                   static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
+                   static_cast<float*>(y), rows, cols);
   } else {
-    bias_activation_kernel<__nv_bfloat16><<<blocks_for(n), kThreads, 0, stream>>>(
-        act, static_cast<const __nv_bfloat16*>(z_in), static_cast<const __nv_bfloat16*>(bias),
-        static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), rows, cols);
+    detail::launch(bias_activation_kernel<__nv_bfloat16>, blocks_for(n), kThreads, 0, stream, act,
+                   static_cast<const __nv_bfloat16*>(z_in), static_cast<const __nv_bfloat16*>(bias),
+                   static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), rows, cols);
   }
-  DDP_CUDA_CHECK_LAUNCH();
 }
 
 void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activation act,
@@ -334,18 +336,16 @@ void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activat
 void activation_forward(Activation act, const float* x, float* y, std::int64_t n, StreamHandle stream) {
   if (n <= 0) return;
   const bool vectorized = detail::aligned16(x) && detail::aligned16(y);
-  detail::activation_forward_kernel<<<detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream>>>(
-      act, x, y, n, vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(detail::activation_forward_kernel, detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream,
+                 act, x, y, n, vectorized);
 }
 
 void activation_backward(Activation act, const float* x, const float* dy, float* dx, std::int64_t n,
                          bool accumulate, StreamHandle stream) {
   if (n <= 0) return;
   const bool vectorized = detail::aligned16(x) && detail::aligned16(dy) && detail::aligned16(dx);
-  detail::activation_backward_kernel<<<detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream>>>(
-      act, x, dy, dx, n, accumulate, vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(detail::activation_backward_kernel, detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream,
+                 act, x, dy, dx, n, accumulate, vectorized);
 }
 
 }  // namespace ddp::kernels::cuda

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "runtime/kernels/cuda/launch.cuh"
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 

@@ -31,6 +31,7 @@ __device__ __forceinline__ std::int64_t grid_stride() { return static_cast<std::
 // ---- fill: the value's bit pattern is computed on the host, the kernel only stores it ----
 template <typename U>
 __global__ void fill_kernel(U* data, std::int64_t n, U pattern, bool vectorized) {
+  detail::begin_kernel();
   std::int64_t scalar_from = 0;
   if (vectorized) {
     constexpr int kPer = 16 / sizeof(U);
@@ -52,8 +53,7 @@ template <typename U>
 void launch_fill(void* data, std::int64_t n, U pattern, cudaStream_t stream) {
   const bool vectorized = aligned16(data);
   const std::int64_t work = vectorized ? (n * static_cast<std::int64_t>(sizeof(U)) + 15) / 16 : n;
-  fill_kernel<U><<<blocks_for(work), kThreads, 0, stream>>>(static_cast<U*>(data), n, pattern, vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(fill_kernel<U>, blocks_for(work), kThreads, 0, stream, static_cast<U*>(data), n, pattern, vectorized);
 }
 
 // float → bfloat16 bits, round to nearest even (NaN stays a quiet NaN).
@@ -67,6 +67,7 @@ std::uint16_t bf16_bits_rne(float f) {
 
 // ---- axpby / scale ----
 __global__ void axpby_kernel(const float* x, float* y, std::int64_t n, float alpha, float beta, bool vectorized) {
+  detail::begin_kernel();
   const bool read_y = beta != 0.0f;  // beta == 0 overwrites y without reading it (y may hold NaN)
   auto one = [&](float a, float b) { return read_y ? alpha * a + beta * b : alpha * a; };
   for_each_by_four(
@@ -80,6 +81,7 @@ __global__ void axpby_kernel(const float* x, float* y, std::int64_t n, float alp
 }
 
 __global__ void scale_kernel(float* x, std::int64_t n, float alpha, bool vectorized) {
+  detail::begin_kernel();
   auto one = [alpha](float e) { return e * alpha; };
   for_each_by_four(
       n, vectorized, [&](std::int64_t v) { reinterpret_cast<float4*>(x)[v] = map4(reinterpret_cast<float4*>(x)[v], one); },
@@ -103,6 +105,7 @@ struct MulAccumulateOp {
 
 template <typename Op>
 __global__ void binary_kernel(const float* a, const float* b, float* y, std::int64_t n, Op op, bool vectorized) {
+  detail::begin_kernel();
   std::int64_t scalar_from = 0;
   if (vectorized) {
     const std::int64_t n4 = n / 4;
@@ -126,13 +129,14 @@ template <typename Op>
 void launch_binary(const float* a, const float* b, float* y, std::int64_t n, Op op, cudaStream_t stream) {
   if (n <= 0) return;
   const bool vectorized = aligned16(a) && aligned16(b) && aligned16(y);
-  binary_kernel<Op><<<blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream>>>(a, b, y, n, op, vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(binary_kernel<Op>, blocks_for(vectorized ? (n + 3) / 4 : n), kThreads, 0, stream, a, b, y, n, op,
+                 vectorized);
 }
 
 // ---- cast ----
 __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst, std::int64_t n,
                                    bool vectorized) {
+  detail::begin_kernel();
   // Vectorized: src 16-byte aligned, dst 8-byte aligned.
   for_each_by_four(
       n, vectorized,
@@ -146,6 +150,7 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16*
 }
 
 __global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst, std::int64_t n) {
+  detail::begin_kernel();
   for (std::int64_t i = thread_index(); i < n; i += grid_stride()) dst[i] = __bfloat162float(src[i]);
 }
 
@@ -154,6 +159,7 @@ constexpr int kMaxPartials = 1024;
 
 __global__ void sum_squares_kernel(const float* __restrict__ x, std::int64_t n, double* __restrict__ partials,
                                    unsigned int* counter, double* __restrict__ out, bool vectorized) {
+  detail::begin_kernel();
   __shared__ double shared[32];
   double acc = 0.0;
   for_each_by_four(
@@ -201,15 +207,13 @@ void fill(DType dtype, void* data, std::int64_t n, double value, StreamHandle st
 void axpby(const float* x, float* y, std::int64_t n, float alpha, float beta, StreamHandle stream) {
   if (n <= 0) return;
   const bool vectorized = aligned16(x) && aligned16(y);
-  axpby_kernel<<<blocks_by_four(n, vectorized), kThreads, 0, stream>>>(x, y, n, alpha, beta, vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(axpby_kernel, blocks_by_four(n, vectorized), kThreads, 0, stream, x, y, n, alpha, beta, vectorized);
 }
 
 void scale(float* x, std::int64_t n, float alpha, StreamHandle stream) {
   if (n <= 0) return;
   const bool vectorized = aligned16(x);
-  scale_kernel<<<blocks_by_four(n, vectorized), kThreads, 0, stream>>>(x, n, alpha, vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(scale_kernel, blocks_by_four(n, vectorized), kThreads, 0, stream, x, n, alpha, vectorized);
 }
 
 void add(const float* a, const float* b, float* y, std::int64_t n, StreamHandle stream) {
@@ -235,15 +239,13 @@ void cast(DType from, const void* src, DType to, void* dst, std::int64_t n, Stre
   }
   if (from == DType::kFloat32 && to == DType::kBFloat16) {
     const bool vectorized = aligned16(src) && (reinterpret_cast<std::uintptr_t>(dst) & 7u) == 0;
-    f32_to_bf16_kernel<<<blocks_by_four(n, vectorized), kThreads, 0, stream>>>(
-        static_cast<const float*>(src), static_cast<__nv_bfloat16*>(dst), n, vectorized);
-    DDP_CUDA_CHECK_LAUNCH();
+    detail::launch(f32_to_bf16_kernel, blocks_by_four(n, vectorized), kThreads, 0, stream,
+                   static_cast<const float*>(src), static_cast<__nv_bfloat16*>(dst), n, vectorized);
     return;
   }
   if (from == DType::kBFloat16 && to == DType::kFloat32) {
-    bf16_to_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(src),
-                                                               static_cast<float*>(dst), n);
-    DDP_CUDA_CHECK_LAUNCH();
+    detail::launch(bf16_to_f32_kernel, blocks_for(n), kThreads, 0, stream, static_cast<const __nv_bfloat16*>(src),
+                   static_cast<float*>(dst), n);
     return;
   }
   throw InvalidArgument("cast: only float32 <-> bfloat16 conversions are supported");
@@ -255,9 +257,8 @@ void sum_squares(const float* x, std::int64_t n, double* out, StreamHandle strea
   const bool vectorized = aligned16(x);
   std::int64_t blocks = n <= 0 ? 1 : ((vectorized ? (n + 3) / 4 : n) + kThreads - 1) / kThreads;
   if (blocks > kMaxPartials) blocks = kMaxPartials;
-  sum_squares_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(
-      x, n < 0 ? 0 : n, partials, reduction_counters(stream), out, vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(sum_squares_kernel, static_cast<unsigned int>(blocks), kThreads, 0, stream, x, n < 0 ? 0 : n, partials,
+                 reduction_counters(stream), out, vectorized);
 }
 
 namespace {
@@ -282,6 +283,7 @@ __global__ void gather_batch_kernel(const FUnit* __restrict__ features, std::int
                                     const std::int64_t* __restrict__ indices, std::int64_t* position,
                                     std::int64_t count, FUnit* __restrict__ features_dst,
                                     LUnit* __restrict__ labels_dst, unsigned int* counter) {
+  detail::begin_kernel();
   const std::int64_t* rows = indices + (position != nullptr ? *position : 0);
   gather_units(features, feature_units, rows, count, features_dst);
   gather_units(labels, label_units, rows, count, labels_dst);
@@ -305,12 +307,10 @@ void launch_gather_batch(const void* features, std::int64_t feature_bytes, const
                          std::int64_t count, void* features_dst, void* labels_dst, cudaStream_t stream) {
   const std::int64_t feature_units = feature_bytes / static_cast<std::int64_t>(sizeof(FUnit));
   const std::int64_t label_units = label_bytes / static_cast<std::int64_t>(sizeof(LUnit));
-  gather_batch_kernel<FUnit, LUnit>
-      <<<blocks_for(count * std::max(feature_units, label_units)), kThreads, 0, stream>>>(
-          static_cast<const FUnit*>(features), feature_units, static_cast<const LUnit*>(labels), label_units,
-          indices, position, count, static_cast<FUnit*>(features_dst), static_cast<LUnit*>(labels_dst),
-          position != nullptr ? reduction_counters(stream) : nullptr);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(gather_batch_kernel<FUnit, LUnit>, blocks_for(count * std::max(feature_units, label_units)), kThreads,
+                 0, stream, static_cast<const FUnit*>(features), feature_units, static_cast<const LUnit*>(labels),
+                 label_units, indices, position, count, static_cast<FUnit*>(features_dst),
+                 static_cast<LUnit*>(labels_dst), position != nullptr ? reduction_counters(stream) : nullptr);
 }
 
 template <typename FUnit>
@@ -333,6 +333,7 @@ namespace {
 
 template <typename T>
 __global__ void divide_kernel(T* x, std::int64_t n, std::int64_t divisor) {
+  detail::begin_kernel();
   for (std::int64_t i = thread_index(); i < n; i += grid_stride()) {
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) / static_cast<float>(divisor));
@@ -344,8 +345,7 @@ __global__ void divide_kernel(T* x, std::int64_t n, std::int64_t divisor) {
 
 template <typename T>
 void launch_divide(void* data, std::int64_t n, std::int64_t divisor, cudaStream_t stream) {
-  divide_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, divisor);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(divide_kernel<T>, blocks_for(n), kThreads, 0, stream, static_cast<T*>(data), n, divisor);
 }
 
 }  // namespace

@@ -27,7 +27,10 @@ unsigned int row_blocks(std::int64_t rows) {
   return static_cast<unsigned int>(blocks);
 }
 
-__global__ void write_float_kernel(float* out, float value) { out[0] = value; }
+__global__ void write_float_kernel(float* out, float value) {
+  detail::begin_kernel();
+  out[0] = value;
+}
 
 // Per row: loss_r = log Σ exp(x − max) − (x[label] − max); dlogits = (softmax − onehot) · inv_batch, stored in
 // the logits' type. Three passes over the row (max, sum, gradient), each reading eight elements per lane per step
@@ -38,6 +41,7 @@ __global__ void softmax_xent_kernel(const T* __restrict__ logits, const std::int
                                     std::int64_t batch, std::int64_t classes, T* __restrict__ dlogits,
                                     float inv_batch, double* __restrict__ partials, unsigned int* counter,
                                     float* __restrict__ loss, bool vec) {
+  detail::begin_kernel();
   __shared__ double warp_losses[kWarpsPerBlock];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -102,6 +106,7 @@ __global__ void softmax_xent_kernel(const T* __restrict__ logits, const std::int
 __global__ void mse_kernel(const float* __restrict__ pred, const float* __restrict__ target, std::int64_t n,
                            float* __restrict__ dpred, float grad_scale, double* __restrict__ partials,
                            unsigned int* counter, float* __restrict__ loss) {
+  detail::begin_kernel();
   __shared__ double shared[32];
   double acc = 0.0;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -148,6 +153,7 @@ __device__ __forceinline__ std::int64_t warp_argmax(const float* x, std::int64_t
 __global__ void count_correct_kernel(const float* __restrict__ logits, const std::int32_t* __restrict__ labels,
                                      std::int64_t batch, std::int64_t classes, long long* __restrict__ partials,
                                      unsigned int* counter, std::int64_t* __restrict__ correct) {
+  detail::begin_kernel();
   __shared__ long long warp_counts[kWarpsPerBlock];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -166,6 +172,7 @@ __global__ void count_correct_kernel(const float* __restrict__ logits, const std
 
 __global__ void argmax_rows_kernel(const float* __restrict__ logits, std::int64_t batch, std::int64_t classes,
                                    std::int32_t* __restrict__ out) {
+  detail::begin_kernel();
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   for (std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < batch;
@@ -183,8 +190,7 @@ void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* 
             "softmax_cross_entropy: logits must be float32 or bfloat16");
   if (batch <= 0 || classes <= 0) {
     // The mean over no rows is NaN, as torch's; no gradient elements to write.
-    write_float_kernel<<<1, 1, 0, stream>>>(loss, std::numeric_limits<float>::quiet_NaN());
-    DDP_CUDA_CHECK_LAUNCH();
+    detail::launch(write_float_kernel, 1, 1, 0, stream, loss, std::numeric_limits<float>::quiet_NaN());
     return;
   }
   double* partials = static_cast<double*>(reduction_scratch(stream));
@@ -193,47 +199,40 @@ void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* 
   const bool vec = classes % 8 == 0 && detail::aligned16(logits) && (dlogits == nullptr || detail::aligned16(dlogits));
   const float inv_batch = static_cast<float>(1.0 / static_cast<double>(batch));
   if (dtype == DType::kFloat32) {
-    softmax_xent_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(logits), labels, batch,
-                                                                classes, static_cast<float*>(dlogits), inv_batch,
-                                                                partials, counter, loss, vec);
+    detail::launch(softmax_xent_kernel<float>, blocks, kThreads, 0, stream, static_cast<const float*>(logits), labels,
+                   batch, classes, static_cast<float*>(dlogits), inv_batch, partials, counter, loss, vec);
   } else {
-    softmax_xent_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(logits), labels, batch, classes, static_cast<__nv_bfloat16*>(dlogits),
-        inv_batch, partials, counter, loss, vec);
+    detail::launch(softmax_xent_kernel<__nv_bfloat16>, blocks, kThreads, 0, stream,
+                   static_cast<const __nv_bfloat16*>(logits), labels, batch, classes,
+                   static_cast<__nv_bfloat16*>(dlogits), inv_batch, partials, counter, loss, vec);
   }
-  DDP_CUDA_CHECK_LAUNCH();
 }
 
 void mse_loss(const float* pred, const float* target, std::int64_t n, float* loss, float* dpred,
               StreamHandle stream) {
   if (n <= 0) {
-    write_float_kernel<<<1, 1, 0, stream>>>(loss, std::numeric_limits<float>::quiet_NaN());
-    DDP_CUDA_CHECK_LAUNCH();
+    detail::launch(write_float_kernel, 1, 1, 0, stream, loss, std::numeric_limits<float>::quiet_NaN());
     return;
   }
   double* partials = static_cast<double*>(reduction_scratch(stream));
   std::int64_t blocks = (n + kThreads - 1) / kThreads;
   if (blocks > kMaxPartials) blocks = kMaxPartials;
-  mse_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(
-      pred, target, n, dpred, static_cast<float>(2.0 / static_cast<double>(n)), partials, reduction_counters(stream),
-      loss);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(mse_kernel, static_cast<unsigned int>(blocks), kThreads, 0, stream, pred, target, n, dpred,
+                 static_cast<float>(2.0 / static_cast<double>(n)), partials, reduction_counters(stream), loss);
 }
 
 void count_correct(const float* logits, const std::int32_t* labels, std::int64_t batch, std::int64_t classes,
                    std::int64_t* correct, StreamHandle stream) {
   long long* partials = static_cast<long long*>(reduction_scratch(stream));
   const unsigned int blocks = row_blocks(batch);
-  count_correct_kernel<<<blocks, kThreads, 0, stream>>>(logits, labels, batch < 0 ? 0 : batch, classes, partials,
-                                                       reduction_counters(stream), correct);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(count_correct_kernel, blocks, kThreads, 0, stream, logits, labels, batch < 0 ? 0 : batch, classes,
+                 partials, reduction_counters(stream), correct);
 }
 
 void argmax_rows(const float* logits, std::int64_t batch, std::int64_t classes, std::int32_t* out,
                  StreamHandle stream) {
   if (batch <= 0) return;
-  argmax_rows_kernel<<<row_blocks(batch), kThreads, 0, stream>>>(logits, batch, classes, out);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(argmax_rows_kernel, row_blocks(batch), kThreads, 0, stream, logits, batch, classes, out);
 }
 
 }  // namespace ddp::kernels::cuda

@@ -32,6 +32,7 @@ __global__ void __launch_bounds__(kThreads)
     narrow_forward_kernel(const TIn* __restrict__ x, const TIn* __restrict__ w, const TOut* __restrict__ bias,
                           Activation act, TOut* __restrict__ y, TOut* __restrict__ pre, std::int64_t batch,
                           std::int64_t in, int out) {
+  detail::begin_kernel();
   constexpr int kChunk = kWeightFloats / kMaxOut;  // columns per chunk
   constexpr int kPerLane = kChunk / 32;
   __shared__ float w_s[kMaxOut][kChunk];
@@ -94,6 +95,7 @@ __global__ void __launch_bounds__(kColumns* kRowLanes)
                            const TIn* __restrict__ x, const TIn* __restrict__ w, TIn* __restrict__ dx,
                            TGrad* __restrict__ dw, TGrad* __restrict__ dbias, bool accumulate,
                            TIn* __restrict__ scratch_dz, std::int64_t batch, std::int64_t in, int out) {
+  detail::begin_kernel();
   constexpr int kThreadsPerBlock = kColumns * kRowLanes;
   constexpr int kDzPerThread = kChunkRows * kMaxOut / kThreadsPerBlock;
   constexpr int kStride = kMaxOut + 4;  // rows of dz_s stay 16-byte aligned
@@ -238,14 +240,13 @@ void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const vo
   with_types(types, [&](auto in_tag, auto out_tag, auto) {
     using TIn = decltype(in_tag);
     using TOut = decltype(out_tag);
-    auto launch = [&](auto kernel) {
-      kernel<<<blocks, kThreads, 0, stream>>>(
-          static_cast<const TIn*>(x), static_cast<const TIn*>(w), static_cast<const TOut*>(bias), act,
-          static_cast<TOut*>(y), static_cast<TOut*>(pre_activation), shape.batch, shape.in, out);
+    auto run = [&](auto kernel) {
+      launch(kernel, blocks, kThreads, 0, stream, static_cast<const TIn*>(x), static_cast<const TIn*>(w),
+             static_cast<const TOut*>(bias), act, static_cast<TOut*>(y), static_cast<TOut*>(pre_activation),
+             shape.batch, shape.in, out);
     };
-    out <= 16 ? launch(narrow_forward_kernel<TIn, TOut, 16>) : launch(narrow_forward_kernel<TIn, TOut, 32>);
+    out <= 16 ? run(narrow_forward_kernel<TIn, TOut, 16>) : run(narrow_forward_kernel<TIn, TOut, 32>);
   });
-  DDP_CUDA_CHECK_LAUNCH();
 }
 
 void narrow_linear_backward(LinearTypes types, const LinearShape& shape, const void* dy, const void* saved,
@@ -259,16 +260,14 @@ void narrow_linear_backward(LinearTypes types, const LinearShape& shape, const v
     using TIn = decltype(in_tag);
     using TOut = decltype(out_tag);
     using TGrad = decltype(grad_tag);
-    auto launch = [&](auto kernel) {
-      kernel<<<static_cast<unsigned int>(blocks), dim3(kColumns, kRowLanes), 0, stream>>>(
-          static_cast<const TOut*>(dy), static_cast<const TOut*>(saved), act, static_cast<const TIn*>(x),
-          static_cast<const TIn*>(w), static_cast<TIn*>(dx), static_cast<TGrad*>(dw), static_cast<TGrad*>(dbias),
-          accumulate, static_cast<TIn*>(scratch_dz), shape.batch, shape.in, out);
+    auto run = [&](auto kernel) {
+      launch(kernel, static_cast<unsigned int>(blocks), dim3(kColumns, kRowLanes), 0, stream,
+             static_cast<const TOut*>(dy), static_cast<const TOut*>(saved), act, static_cast<const TIn*>(x),
+             static_cast<const TIn*>(w), static_cast<TIn*>(dx), static_cast<TGrad*>(dw), static_cast<TGrad*>(dbias),
+             accumulate, static_cast<TIn*>(scratch_dz), shape.batch, shape.in, out);
     };
-    out <= 16 ? launch(narrow_backward_kernel<TIn, TOut, TGrad, 16>)
-              : launch(narrow_backward_kernel<TIn, TOut, TGrad, 32>);
+    out <= 16 ? run(narrow_backward_kernel<TIn, TOut, TGrad, 16>) : run(narrow_backward_kernel<TIn, TOut, TGrad, 32>);
   });
-  DDP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ddp::kernels::cuda::detail

@@ -40,6 +40,7 @@ __device__ __forceinline__ float sgd_one(float p, float g, float* buf, const Sgd
 // Every array is read and written at the same index only, so no __restrict__ is needed for correctness.
 __global__ void sgd_kernel(float* param, const float* grad, float* buf, std::int64_t n, SgdScalars from_host,
                            const SgdScalars* from_device, void* copy, bool vectorized) {
+  detail::begin_kernel();
   const SgdScalars s = from_device != nullptr ? *from_device : from_host;
   const bool read_buf = s.use_momentum && !s.first_step;
   detail::for_each_by_four(
@@ -79,6 +80,7 @@ __device__ __forceinline__ float adamw_one(float p, float g, float* m, float* v,
 
 __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
                              AdamWScalars from_host, const AdamWScalars* from_device, void* copy, bool vectorized) {
+  detail::begin_kernel();
   const AdamWScalars s = from_device != nullptr ? *from_device : from_host;
   detail::for_each_by_four(
       n, vectorized,
@@ -124,9 +126,8 @@ void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int6
   DDP_CHECK(!s.use_momentum || momentum_buffer != nullptr, "sgd_step: momentum != 0 needs a momentum buffer");
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) &&
                           (!s.use_momentum || detail::aligned16(momentum_buffer)) && aligned8(param_bf16);
-  sgd_kernel<<<detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream>>>(
-      param, grad, momentum_buffer, n, s, p.device_scalars, param_bf16, vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(sgd_kernel, detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream, param, grad,
+                 momentum_buffer, n, s, p.device_scalars, param_bf16, vectorized);
 }
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
@@ -139,21 +140,22 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   }
   const bool vectorized = detail::aligned16(param) && detail::aligned16(grad) && detail::aligned16(exp_avg) &&
                           detail::aligned16(exp_avg_sq) && aligned8(param_bf16);
-  adamw_kernel<<<detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream>>>(
-      param, grad, exp_avg, exp_avg_sq, n, s, p.device_scalars, param_bf16, vectorized);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(adamw_kernel, detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream, param, grad, exp_avg,
+                 exp_avg_sq, n, s, p.device_scalars, param_bf16, vectorized);
 }
 
 namespace {
 
 template <typename Scalars>
 __global__ void write_scalars_kernel(Scalars value, Scalars* destination) {
+  detail::begin_kernel();
   *destination = value;
 }
 
 // One block: every thread reads the index before thread 0 moves it on.
 __global__ void take_next_row_kernel(const unsigned char* __restrict__ table, std::int64_t row_bytes,
                                      std::int64_t* index, unsigned char* __restrict__ dst) {
+  detail::begin_kernel();
   const std::int64_t row = *index;
   for (std::int64_t b = threadIdx.x; b < row_bytes; b += blockDim.x) dst[b] = table[row * row_bytes + b];
   __syncthreads();
@@ -163,20 +165,17 @@ __global__ void take_next_row_kernel(const unsigned char* __restrict__ table, st
 }  // namespace
 
 void write_sgd_scalars(const SgdParams& p, SgdScalars* device_scalars, StreamHandle stream) {
-  write_scalars_kernel<<<1, 1, 0, stream>>>(sgd_scalars(p), device_scalars);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(write_scalars_kernel<SgdScalars>, 1, 1, 0, stream, sgd_scalars(p), device_scalars);
 }
 
 void write_adamw_scalars(const AdamWParams& p, AdamWScalars* device_scalars, StreamHandle stream) {
   DDP_CHECK(p.step >= 1, "write_adamw_scalars: step is 1-based (the count after this update)");
-  write_scalars_kernel<<<1, 1, 0, stream>>>(adamw_scalars(p), device_scalars);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(write_scalars_kernel<AdamWScalars>, 1, 1, 0, stream, adamw_scalars(p), device_scalars);
 }
 
 void take_next_row(const void* table, std::int64_t row_bytes, std::int64_t* index, void* dst, StreamHandle stream) {
-  take_next_row_kernel<<<1, 64, 0, stream>>>(static_cast<const unsigned char*>(table), row_bytes, index,
-                                            static_cast<unsigned char*>(dst));
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(take_next_row_kernel, 1, 64, 0, stream, static_cast<const unsigned char*>(table), row_bytes, index,
+                 static_cast<unsigned char*>(dst));
 }
 
 }  // namespace ddp::kernels::cuda

@@ -9,6 +9,7 @@ namespace {
 
 __global__ void uniform_kernel(float* __restrict__ data, std::int64_t n, float low, float high, std::uint64_t seed,
                                std::uint64_t offset) {
+  detail::begin_kernel();
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     data[i] = counter_rng::uniform_at(seed, offset + static_cast<std::uint64_t>(i), low, high);
@@ -16,6 +17,7 @@ __global__ void uniform_kernel(float* __restrict__ data, std::int64_t n, float l
 
 __global__ void normal_kernel(float* __restrict__ data, std::int64_t n, float mean, float stddev, std::uint64_t seed,
                               std::uint64_t offset) {
+  detail::begin_kernel();
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     data[i] = counter_rng::normal_at(seed, offset + static_cast<std::uint64_t>(i), mean, stddev);
@@ -26,15 +28,14 @@ __global__ void normal_kernel(float* __restrict__ data, std::int64_t n, float me
 void uniform(float* data, std::int64_t n, float low, float high, std::uint64_t seed, std::uint64_t offset,
              StreamHandle stream) {
   if (n <= 0) return;
-  uniform_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(data, n, low, high, seed, offset);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(uniform_kernel, detail::blocks_for(n), detail::kThreads, 0, stream, data, n, low, high, seed, offset);
 }
 
 void normal(float* data, std::int64_t n, float mean, float stddev, std::uint64_t seed, std::uint64_t offset,
             StreamHandle stream) {
   if (n <= 0) return;
-  normal_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(data, n, mean, stddev, seed, offset);
-  DDP_CUDA_CHECK_LAUNCH();
+  detail::launch(normal_kernel, detail::blocks_for(n), detail::kThreads, 0, stream, data, n, mean, stddev, seed,
+                 offset);
 }
 
 }  // namespace ddp::kernels::cuda
