@@ -744,6 +744,8 @@ class Run {
 
   // Forward, backward and update on (x, y); false when the step was skipped (--skip-nonfinite).
   bool train_step(const Tensor& x, const Tensor& y, bool full, bool log, StepFigures* out) {
+    // The batch: already in x and y when the replay before this step prefetched it, else gathered here.
+    if (!train_->take_prefetched(x.size(0))) train_->gather_next(x, y, stream_);
     out->replayed = graph_error_.empty() && full && eager_steps_ >= kEagerStepsBeforeCapture;
     if (out->replayed) {
       const Tensor loss = graphed_step(x, y);
@@ -751,7 +753,6 @@ class Run {
       if (log) out->mean_loss = session_.mean(loss.item(stream_));
       return true;
     }
-    train_->gather_next(x, y, stream_);
     const Tensor loss = forward_backward(x, y);
     if (log || f_.skip_nonfinite) {
       // Reading the loss synchronises: only when logging, or when every step must be checked.
@@ -776,19 +777,21 @@ class Run {
     return loss;
   }
 
-  // A full batch replays one CUDA graph of the whole step: the batch's gather from the data set's cursor,
-  // forward, backward with its all-reduces and the update kernel, which takes its learning rate and bias
-  // corrections from the optimizer's plan (a table of every remaining step's scalars, written once). Nothing is
-  // launched between replays. The graph is captured at the first full batch after a few eager ones (they fill
-  // the allocator's cache and cuBLASLt's plans, so the capture allocates nothing); the shorter last batch of an
-  // epoch runs eagerly, from the same cursor and the same plan.
+  // A full batch replays one CUDA graph of the whole step: forward, backward with its all-reduces, the update
+  // kernel, which takes its learning rate and bias corrections from the optimizer's plan (a table of every
+  // remaining step's scalars, written once), and beside the update, once backward has read x for the last time,
+  // the next batch's gather from the data set's cursor. Nothing is launched between replays. The graph is
+  // captured at the first full batch after a few eager ones (they fill the allocator's cache and cuBLASLt's
+  // plans, so the capture allocates nothing); the shorter last batch of an epoch runs eagerly, from the same
+  // cursor and the same plan.
   Tensor graphed_step(const Tensor& x, const Tensor& y) {
     optimizer_->prepare_step(stream_);
     if (!graph_.captured()) {
       graph_ = ddp::CudaGraph::capture(stream_, [&] {
-        train_->gather_next(x, y, stream_);
         graph_loss_ = forward_backward(x, y);
+        train_->prefetch_next(x, y, stream_);
         optimizer_->apply_step(stream_);
+        train_->join_prefetch(stream_);
       });
       if (!graph_.captured()) ddp::autograd::clear_tape();
       // All ranks replay or none do: a rank stepping eagerly beside graphs would still issue the same
@@ -800,7 +803,6 @@ class Run {
         if (session_.is_lead()) {
           progress_->line("CUDA graph off (" + graph_error_ + "): eager steps from here; --no-cuda-graph skips the attempt");
         }
-        train_->gather_next(x, y, stream_);
         Tensor loss = forward_backward(x, y);
         optimizer_->apply_step(stream_);
         return loss;

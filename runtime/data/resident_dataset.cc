@@ -43,6 +43,13 @@ ResidentDataset::ResidentDataset(DatasetView data, const Device& device, const S
   // The epoch order's buffer, at its largest from the start: a CUDA graph that captured gather_next keeps
   // reading this address, so a later, longer epoch (after a resume mid-epoch) must not move it.
   order_ = Tensor::empty({size_}, DType::kInt64, device, s);
+  static_assert(sizeof(kernels::GatherCursor) == 3 * sizeof(int64_t), "the cursor is three int64 words");
+  cursor_ = Tensor::zeros({3}, DType::kInt64, device, s);  // position 0, end 0, no arrivals
+  if (device.is_cuda()) {
+    prefetch_stream_ = Stream::create(device);
+    prefetch_fork_ = Event::create(device);
+    prefetch_done_ = Event::create(device);
+  }
   const int64_t piece = rows_per_piece(feature_count_);
   for (int64_t begin = 0; begin < size_; begin += piece) {
     const int64_t end = std::min(size_, begin + piece);
@@ -70,6 +77,7 @@ void ResidentDataset::set_order(const std::vector<int64_t>& order, const Stream&
     order_.flat_slice(0, {n}).copy_from(host, s);
   }
   order_size_ = n;
+  cursor_.flat_slice(1, {1}).fill_(static_cast<double>(n), s);  // the end (exact: far below 2^53)
   set_cursor(0, stream);
 }
 
@@ -78,9 +86,9 @@ void ResidentDataset::set_cursor(int64_t position, const Stream& stream) {
                                                           std::to_string(position) + " of an epoch order of " +
                                                           std::to_string(order_size_));
   const Stream& s = device_.is_cuda() ? stream : cpu_stream();
-  if (!cursor_.defined()) cursor_ = Tensor::empty({1}, DType::kInt64, device_, s);
-  cursor_.fill_(static_cast<double>(position), s);  // exact: positions are far below 2^53
+  cursor_.flat_slice(0, {1}).fill_(static_cast<double>(position), s);  // exact: positions are far below 2^53
   cursor_position_ = position;
+  prefetched_rows_ = 0;  // a prefetched batch was from the old place
 }
 
 int64_t ResidentDataset::check_batch(const Tensor& x, const Tensor& y) const {
@@ -122,11 +130,46 @@ void ResidentDataset::gather_next(const Tensor& x, const Tensor& y, const Stream
   } else {
     advance();
   }
-  const auto s = device_.is_cuda() ? stream.handle() : nullptr;
-  const int64_t* order = order_.data<int64_t>();
-  int64_t* cursor = cursor_.data<int64_t>();
-  DDP_DISPATCH(device_, gather_batch, features_.data_ptr(), feature_count_ * 4, labels_.data_ptr(), 4, order, cursor,
-               n, x.data_ptr(), y.data_ptr(), s);
+  enqueue_gather_next(n, x, y, device_.is_cuda() ? stream.handle() : nullptr);
+}
+
+void ResidentDataset::prefetch_next(const Tensor& x, const Tensor& y, const Stream& stream) {
+  PhaseGuard phase(Phase::kData);
+  const int64_t n = check_batch(x, y);
+  // The host follows the kernel's rule: the batch is gathered, and the cursor moves, only within the order.
+  auto advance = [this, n] {
+    prefetched_rows_ = cursor_position_ + n <= order_size_ ? n : 0;
+    cursor_position_ += prefetched_rows_;
+  };
+  if (is_capturing(stream)) {
+    on_each_replay(advance);
+  } else {
+    advance();
+  }
+  if (!device_.is_cuda()) {
+    enqueue_gather_next(n, x, y, nullptr);
+    return;
+  }
+  prefetch_fork_.record(stream);
+  prefetch_fork_.wait(prefetch_stream_);
+  enqueue_gather_next(n, x, y, prefetch_stream_.handle());
+  prefetch_done_.record(prefetch_stream_);
+}
+
+void ResidentDataset::join_prefetch(const Stream& stream) {
+  if (device_.is_cuda()) prefetch_done_.wait(stream);
+}
+
+bool ResidentDataset::take_prefetched(int64_t n) {
+  const bool ready = n > 0 && prefetched_rows_ == n;
+  prefetched_rows_ = 0;
+  return ready;
+}
+
+void ResidentDataset::enqueue_gather_next(int64_t n, const Tensor& x, const Tensor& y, StreamHandle stream) const {
+  auto* cursor = static_cast<kernels::GatherCursor*>(cursor_.data_ptr());
+  DDP_DISPATCH(device_, gather_batch, features_.data_ptr(), feature_count_ * 4, labels_.data_ptr(), 4,
+               order_.data<int64_t>(), cursor, n, x.data_ptr(), y.data_ptr(), stream);
 }
 
 }  // namespace data

@@ -45,6 +45,18 @@ class ResidentDataset {
   void gather_next(const Tensor& x, const Tensor& y, const Stream& stream);
   int64_t cursor() const { return cursor_position_; }
 
+  // The next step's batch gathered while this step's update runs, for a CUDA graph of the whole step. Called
+  // once x and y are read for the last time (after backward), prefetch_next queues gather_next's batch on a
+  // branch of its own, forked from `stream`; join_prefetch (after the update) joins it back into `stream`, so
+  // the copy overlaps the optimizer instead of delaying the next forward. A batch that would pass the end of
+  // the order is not gathered, on the device nor in the host's cursor: the epoch's last, shorter batch and the
+  // next epoch's first are gathered by the steps that take them. take_prefetched(n) is true, once, when x and y
+  // hold the next n rows from a prefetch (as of the replays and calls made so far); otherwise the step calls
+  // gather_next itself. On the CPU the prefetch is a gather_next that stops at the end of the order.
+  void prefetch_next(const Tensor& x, const Tensor& y, const Stream& stream);
+  void join_prefetch(const Stream& stream);
+  bool take_prefetched(int64_t n);
+
   int64_t size() const { return size_; }
   int64_t feature_count() const { return feature_count_; }
   const Device& device() const { return device_; }
@@ -52,6 +64,8 @@ class ResidentDataset {
  private:
   // The rows of a batch (x's), after checking x and y's types, shapes and device.
   int64_t check_batch(const Tensor& x, const Tensor& y) const;
+  // The gather kernel from the device-side cursor, on `stream`.
+  void enqueue_gather_next(int64_t n, const Tensor& x, const Tensor& y, StreamHandle stream) const;
 
   Device device_;
   int64_t size_ = 0;
@@ -60,8 +74,11 @@ class ResidentDataset {
   Tensor labels_;    // [size] int32
   Tensor order_;     // [capacity] int64: the epoch's order, order_size_ of them valid
   int64_t order_size_ = 0;
-  Tensor cursor_;    // [1] int64 on the device: where gather_next reads
-  int64_t cursor_position_ = 0;  // the host's copy of it
+  Tensor cursor_;    // a kernels::GatherCursor on the device (3 int64): where gather_next reads, the order's end
+  int64_t cursor_position_ = 0;  // the host's copy of the position
+  int64_t prefetched_rows_ = 0;  // rows a prefetch put in x and y that no step has taken yet
+  Stream prefetch_stream_;       // CUDA: the prefetch's branch, forked by one event and joined by the other
+  Event prefetch_fork_, prefetch_done_;
 };
 
 }  // namespace data

@@ -70,6 +70,15 @@ struct AdamWScalars {
   float eps;
 };
 
+// Where a gather of consecutive batches stands, in device memory (gather_batch below): the next batch starts at
+// `position` of the order, the order ends at `end`, and the kernel counts its blocks in `arrivals` (zero between
+// launches) so that its last block can move `position` on after every block has read it.
+struct GatherCursor {
+  std::int64_t position;
+  std::int64_t end;
+  std::uint32_t arrivals;
+};
+
 // Graph-capturable steps: when `device_scalars` is not null, the step reads its scalars from there (memory of
 // the step's device, written by write_sgd_scalars / write_adamw_scalars before the step runs) instead of
 // deriving them from the fields above. A CUDA graph that captured the step then replays with each step's

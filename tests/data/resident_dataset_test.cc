@@ -97,6 +97,38 @@ TEST(ResidentDataset, TheCursorStartsWhereItIsSetAndStopsAtTheEndOfTheOrder) {
   EXPECT_EQ(y.to_vector<std::int32_t>(cpu_stream()), (std::vector<std::int32_t>{7, 8}));
 }
 
+// A prefetch gathers the batch after the current one, and only while it ends within the order: past the end
+// neither the rows nor the cursor move, and take_prefetched says so, so the step gathers its own batch.
+TEST(ResidentDataset, APrefetchTakesTheNextBatchOnlyWithinTheOrder) {
+  const Dataset d = toy(20, 3);
+  ResidentDataset resident(view(d), Device::cpu(), cpu_stream());
+  resident.set_order({3, 4, 5, 6, 7}, cpu_stream());
+  Tensor x = Tensor::empty({2, 3}, DType::kFloat32, Device::cpu(), cpu_stream());
+  Tensor y = Tensor::empty({2}, DType::kInt32, Device::cpu(), cpu_stream());
+  resident.gather_next(x, y, cpu_stream());
+  EXPECT_FALSE(resident.take_prefetched(2));
+  resident.prefetch_next(x, y, cpu_stream());
+  resident.join_prefetch(cpu_stream());
+  EXPECT_EQ(y.to_vector<std::int32_t>(cpu_stream()), (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(resident.cursor(), 4);
+  EXPECT_FALSE(resident.take_prefetched(1));  // a batch of another size is not the one prefetched
+  resident.prefetch_next(x, y, cpu_stream());  // rows [4, 6) of 5: not gathered
+  EXPECT_EQ(y.to_vector<std::int32_t>(cpu_stream()), (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(resident.cursor(), 4);
+  EXPECT_FALSE(resident.take_prefetched(2));
+  Tensor last_x = x.slice_rows(0, 1), last_y = y.slice_rows(0, 1);
+  resident.gather_next(last_x, last_y, cpu_stream());  // the epoch's shorter last batch
+  EXPECT_EQ(last_y.to_vector<std::int32_t>(cpu_stream()), (std::vector<std::int32_t>{7}));
+  resident.set_order({8, 9, 10}, cpu_stream());
+  resident.prefetch_next(x, y, cpu_stream());
+  EXPECT_TRUE(resident.take_prefetched(2));
+  EXPECT_FALSE(resident.take_prefetched(2));  // once
+  EXPECT_EQ(y.to_vector<std::int32_t>(cpu_stream()), (std::vector<std::int32_t>{8, 9}));
+  resident.prefetch_next(last_x, last_y, cpu_stream());
+  resident.set_cursor(0, cpu_stream());  // a resume: what was prefetched is not the batch at the new place
+  EXPECT_FALSE(resident.take_prefetched(1));
+}
+
 }  // namespace
 }  // namespace data
 }  // namespace ddp

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "models/bf16_weights.h"
@@ -22,6 +23,7 @@
 #include "runtime/core/allocator.h"
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
+#include "runtime/core/graph.h"
 #include "runtime/data/resident_dataset.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
@@ -174,6 +176,55 @@ TEST_F(Gpu, ResidentBatchesMatchTheCpu) {
     }
     EXPECT_EQ(on_gpu.cursor(), 7);
   }
+}
+
+// The next batch gathered on the prefetch's branch, from a captured graph replayed once per step and eagerly:
+// the CPU's rows, and past the end of the order nothing gathered and the cursor where it was.
+TEST_F(Gpu, PrefetchedBatchesMatchTheCpuAndStopAtTheEndOfTheOrder) {
+  data::Dataset d;
+  d.size = 30;
+  d.feature_count = 5;
+  for (std::int64_t i = 0; i < d.size * d.feature_count; ++i) d.features.push_back(std::cos(0.3f * i));
+  for (std::int64_t i = 0; i < d.size; ++i) d.labels.push_back(static_cast<std::int32_t>(i));
+  const std::vector<std::int64_t> order = {29, 3, 7, 7, 11, 0, 18, 2};  // batches of 3: [0, 3), [3, 6), [6, 8)
+  data::ResidentDataset on_cpu(data::view(d), Device::cpu(), cpu_stream());
+  data::ResidentDataset on_gpu(data::view(d), Device::cuda(0), s());
+  on_cpu.set_order(order, cpu_stream());
+  on_gpu.set_order(order, s());
+  auto rows = [&](std::int64_t begin, std::int64_t n) {
+    Tensor x = Tensor::empty({n, 5}, DType::kFloat32, Device::cpu(), cpu_stream());
+    Tensor y = Tensor::empty({n}, DType::kInt32, Device::cpu(), cpu_stream());
+    on_cpu.gather(begin, x, y, cpu_stream());
+    return std::make_pair(x.to_vector<float>(cpu_stream()), y.to_vector<std::int32_t>(cpu_stream()));
+  };
+  auto held = [&](const Tensor& x, const Tensor& y) {
+    return std::make_pair(x.to_vector<float>(s()), y.to_vector<std::int32_t>(s()));
+  };
+  Tensor x = Tensor::empty({3, 5}, DType::kFloat32, Device::cuda(0), s());
+  Tensor y = Tensor::empty({3}, DType::kInt32, Device::cuda(0), s());
+  on_gpu.gather_next(x, y, s());
+  CudaGraph graph = CudaGraph::capture(s(), [&] {
+    on_gpu.prefetch_next(x, y, s());
+    on_gpu.join_prefetch(s());
+  });
+  ASSERT_TRUE(graph.captured()) << graph.error();
+  EXPECT_FALSE(on_gpu.take_prefetched(3));  // capturing ran nothing
+  graph.replay(s());
+  EXPECT_TRUE(on_gpu.take_prefetched(3));
+  EXPECT_EQ(held(x, y), rows(3, 3));
+  EXPECT_EQ(on_gpu.cursor(), 6);
+  graph.replay(s());  // rows [6, 9) of 8: not gathered
+  EXPECT_FALSE(on_gpu.take_prefetched(3));
+  EXPECT_EQ(held(x, y), rows(3, 3));
+  EXPECT_EQ(on_gpu.cursor(), 6);
+  Tensor last_x = x.slice_rows(0, 2), last_y = y.slice_rows(0, 2);
+  on_gpu.gather_next(last_x, last_y, s());  // the device's cursor stayed at 6 too
+  EXPECT_EQ(held(last_x, last_y), rows(6, 2));
+  on_gpu.set_order(order, s());  // the next epoch, prefetched eagerly
+  on_gpu.prefetch_next(x, y, s());
+  on_gpu.join_prefetch(s());
+  EXPECT_TRUE(on_gpu.take_prefetched(3));
+  EXPECT_EQ(held(x, y), rows(0, 3));
 }
 
 TEST_F(Gpu, SeededInitIsBitwiseIdentical) {

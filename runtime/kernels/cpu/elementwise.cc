@@ -170,9 +170,11 @@ void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, Strea
 }
 
 void gather_batch(const void* features, std::int64_t feature_bytes, const void* labels, std::int64_t label_bytes,
-                  const std::int64_t* indices, std::int64_t* position, std::int64_t count, void* features_dst,
+                  const std::int64_t* indices, GatherCursor* cursor, std::int64_t count, void* features_dst,
                   void* labels_dst, StreamHandle /*stream*/) {
-  const std::int64_t* rows = indices + (position != nullptr ? *position : 0);
+  const std::int64_t first = cursor != nullptr ? cursor->position : 0;
+  if (cursor != nullptr && first + count > cursor->end) return;
+  const std::int64_t* rows = indices + first;
   auto gather = [&](const void* src, std::int64_t row_bytes, void* dst) {
     const auto* from = static_cast<const unsigned char*>(src);
     auto* to = static_cast<unsigned char*>(dst);
@@ -180,7 +182,7 @@ void gather_batch(const void* features, std::int64_t feature_bytes, const void* 
   };
   gather(features, feature_bytes, features_dst);
   gather(labels, label_bytes, labels_dst);
-  if (position != nullptr) *position += count;
+  if (cursor != nullptr) cursor->position += count;
 }
 
 }  // namespace ddp::kernels::cpu

@@ -276,19 +276,22 @@ __device__ __forceinline__ void gather_units(const Unit* __restrict__ src, std::
   }
 }
 
-// Every block reads *position before it counts itself in; the last block to arrive moves it on.
+// Every block reads the cursor before it counts itself in; the last block to arrive moves it on. A batch past
+// the end is skipped by every block alike, so none of them counts.
 template <typename FUnit, typename LUnit>
 __global__ void gather_batch_kernel(const FUnit* __restrict__ features, std::int64_t feature_units,
                                     const LUnit* __restrict__ labels, std::int64_t label_units,
-                                    const std::int64_t* __restrict__ indices, std::int64_t* position,
+                                    const std::int64_t* __restrict__ indices, GatherCursor* cursor,
                                     std::int64_t count, FUnit* __restrict__ features_dst,
-                                    LUnit* __restrict__ labels_dst, unsigned int* counter) {
+                                    LUnit* __restrict__ labels_dst) {
   detail::begin_kernel();
-  const std::int64_t* rows = indices + (position != nullptr ? *position : 0);
+  const std::int64_t first = cursor != nullptr ? cursor->position : 0;
+  if (cursor != nullptr && first + count > cursor->end) return;
+  const std::int64_t* rows = indices + first;
   gather_units(features, feature_units, rows, count, features_dst);
   gather_units(labels, label_units, rows, count, labels_dst);
-  if (position == nullptr) return;
-  if (detail::arrived_last(counter, gridDim.x) && threadIdx.x == 0) *position += count;
+  if (cursor == nullptr) return;
+  if (detail::arrived_last(&cursor->arrivals, gridDim.x) && threadIdx.x == 0) cursor->position = first + count;
 }
 
 // The widest access (16, 4 or 1 bytes) that every row start of `src` and `dst` allows.
@@ -303,26 +306,26 @@ std::int64_t unit_bytes(const void* src, std::int64_t row_bytes, const void* dst
 
 template <typename FUnit, typename LUnit>
 void launch_gather_batch(const void* features, std::int64_t feature_bytes, const void* labels,
-                         std::int64_t label_bytes, const std::int64_t* indices, std::int64_t* position,
+                         std::int64_t label_bytes, const std::int64_t* indices, GatherCursor* cursor,
                          std::int64_t count, void* features_dst, void* labels_dst, cudaStream_t stream) {
   const std::int64_t feature_units = feature_bytes / static_cast<std::int64_t>(sizeof(FUnit));
   const std::int64_t label_units = label_bytes / static_cast<std::int64_t>(sizeof(LUnit));
   detail::launch(gather_batch_kernel<FUnit, LUnit>, blocks_for(count * std::max(feature_units, label_units)), kThreads,
                  0, stream, static_cast<const FUnit*>(features), feature_units, static_cast<const LUnit*>(labels),
-                 label_units, indices, position, count, static_cast<FUnit*>(features_dst),
-                 static_cast<LUnit*>(labels_dst), position != nullptr ? reduction_counters(stream) : nullptr);
+                 label_units, indices, cursor, count, static_cast<FUnit*>(features_dst),
+                 static_cast<LUnit*>(labels_dst));
 }
 
 template <typename FUnit>
 void launch_gather_batch_for_labels(const void* features, std::int64_t feature_bytes, const void* labels,
-                                    std::int64_t label_bytes, const std::int64_t* indices, std::int64_t* position,
+                                    std::int64_t label_bytes, const std::int64_t* indices, GatherCursor* cursor,
                                     std::int64_t count, void* features_dst, void* labels_dst, cudaStream_t stream) {
   // Labels are int32 (4 bytes) in every data set so far; anything else goes byte by byte.
   if (unit_bytes(labels, label_bytes, labels_dst) >= 4) {
-    launch_gather_batch<FUnit, std::uint32_t>(features, feature_bytes, labels, label_bytes, indices, position, count,
+    launch_gather_batch<FUnit, std::uint32_t>(features, feature_bytes, labels, label_bytes, indices, cursor, count,
                                               features_dst, labels_dst, stream);
   } else {
-    launch_gather_batch<FUnit, unsigned char>(features, feature_bytes, labels, label_bytes, indices, position, count,
+    launch_gather_batch<FUnit, unsigned char>(features, feature_bytes, labels, label_bytes, indices, cursor, count,
                                               features_dst, labels_dst, stream);
   }
 }
@@ -367,7 +370,7 @@ void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, Strea
 }
 
 void gather_batch(const void* features, std::int64_t feature_bytes, const void* labels, std::int64_t label_bytes,
-                  const std::int64_t* indices, std::int64_t* position, std::int64_t count, void* features_dst,
+                  const std::int64_t* indices, GatherCursor* cursor, std::int64_t count, void* features_dst,
                   void* labels_dst, StreamHandle stream) {
   if (count <= 0 || feature_bytes <= 0 || label_bytes <= 0) {
     DDP_CHECK(count <= 0, "gather_batch: rows of no bytes");
@@ -375,14 +378,14 @@ void gather_batch(const void* features, std::int64_t feature_bytes, const void* 
   }
   switch (unit_bytes(features, feature_bytes, features_dst)) {
     case 16:  // 784 float features
-      return launch_gather_batch_for_labels<uint4>(features, feature_bytes, labels, label_bytes, indices, position,
+      return launch_gather_batch_for_labels<uint4>(features, feature_bytes, labels, label_bytes, indices, cursor,
                                                    count, features_dst, labels_dst, stream);
     case 4:
       return launch_gather_batch_for_labels<std::uint32_t>(features, feature_bytes, labels, label_bytes, indices,
-                                                           position, count, features_dst, labels_dst, stream);
+                                                           cursor, count, features_dst, labels_dst, stream);
     default:
       return launch_gather_batch_for_labels<unsigned char>(features, feature_bytes, labels, label_bytes, indices,
-                                                           position, count, features_dst, labels_dst, stream);
+                                                           cursor, count, features_dst, labels_dst, stream);
   }
 }
 
