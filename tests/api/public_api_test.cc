@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddp.h"
+#include "tests/scratch.h"
 
 namespace {
 
@@ -174,8 +175,8 @@ TEST(Checkpoint, SavedAndRestoredThroughTheSession) {
   ddp::Session session(nullptr, nullptr);
   const ddp::Stream& stream = session.stream();
   // Every rank sees the same directory: Bazel's TEST_TMPDIR, or /tmp on the GPU machine (tools/gpu_jobs.txt).
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/ddp_public_api_test_checkpoints";
+  const std::string dir = ddp::testing::scratch_path("ddp_public_api_test_checkpoints");
+
   ddp::MLP model({6, 8, 3}, ddp::Activation::kRelu, 4, session.device(), stream);
   ddp::DistributedDataParallel ddp_model(model, session);
   ddp::AdamW optimizer(model, ddp::AdamWOptions{}, stream);

@@ -7,7 +7,6 @@
 #include <zlib.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -15,15 +14,11 @@
 #include <vector>
 
 #include "runtime/core/check.h"
+#include "tests/scratch.h"
 
 namespace ddp {
 namespace data {
 namespace {
-
-std::string tmpdir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t ? t : "/tmp";
-}
 
 std::vector<uint8_t> file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -46,7 +41,7 @@ std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, const std::vec
 }
 
 std::string write_gz(const std::string& name, const std::vector<uint8_t>& bytes) {
-  const std::string path = tmpdir() + "/" + name;
+  const std::string path = ddp::testing::scratch_path(name);
   gzFile f = gzopen(path.c_str(), "wb");
   EXPECT_NE(f, nullptr);
   if (!bytes.empty()) {
@@ -78,7 +73,7 @@ TEST(Idx, ReadsValidGzipFile) {
   EXPECT_EQ(a.values, seq(24));
   EXPECT_EQ(a.count(), 3);
   // An uncompressed file (as torchvision leaves beside the .gz) reads the same.
-  const std::string plain = tmpdir() + "/valid-idx3";
+  const std::string plain = ddp::testing::scratch_path("valid-idx3");
   write_bytes(plain, idx_bytes({3, 2, 4}, seq(24)));
   EXPECT_EQ(read_idx_file(plain).values, seq(24));
 }
@@ -133,7 +128,7 @@ TEST(Idx, RefusesTruncatedGzipStream) {
   std::fclose(f);
   ASSERT_GT(gz.size(), 30u);
   gz.resize(gz.size() - 12);
-  const std::string path = tmpdir() + "/cutgz.gz";
+  const std::string path = ddp::testing::scratch_path("cutgz.gz");
   f = std::fopen(path.c_str(), "wb");
   std::fwrite(gz.data(), 1, gz.size(), f);
   std::fclose(f);
@@ -153,14 +148,14 @@ TEST(Idx, ReadsGzipOfSeveralMembersAndRefusesACorruptStream) {
   std::vector<uint8_t> joined = file_bytes(write_gz("first-member.gz", head));
   const std::vector<uint8_t> second = file_bytes(write_gz("second-member.gz", tail));
   joined.insert(joined.end(), second.begin(), second.end());
-  const std::string two = tmpdir() + "/two-members.gz";
+  const std::string two = ddp::testing::scratch_path("two-members.gz");
   write_bytes(two, joined);
   EXPECT_EQ(read_idx_file(two).values, seq(3000));
 
   std::vector<uint8_t> damaged = file_bytes(write_gz("to-damage.gz", whole));
   ASSERT_GT(damaged.size(), 40u);
   damaged[damaged.size() / 2] ^= 0x5a;  // inside the deflate data; the trailer is intact
-  const std::string bad = tmpdir() + "/damaged.gz";
+  const std::string bad = ddp::testing::scratch_path("damaged.gz");
   write_bytes(bad, damaged);
   const std::string e = error_of([&] { read_idx_file(bad); });
   EXPECT_NE(e.find(bad), std::string::npos) << e;
@@ -180,7 +175,7 @@ TEST(Idx, GunzipRoundTrip) {
 }
 
 TEST(Idx, MissingFileSaysWhatToDo) {
-  const std::string dir = tmpdir() + "/no-such-dataset";
+  const std::string dir = ddp::testing::scratch_path("no-such-dataset");
   const std::string e = error_of([&] { load_fashion_mnist(dir, Split::kTrain); });
   EXPECT_NE(e.find(dir + "/train-images-idx3-ubyte.gz"), std::string::npos) << e;
   EXPECT_NE(e.find("apt-get install dataset-fashion-mnist"), std::string::npos) << e;
@@ -190,8 +185,7 @@ TEST(Idx, MissingFileSaysWhatToDo) {
 // A miniature Fashion-MNIST directory written by the test: normalisation, counts and label checks.
 class MiniDataset : public ::testing::Test {
  protected:
-  std::string dir_ = tmpdir() + "/mini-fmnist";
-  void SetUp() override { ::mkdir(dir_.c_str(), 0755); }
+  std::string dir_ = ddp::testing::scratch_dir("mini-fmnist");
   void write(Split split, uint32_t n_images, uint32_t n_labels, uint8_t max_label = 9) {
     std::vector<uint8_t> pixels(n_images * 784);
     for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i % 256);

@@ -32,6 +32,7 @@
 #include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"
+#include "tests/scratch.h"
 
 namespace ddp {
 namespace {
@@ -339,8 +340,8 @@ TEST_F(ZeroTest, ACapturedShardedStepReplaysTheBitsOfEagerSteps) {
 std::string shared_directory(const char* name) {
   char path[4096] = {};
   if (test_world().rank() == 0) {
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/" + name + ".XXXXXX";
+
+    const std::string pattern = ddp::testing::scratch_path(name) + ".XXXXXX";
     std::snprintf(path, sizeof path, "%s", pattern.c_str());
     if (::mkdtemp(path) == nullptr) path[0] = '\0';
   }

@@ -5,23 +5,16 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "runtime/core/check.h"
+#include "tests/scratch.h"
 
 namespace ddp {
 namespace io {
 namespace {
-
-std::string fresh_dir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(t ? t : "/tmp") + "/" + name;
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
 
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> names;
@@ -34,7 +27,7 @@ std::vector<std::string> entries(const std::string& dir) {
 }
 
 TEST(AtomicFile, WritesAndReplaces) {
-  const std::string dir = fresh_dir("atomic-replace");
+  const std::string dir = ddp::testing::scratch_dir("atomic-replace");
   const std::string path = dir + "/file.bin";
   write_file_atomically(path, std::string("first"));
   EXPECT_EQ(read_file(path), "first");
@@ -47,7 +40,7 @@ TEST(AtomicFile, WritesAndReplaces) {
 }
 
 TEST(AtomicFile, AFailingWriterLeavesTheOldFileIntact) {
-  const std::string dir = fresh_dir("atomic-fail");
+  const std::string dir = ddp::testing::scratch_dir("atomic-fail");
   const std::string path = dir + "/ckpt.bin";
   write_file_atomically(path, std::string("the good old checkpoint"));
   const std::string big(1 << 20, 'x');
@@ -62,7 +55,7 @@ TEST(AtomicFile, AFailingWriterLeavesTheOldFileIntact) {
 }
 
 TEST(AtomicFile, FailingFirstWriteCreatesNothing) {
-  const std::string dir = fresh_dir("atomic-fail-new");
+  const std::string dir = ddp::testing::scratch_dir("atomic-fail-new");
   EXPECT_THROW(write_file_atomically(dir + "/new.bin", [](const ByteSink&) { throw std::runtime_error("no"); }),
                std::runtime_error);
   EXPECT_TRUE(entries(dir).empty());
@@ -79,7 +72,7 @@ TEST(AtomicFile, MissingDirectoryIsAClearError) {
 }
 
 TEST(AtomicFile, CheckingAPathUpFrontLeavesNothingAndRefusesWhatAWriteWould) {
-  const std::string dir = fresh_dir("atomic-check");
+  const std::string dir = ddp::testing::scratch_dir("atomic-check");
   check_can_write_atomically(dir + "/out.json");
   EXPECT_TRUE(entries(dir).empty());  // the probe is gone, and no file was created
   EXPECT_THROW(check_can_write_atomically("/nonexistent-dir-ddp/x.json"), InvalidArgument);

@@ -13,22 +13,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "runtime/io/checkpoint.h"
+#include "tests/scratch.h"
 
 namespace ddp::io {
 namespace {
-
-std::string scratch(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/" + name;
-  std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
-  return dir;
-}
 
 // Writes checkpoints until killed; after each completed one it writes a byte to `done_fd` so the parent knows.
 [[noreturn]] void write_forever(const std::string& dir, std::int64_t first_step, int done_fd) {
@@ -51,7 +44,7 @@ bool wait_for_completed_write(int fd, int timeout_ms) {
 }
 
 TEST(CheckpointKill, KillDuringWritesAlwaysLeavesAValidCheckpoint) {
-  const std::string dir = scratch("kill");
+  const std::string dir = ddp::testing::fresh_scratch_dir("kill");
   std::mt19937 rng(12345);
   std::int64_t newest = 0;
   int max_delay_us = 0;  // set in round 0 from the measured time of one write

@@ -6,24 +6,16 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "runtime/core/check.h"
 #include "runtime/io/atomic_file.h"
+#include "tests/scratch.h"
 
 namespace ddp {
 namespace io {
 namespace {
-
-std::string fresh_dir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(t ? t : "/tmp") + "/" + name;
-  std::string cmd = "rm -rf '" + dir + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
-  return dir;  // save_checkpoint creates it
-}
 
 struct Model {
   std::vector<float> w0 = std::vector<float>(12, 1.5f);
@@ -62,7 +54,7 @@ TEST(Checkpoint, Names) {
 }
 
 TEST(Checkpoint, SaveAndLoadRoundTrip) {
-  const std::string dir = fresh_dir("ckpt-roundtrip") + "/nested/dir";
+  const std::string dir = ddp::testing::fresh_scratch_dir("ckpt-roundtrip") + "/nested/dir";
   Model model;
   const std::string path = save_checkpoint(dir, meta(100), model.tensors());
   EXPECT_EQ(path, dir + "/ckpt-00000100.safetensors");
@@ -91,7 +83,7 @@ TEST(Checkpoint, SaveAndLoadRoundTrip) {
 }
 
 TEST(Checkpoint, LatestCompleteSkipsCorruptAndTemporaryFiles) {
-  const std::string dir = fresh_dir("ckpt-latest");
+  const std::string dir = ddp::testing::fresh_scratch_dir("ckpt-latest");
   Model model;
   EXPECT_FALSE(latest_complete_checkpoint(dir));  // no directory yet: no checkpoint
   save_checkpoint(dir, meta(10), model.tensors());
@@ -114,7 +106,7 @@ TEST(Checkpoint, LatestCompleteSkipsCorruptAndTemporaryFiles) {
 }
 
 TEST(Checkpoint, TruncatedAndForeignFilesAreRefused) {
-  const std::string dir = fresh_dir("ckpt-refuse");
+  const std::string dir = ddp::testing::fresh_scratch_dir("ckpt-refuse");
   Model model;
   const std::string path = save_checkpoint(dir, meta(5), model.tensors());
   const std::string bytes = read_file(path);
@@ -144,9 +136,9 @@ TEST(Checkpoint, TruncatedAndForeignFilesAreRefused) {
 }
 
 TEST(Checkpoint, KeepsTheLastK) {
-  const std::string dir = fresh_dir("ckpt-keep");
+  const std::string dir = ddp::testing::fresh_scratch_dir("ckpt-keep");
   Model model;
-  write_file_atomically((::mkdir(dir.c_str(), 0755), dir + "/.ckpt-00000001.safetensors.tmp-zzzzzz"), std::string("x"));
+  write_file_atomically(dir + "/.ckpt-00000001.safetensors.tmp-zzzzzz", std::string("x"));
   for (int64_t step = 1; step <= 5; ++step) save_checkpoint(dir, meta(step), model.tensors(), /*keep_last=*/2);
   const auto files = list_checkpoints(dir);
   ASSERT_EQ(files.size(), 2u);
@@ -173,7 +165,7 @@ TEST(Checkpoint, MetadataValidation) {
 
 
 TEST(CheckpointDirectoryLock, ASecondJobIsRefusedNamingTheFirstUntilItEnds) {
-  const std::string dir = fresh_dir("lock") + "/deeper";
+  const std::string dir = ddp::testing::fresh_scratch_dir("lock") + "/deeper";
   {
     CheckpointDirectoryLock first(dir);  // creates the directories
     try {
@@ -191,7 +183,7 @@ TEST(CheckpointDirectoryLock, ASecondJobIsRefusedNamingTheFirstUntilItEnds) {
 }
 
 TEST(CheckpointDirectoryLock, AnUnwritableDirectoryIsRefusedByName) {
-  const std::string dir = fresh_dir("lock-file");
+  const std::string dir = ddp::testing::fresh_scratch_dir("lock-file");
   CheckpointDirectoryLock ok(dir);
   write_file_atomically(dir + "/plain", std::string("x"));
   try {

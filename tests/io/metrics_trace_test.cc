@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,17 +12,13 @@
 #include "runtime/io/atomic_file.h"
 #include "runtime/io/metrics.h"
 #include "runtime/io/trace.h"
+#include "tests/scratch.h"
 
 namespace ddp {
 namespace io {
 namespace {
 
 using nlohmann::json;
-
-std::string tmp(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return std::string(t ? t : "/tmp") + "/" + name;
-}
 
 std::vector<json> read_lines(const std::string& path) {
   std::ifstream in(path);
@@ -33,7 +28,7 @@ std::vector<json> read_lines(const std::string& path) {
 }
 
 TEST(Metrics, OneObjectPerLineFlushedAsWritten) {
-  const std::string path = tmp("metrics.jsonl");
+  const std::string path = ddp::testing::scratch_path("metrics.jsonl");
   {
     MetricsWriter w(path);
     w.write({{"step", 1}, {"epoch", 0}, {"loss", 2.3}, {"samples_per_s", 1000.5}});
@@ -58,7 +53,7 @@ TEST(Metrics, OneObjectPerLineFlushedAsWritten) {
 }
 
 TEST(Metrics, ThreadSafeLines) {
-  const std::string path = tmp("metrics-threads.jsonl");
+  const std::string path = ddp::testing::scratch_path("metrics-threads.jsonl");
   {
     MetricsWriter w(path);
     std::vector<std::thread> threads;
@@ -82,7 +77,7 @@ TEST(Trace, ChromeTraceEventFormat) {
   {
     TraceRecorder::Span span(&trace, compute, "optimizer", "step");
   }
-  const std::string path = tmp("trace.json");
+  const std::string path = ddp::testing::scratch_path("trace.json");
   trace.write(path);
   const json doc = json::parse(read_file(path));
   ASSERT_TRUE(doc["traceEvents"].is_array());

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -12,15 +11,11 @@
 #include <vector>
 
 #include "runtime/core/check.h"
+#include "tests/scratch.h"
 
 namespace ddp {
 namespace io {
 namespace {
-
-std::string tmp(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return std::string(t ? t : "/tmp") + "/" + name;
-}
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -77,7 +72,7 @@ TEST(Safetensors, ProducedTensorsGiveTheBytesOfWholeOnes) {
   };
   const std::string want = encode_safetensors(f.tensors(), {{"note", "hi"}});
   EXPECT_EQ(encode_safetensors(lazy, {{"note", "hi"}}), want);
-  const std::string path = tmp("produced.safetensors");
+  const std::string path = ddp::testing::scratch_path("produced.safetensors");
   save_safetensors(path, lazy, {{"note", "hi"}});
   EXPECT_EQ(read_file(path), want);
   const SafetensorsFile file = load_safetensors(path, ReadOptions{true});
@@ -93,7 +88,7 @@ TEST(Safetensors, ProducedTensorsGiveTheBytesOfWholeOnes) {
 
 TEST(Safetensors, RoundTripThroughAFile) {
   Fixture f;
-  const std::string path = tmp("round.safetensors");
+  const std::string path = ddp::testing::scratch_path("round.safetensors");
   save_safetensors(path, f.tensors(), {{"step", "7"}});
   ReadOptions strict;
   strict.require_checksums = true;
@@ -112,7 +107,7 @@ TEST(Safetensors, RoundTripThroughAFile) {
 
 TEST(Safetensors, ShapeAndDtypeMismatchNameFileAndTensor) {
   Fixture f;
-  const std::string path = tmp("mismatch.safetensors");
+  const std::string path = ddp::testing::scratch_path("mismatch.safetensors");
   save_safetensors(path, f.tensors(), {});
   ReadOptions o;
   o.kind = "checkpoint";

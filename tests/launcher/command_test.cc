@@ -5,12 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
 #include "runtime/core/check.h"
+#include "tests/scratch.h"
 
 namespace ddp {
 namespace launcher {
@@ -114,8 +114,8 @@ TEST(Command, HostsAndHostfile) {
   cmd = build_mpirun_command(o, machine(4, 32, false));
   EXPECT_TRUE(contains(cmd, {"--oversubscribe"}));
 
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(t ? t : "/tmp") + "/hosts.txt";
+  const std::string path = ddp::testing::scratch_path("hosts.txt");
+
   std::ofstream(path) << "# two nodes\nnode1 slots=2\nnode2 slots=3 max_slots=3\n\nnode3\n";
   EXPECT_EQ(hostfile_slots(path), 6);
   const std::vector<HostSlots> listed = parse_hostfile(path);

@@ -4,11 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 
 #include "launcher/command.h"
 #include "runtime/core/check.h"
+#include "tests/scratch.h"
 
 namespace ddp {
 namespace launcher {
@@ -163,8 +163,8 @@ TEST(Attempt, GoesOnWithTheHostsThatAnswerDownToMinNp) {
 }
 
 TEST(Attempt, AHostFileBecomesTheHostsThatAnswer) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(t ? t : "/tmp") + "/attempt_hosts.txt";
+  const std::string path = ddp::testing::scratch_path("attempt_hosts.txt");
+
   std::ofstream(path) << "n1 slots=4\nn2 slots=4\n";
   LaunchOptions o;
   o.hostfile = path;
