@@ -35,6 +35,10 @@ Tensor Linear::forward_fused(const Tensor& x, Activation act, const Stream& stre
   return ops::linear(x, weight_, bias_, act, stream, math_);
 }
 
+Tensor Linear::forward_pair(const Tensor& x, Activation act, const Linear& next, const Stream& stream) {
+  return ops::linear_pair(x, weight_, bias_, act, next.weight_, next.bias_, stream, math_);
+}
+
 Tensor ActivationLayer::forward(const Tensor& x, const Stream& stream) { return ops::activation(x, act_, stream); }
 
 std::string ActivationLayer::type_name() const {
@@ -57,9 +61,18 @@ Tensor Sequential::forward(const Tensor& x, const Stream& stream) {
   PhaseGuard phase(Phase::kForward);
   Tensor h = x;
   const auto& kids = children();
+  auto child = [&kids](std::size_t i) { return i < kids.size() ? kids[i].second.get() : nullptr; };
   for (std::size_t i = 0; i < kids.size(); ++i) {
     auto* linear = dynamic_cast<Linear*>(kids[i].second.get());
-    auto* act = i + 1 < kids.size() ? dynamic_cast<ActivationLayer*>(kids[i + 1].second.get()) : nullptr;
+    auto* act = dynamic_cast<ActivationLayer*>(child(i + 1));
+    auto* next = dynamic_cast<Linear*>(child(i + 2));
+    const bool next_activated = dynamic_cast<ActivationLayer*>(child(i + 3)) != nullptr;
+    if (linear != nullptr && act != nullptr && act->activation() != Activation::kNone && next != nullptr &&
+        !next_activated && next->math_mode() == linear->math_mode()) {
+      h = linear->forward_pair(h, act->activation(), *next, stream);
+      i += 2;
+      continue;
+    }
     if (linear != nullptr && act != nullptr && act->activation() != Activation::kNone) {
       h = linear->forward_fused(h, act->activation(), stream);
       ++i;

@@ -9,63 +9,82 @@
 namespace ddp::ops {
 namespace {
 
-// Both ops: the GEMMs read `w` and `bias`; the weight and bias gradients go to `w_target` and `b_target` (the
-// same tensors for linear(), the float32 masters for linear_mixed()), whose dtype is the gradients' type.
+// What one Linear's backward needs from its forward. The GEMMs read `w`; the weight and bias gradients go to
+// `w_target` and `b_target` (the same tensors for linear(), the float32 masters for linear_mixed()), whose dtype
+// is the gradients' type.
+struct SavedLinear {
+  Tensor x, w, w_target, b_target, y, pre;  // pre: x·wᵀ+b, kept for GELU's backward only
+  Activation act = Activation::kNone;
+  MathMode math = MathMode::kFloat32;
+  kernels::LinearShape shape;
+  kernels::LinearTypes types;
+};
+
+// The forward kernel of one Linear, and what its backward will need.
+SavedLinear forward_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& w_target,
+                           const Tensor& b_target, Activation act, DType out_dtype, const Stream& stream,
+                           MathMode math) {
+  const std::int64_t out = w.size(0), in = w.size(1);
+  SavedLinear l{x, w, w_target, b_target, Tensor(), Tensor(), act, math, kernels::LinearShape{x.size(0), in, out},
+                kernels::LinearTypes(x.dtype(), out_dtype, w_target.dtype())};
+  l.y = Tensor::empty({l.shape.batch, out}, out_dtype, x.device(), stream);
+  // GELU's backward needs x·wᵀ+b; ReLU's is computed from y.
+  if (act == Activation::kGelu) l.pre = Tensor::empty({l.shape.batch, out}, out_dtype, x.device(), stream);
+  DDP_DISPATCH(x.device(), linear_forward, l.types, math, l.shape, x.data_ptr(), w.data_ptr(),
+               bias.defined() ? bias.data_ptr() : nullptr, act, l.y.data_ptr(),
+               l.pre.defined() ? l.pre.data_ptr() : nullptr, stream.handle());
+  return l;
+}
+
+// One Linear's backward from dy: the weight and bias gradients into the targets' gradients, and dx into `dx` when
+// it is defined (overwritten) or else into x's gradient; `through` as in kernels::linear_backward.
+void backward_linear(const SavedLinear& l, const Tensor& dy, const Tensor& dx,
+                     const kernels::InputActivation* through, const Stream& s) {
+  const Device device = l.x.device();
+  autograd::GradTarget gx = dx.defined() ? autograd::GradTarget{dx, false} : autograd::grad_target(l.x, s);
+  autograd::GradTarget gw = autograd::grad_target(l.w_target, s);
+  autograd::GradTarget gb = l.b_target.defined() ? autograd::grad_target(l.b_target, s) : autograd::GradTarget{};
+  // The kernel has one accumulate flag for dw and db: when only one of them is valid, zero the other and
+  // accumulate into both (rare: parameters are zeroed together).
+  bool accumulate = gw.grad.defined() ? gw.accumulate : gb.accumulate;
+  if (gw.grad.defined() && gb.grad.defined() && gw.accumulate != gb.accumulate) {
+    (gw.accumulate ? gb : gw).grad.zero_(s);
+    accumulate = true;
+  }
+  if (!gw.grad.defined() && gb.grad.defined()) accumulate = gb.accumulate;
+  // dx is always overwritten by the kernel: accumulate through a temporary when x already has one.
+  Tensor dx_out;
+  if (gx.grad.defined()) {
+    DDP_CHECK(!gx.accumulate || l.types.input == DType::kFloat32,
+              "linear backward: accumulating a bfloat16 input gradient is not supported");
+    dx_out = gx.accumulate ? Tensor::empty(l.x.shape(), l.types.input, device, s) : gx.grad;
+  }
+  // dz (input type) when there is an activation to differentiate or dy to convert.
+  Tensor scratch = l.act != Activation::kNone || l.types.output != l.types.input
+                       ? Tensor::empty({l.shape.batch, l.shape.out}, l.types.input, device, s)
+                       : Tensor();
+  DDP_DISPATCH(device, linear_backward, l.types, l.math, l.shape, dy.data_ptr(), l.x.data_ptr(), l.w.data_ptr(),
+               l.y.data_ptr(), l.pre.defined() ? l.pre.data_ptr() : nullptr, l.act,
+               dx_out.defined() ? dx_out.data_ptr() : nullptr, gw.grad.defined() ? gw.grad.data_ptr() : nullptr,
+               gb.grad.defined() ? gb.grad.data_ptr() : nullptr, accumulate,
+               scratch.defined() ? scratch.data_ptr() : nullptr, s.handle(), through);
+  if (gx.grad.defined() && gx.accumulate) {
+    DDP_DISPATCH(device, axpby, dx_out.data<float>(), gx.grad.data<float>(), dx_out.numel(), 1.0f, 1.0f,
+                 s.handle());
+  }
+}
+
+// Both ops: the forward, and its backward on the tape.
 Tensor linear_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& w_target,
                    const Tensor& b_target, Activation act, DType out_dtype, const Stream& stream, MathMode math) {
-  const DType in_dtype = x.dtype();
-  const Device device = x.device();
-  const std::int64_t out = w.size(0), in = w.size(1);
-  const kernels::LinearShape shape{x.size(0), in, out};
-  const kernels::LinearTypes types(in_dtype, out_dtype, w_target.dtype());
-  Tensor y = Tensor::empty({shape.batch, out}, out_dtype, device, stream);
-  // GELU's backward needs x·wᵀ+b; ReLU's is computed from y.
-  Tensor pre = act == Activation::kGelu ? Tensor::empty({shape.batch, out}, out_dtype, device, stream) : Tensor();
-  DDP_DISPATCH(device, linear_forward, types, math, shape, x.data_ptr(), w.data_ptr(),
-               bias.defined() ? bias.data_ptr() : nullptr, act, y.data_ptr(),
-               pre.defined() ? pre.data_ptr() : nullptr, stream.handle());
-
+  const SavedLinear l = forward_linear(x, w, bias, w_target, b_target, act, out_dtype, stream, math);
   if (autograd::should_record({&x, &w_target, &b_target})) {
-    autograd::record(
-        "linear", {x, w_target, b_target}, {y},
-        [x, w, w_target, b_target, y, pre, act, math, shape, types, device](const Stream& s) {
-          Tensor dy = autograd::grad_of(y, s);
-          if (!dy.defined()) return;
-          autograd::GradTarget gx = autograd::grad_target(x, s);
-          autograd::GradTarget gw = autograd::grad_target(w_target, s);
-          autograd::GradTarget gb = autograd::grad_target(b_target, s);
-          // The kernel has one accumulate flag for dw and db: when only one of them is valid, zero the other
-          // and accumulate into both (rare: parameters are zeroed together).
-          bool accumulate = gw.grad.defined() ? gw.accumulate : gb.accumulate;
-          if (gw.grad.defined() && gb.grad.defined() && gw.accumulate != gb.accumulate) {
-            (gw.accumulate ? gb : gw).grad.zero_(s);
-            accumulate = true;
-          }
-          if (!gw.grad.defined() && gb.grad.defined()) accumulate = gb.accumulate;
-          // dx is always overwritten by the kernel: accumulate through a temporary when x already has one.
-          Tensor dx_out;
-          if (gx.grad.defined()) {
-            DDP_CHECK(!gx.accumulate || types.input == DType::kFloat32,
-                      "linear backward: accumulating a bfloat16 input gradient is not supported");
-            dx_out = gx.accumulate ? Tensor::empty(x.shape(), types.input, device, s) : gx.grad;
-          }
-          // dz (input type) when there is an activation to differentiate or dy to convert.
-          Tensor scratch = act != Activation::kNone || types.output != types.input
-                               ? Tensor::empty({shape.batch, shape.out}, types.input, device, s)
-                               : Tensor();
-          DDP_DISPATCH(device, linear_backward, types, math, shape, dy.data_ptr(), x.data_ptr(), w.data_ptr(),
-                       y.data_ptr(), pre.defined() ? pre.data_ptr() : nullptr, act,
-                       dx_out.defined() ? dx_out.data_ptr() : nullptr,
-                       gw.grad.defined() ? gw.grad.data_ptr() : nullptr,
-                       gb.grad.defined() ? gb.grad.data_ptr() : nullptr, accumulate,
-                       scratch.defined() ? scratch.data_ptr() : nullptr, s.handle());
-          if (gx.grad.defined() && gx.accumulate) {
-            DDP_DISPATCH(device, axpby, dx_out.data<float>(), gx.grad.data<float>(), dx_out.numel(), 1.0f, 1.0f,
-                         s.handle());
-          }
-        });
+    autograd::record("linear", {x, w_target, b_target}, {l.y}, [l](const Stream& s) {
+      Tensor dy = autograd::grad_of(l.y, s);
+      if (dy.defined()) backward_linear(l, dy, Tensor(), nullptr, s);
+    });
   }
-  return y;
+  return l.y;
 }
 
 void check_x_and_weight(const char* op, const Tensor& x, const Tensor& w) {
@@ -99,6 +118,48 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
   check_bias(kOp, x, b, w.size(0), w.dtype());
   detail::check_stream(kOp, x, stream);
   return linear_impl(x, w, b, w, b, act, x.dtype(), stream, math);
+}
+
+Tensor linear_pair(const Tensor& x, const Tensor& w1, const Tensor& b1, Activation act, const Tensor& w2,
+                   const Tensor& b2, const Stream& stream, MathMode math) {
+  constexpr const char* kOp = "linear_pair";
+  check_x_and_weight(kOp, x, w1);
+  detail::check_defined(kOp, "second weight", w2);
+  DDP_CHECK(x.dtype() == w1.dtype() && w2.dtype() == w1.dtype() &&
+                (x.dtype() == DType::kFloat32 || x.dtype() == DType::kBFloat16),
+            "linear_pair: x and both weights must be float32 or all bfloat16, got " + x.describe() + ", " +
+                w1.describe() + " and " + w2.describe());
+  DDP_CHECK(w2.dim() == 2 && w2.size(1) == w1.size(0),
+            "linear_pair: the second weight must be [out, " + std::to_string(w1.size(0)) + "] (the first layer has " +
+                std::to_string(w1.size(0)) + " outputs), got " + w2.describe());
+  detail::check_same_device(kOp, x, "x", w2, "second weight");
+  check_bias(kOp, x, b1, w1.size(0), w1.dtype());
+  check_bias(kOp, x, b2, w2.size(0), w2.dtype());
+  detail::check_stream(kOp, x, stream);
+  const SavedLinear first = forward_linear(x, w1, b1, w1, b1, act, x.dtype(), stream, math);
+  const SavedLinear second = forward_linear(first.y, w2, b2, w2, b2, Activation::kNone, x.dtype(), stream, math);
+  if (autograd::should_record({&x, &w1, &b1, &w2, &b2})) {
+    // The second layer's parameters first: their grad-ready hooks fire in this order (DDP's buckets, last layer
+    // first, as for two linear() nodes).
+    autograd::record("linear_pair", {x, w2, b2, w1, b1}, {second.y}, [first, second](const Stream& s) {
+      Tensor dy = autograd::grad_of(second.y, s);
+      if (!dy.defined()) return;
+      // The second layer's dx goes through the activation into dz (the first layer's dz), and the first layer's
+      // bias gradient is summed in the same kernel; the first layer then only runs its GEMMs.
+      autograd::GradTarget gb1 =
+          first.b_target.defined() ? autograd::grad_target(first.b_target, s) : autograd::GradTarget{};
+      const kernels::InputActivation through{first.act, first.act == Activation::kGelu ? first.pre.data_ptr()
+                                                                                        : first.y.data_ptr(),
+                                             gb1.grad.defined() ? gb1.grad.data_ptr() : nullptr, gb1.accumulate};
+      Tensor dz = Tensor::empty(first.y.shape(), second.types.input, first.y.device(), s);
+      backward_linear(second, dy, dz, &through, s);
+      SavedLinear gemms_only = first;
+      gemms_only.act = Activation::kNone;
+      gemms_only.b_target = Tensor();
+      backward_linear(gemms_only, dz, Tensor(), nullptr, s);
+    });
+  }
+  return second.y;
 }
 
 Tensor linear_mixed(const Tensor& x, const Tensor& w, const Tensor& w_bf16, const Tensor& b, const Tensor& b_bf16,

@@ -19,6 +19,15 @@ namespace ddp::ops {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, const Stream& stream,
               MathMode math = MathMode::kFloat32);
 
+// Two Linears with an activation between them, as one op: linear(linear(x, w1, b1, act), w2, b2, kNone). The
+// forward is the same two kernels; the backward differentiates `act` and sums the first layer's bias gradient
+// inside the second layer's input-gradient kernel (kernels::linear_backward's `through`), so the first layer's
+// backward is its GEMMs alone. On the GPU, for a second layer of at most 32 outputs (a classifier's head), the
+// second layer's whole backward and the first layer's activation and bias gradients are one launch. Same types
+// and rules as linear(); gradients reach x, w1, b1, w2, b2 as through two linear() calls.
+Tensor linear_pair(const Tensor& x, const Tensor& w1, const Tensor& b1, Activation act, const Tensor& w2,
+                   const Tensor& b2, const Stream& stream, MathMode math = MathMode::kFloat32);
+
 // The Linear of mixed-precision training (models/bf16_weights.h): the GEMMs read bfloat16 `x` and `w_bf16`, the
 // bfloat16 copy of the float32 master weight `w`, and accumulate in float32. The weight and bias gradients are
 // written in float32 by the GEMM (and the bias reduction) straight into `w`'s and `b`'s gradients: no bfloat16

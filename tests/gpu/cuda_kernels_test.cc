@@ -269,14 +269,36 @@ void run_linear_forward_case(const LinearCase& c, Activation act, bool with_bias
   }
 }
 
+// linear_backward's `through`: the activation that produced x (x = in_act(pre_in)), and whether the previous
+// layer's bias gradient is accumulated into.
+struct Through {
+  Activation act;
+  bool accumulate;
+};
+
 void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bias, bool accumulate, bool with_dx,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, const Through* through = nullptr) {
   const std::int64_t B = c.shape.batch, I = c.shape.in, O = c.shape.out;
   const std::uint32_t seed = static_cast<std::uint32_t>(B * 104729 + I * 17 + O * 3);
   TypedBuffer x(c.dtype, B * I), w(c.dtype, O * I), dy(c.out_type(), B * O), y(c.out_type(), B * O),
       pre(c.out_type(), B * O);
   TypedBuffer dx(c.dtype, B * I), dw(c.grad_type(), O * I), dbias(c.grad_type(), O), scratch(c.dtype, B * O);
-  x.set(random_nonzero(B * I, seed + 1));
+  TypedBuffer pre_in(c.dtype, through != nullptr ? B * I : 1), in_dbias(c.grad_type(), I);
+  if (through != nullptr) {
+    pre_in.set(random_nonzero(B * I, seed + 7, 2.0f));
+    std::vector<float> activated(B * I);
+    for (std::size_t i = 0; i < activated.size(); ++i) {
+      activated[i] = static_cast<float>(act_ref(through->act, pre_in.host[i]));
+    }
+    x.set(activated);
+    if (through->accumulate) {
+      in_dbias.set(random_nonzero(I, seed + 8));
+    } else {
+      in_dbias.device.poison();
+    }
+  } else {
+    x.set(random_nonzero(B * I, seed + 1));
+  }
   w.set(random_nonzero(O * I, seed + 2, 1.0f / std::sqrt(static_cast<float>(I))));
   dy.set(random_nonzero(B * O, seed + 3));
   // The saved activation tensors, consistent with each other: y = act(pre).
@@ -294,13 +316,18 @@ void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bia
   }
   dx.device.poison();
   scratch.device.poison();
-  const std::vector<double> dw0 = dw.host, db0 = dbias.host;
+  const std::vector<double> dw0 = dw.host, db0 = dbias.host, in_db0 = in_dbias.host;
 
   const bool needs_dz = act != Activation::kNone || c.out_type() != c.dtype;
+  kernels::InputActivation in{};
+  if (through != nullptr) {
+    in = {through->act, through->act == Activation::kGelu ? pre_in.device.get() : x.device.get(),
+          in_dbias.device.get(), through->accumulate};
+  }
   gpu::linear_backward(c.types(), c.math, c.shape, dy.device.get(), x.device.get(), w.device.get(), y.device.get(),
                        pre.device.get(), act, with_dx ? dx.device.get() : nullptr, dw.device.get(),
                        with_bias ? dbias.device.get() : nullptr, accumulate, needs_dz ? scratch.device.get() : nullptr,
-                       stream);
+                       stream, through != nullptr ? &in : nullptr);
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   std::vector<double> dz(B * O);
@@ -327,7 +354,18 @@ void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bia
       for (std::int64_t i = 0; i < I; ++i) dwr[i] += g * xr[i];
     }
   const double tol = linear_tolerance(c);
-  const std::string what = describe(c, act, with_bias, accumulate) + (with_dx ? "" : " no-dx");
+  std::string what = describe(c, act, with_bias, accumulate) + (with_dx ? "" : " no-dx");
+  if (through != nullptr) {
+    // One step further back: through the activation that produced x, and the previous layer's bias gradient.
+    std::vector<double> in_db_ref(I);
+    for (std::int64_t i = 0; i < I; ++i) in_db_ref[i] = through->accumulate ? in_db0[i] : 0.0;
+    for (std::int64_t j = 0; j < B * I; ++j) {
+      dx_ref[j] *= act_grad_ref(through->act, through->act == Activation::kRelu ? x.host[j] : pre_in.host[j]);
+      in_db_ref[j % I] += dx_ref[j];
+    }
+    what += std::string(" through ") + act_name(through->act) + (through->accumulate ? " accumulate" : "");
+    EXPECT_LT(rel_l2(in_dbias.fetch(), in_db_ref), tol) << "backward previous layer's dbias, " << what;
+  }
   if (with_dx) {
     EXPECT_LT(rel_l2(dx.fetch(), dx_ref), tol) << "backward dx, " << what;
   }
@@ -380,6 +418,25 @@ TEST_F(CudaKernels, NarrowLayersThroughCublasLtMatchReference) {
       run_linear_forward_case(c, act, true, stream_);
       for (bool accumulate : {false, true}) run_linear_backward_case(c, act, true, accumulate, true, stream_);
     }
+  }
+  gpu::set_gemm_options(saved);
+}
+
+// linear_backward's `through` (ops::linear_pair's backward): the narrow kernel differentiates the input's
+// activation and sums the previous layer's bias gradient in its own launch; wider layers (and narrow ones with
+// DDP_GEMM_NARROW=0) run the activation/bias pass on dx after the GEMM.
+TEST_F(CudaKernels, LinearBackwardThroughTheInputActivationMatchesReference) {
+  const gpu::GemmOptions saved = gpu::gemm_options();
+  for (bool narrow : {true, false}) {
+    gpu::GemmOptions o = saved;
+    o.narrow_layers = narrow;
+    gpu::set_gemm_options(o);
+    for (const auto& c : linear_cases(false))
+      for (Activation in_act : kActivations)
+        for (bool accumulate : {false, true}) {
+          const Through through{in_act, accumulate};
+          run_linear_backward_case(c, Activation::kNone, true, accumulate, true, stream_, &through);
+        }
   }
   gpu::set_gemm_options(saved);
 }

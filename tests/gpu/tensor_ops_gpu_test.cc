@@ -393,6 +393,47 @@ TEST_F(Gpu, ElementwiseOpsAndDeviceCopies) {
   expect_close(host(d.grad()), host(d_ref.grad()), kElementwise, "to_device(cpu) gradient");
 }
 
+// ops::linear_pair on the GPU against two linear() calls there: the same forward kernels (the same bits), and the
+// gradients of a backward that differentiates the activation inside the second layer's kernel (the narrow one
+// for the main job's head, the pass after the GEMM for a wider layer) within float rounding of the separate pass.
+TEST_F(Gpu, LinearPairMatchesTwoLinears) {
+  struct Case {
+    std::int64_t batch, in, hidden, out;
+    Activation act;
+  };
+  for (const Case& c : {Case{128, 784, 512, 10, Activation::kRelu}, Case{37, 64, 48, 40, Activation::kGelu}}) {
+    const std::string what = std::to_string(c.in) + "-" + std::to_string(c.hidden) + "-" + std::to_string(c.out) +
+                             (c.act == Activation::kRelu ? " relu" : " gelu");
+    auto leaf = [&](const Shape& shape, std::uint64_t seed, float bound) {
+      Tensor t = Tensor::uniform(shape, -bound, bound, seed, 0, Device::cuda(0), s());
+      t.set_requires_grad(true);
+      return t;
+    };
+    Tensor x = leaf({c.batch, c.in}, 1, 1.0f), w1 = leaf({c.hidden, c.in}, 2, 1.0f / std::sqrt(float(c.in)));
+    Tensor b1 = leaf({c.hidden}, 3, 0.1f), w2 = leaf({c.out, c.hidden}, 4, 1.0f / std::sqrt(float(c.hidden)));
+    Tensor b2 = leaf({c.out}, 5, 0.1f);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(c.batch));
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 7 % c.out);
+    const Tensor y = Tensor::from_int32(labels, {c.batch}, Device::cuda(0), s());
+    std::vector<Tensor> inputs{x, w1, b1, w2, b2};
+    auto run = [&](bool pair) {
+      autograd::zero_grad(inputs);
+      Tensor logits = pair ? ops::linear_pair(x, w1, b1, c.act, w2, b2, s())
+                           : ops::linear(ops::linear(x, w1, b1, c.act, s()), w2, b2, Activation::kNone, s());
+      std::vector<std::vector<float>> out{logits.to_vector<float>(s())};
+      autograd::backward(ops::cross_entropy(logits, y, s()), s());
+      for (Tensor& t : inputs) out.push_back(t.grad().to_vector<float>(s()));
+      return out;
+    };
+    const auto pair = run(true), separate = run(false);
+    EXPECT_EQ(pair[0], separate[0]) << "forward " << what;
+    const char* names[] = {"logits", "dx", "dw1", "db1", "dw2", "db2"};
+    for (std::size_t k = 1; k < pair.size(); ++k) {
+      expect_close(pair[k], separate[k], kF32, std::string(names[k]) + " " + what);
+    }
+  }
+}
+
 // A full training step, three times: forward, cross-entropy, backward into the flat gradient buffer, SGD.
 void mlp_steps(const Stream& s, MathMode math, Bound bound) {
   const std::vector<std::int64_t> sizes{64, 48, 32, 10};

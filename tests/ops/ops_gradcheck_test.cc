@@ -7,8 +7,10 @@
 // Inputs of ReLU are kept at least 0.05 from the kink so the difference never straddles it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "ops/ops.h"
@@ -144,6 +146,62 @@ TEST(Linear, Bfloat16MatchesFloat32WithinBf16Precision) {
   const std::vector<float> c = yh.to_dtype(DType::kFloat32, S()).to_vector<float>(S());
   // Inputs rounded to 8 bits of mantissa (rel. 2^-9 each), sums of 16 products of |.| <= 1, output rounded.
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(c[i], a[i], 0.03 + 0.01 * std::abs(a[i]));
+}
+
+// linear_pair is two linear() calls with the activation differentiated inside the second one's input-gradient
+// kernel: on the CPU the same arithmetic in the same order, so every output and gradient is the same bits, in
+// float32 and bfloat16, for ReLU and GELU, with and without the first bias, and a second backward accumulates.
+TEST(LinearPair, SameBitsAsTwoLinears) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+      for (bool first_bias : {true, false}) {
+        auto make = [&](const Shape& shape, std::uint64_t seed) {
+          Tensor t = Tensor::uniform(shape, -1.0f, 1.0f, seed, 0, Device::cpu(), S()).to_dtype(dtype, S());
+          t.set_requires_grad(true);
+          return t;
+        };
+        Tensor x = make({5, 7}, 40), w1 = make({6, 7}, 41), b1 = first_bias ? make({6}, 42) : Tensor();
+        // A bfloat16 input gradient cannot accumulate over two backwards (linear's rule): x is data there.
+        if (dtype == DType::kBFloat16) x.set_requires_grad(false);
+        Tensor w2 = make({3, 6}, 43), b2 = make({3}, 44);
+        const std::vector<std::int32_t> labels = {0, 2, 1, 1, 2};
+        Tensor y = Tensor::empty({5}, DType::kInt32, Device::cpu(), S());
+        std::copy(labels.begin(), labels.end(), y.data<std::int32_t>());
+        std::vector<Tensor> inputs{w1, w2, b2};
+        if (first_bias) inputs.push_back(b1);
+        if (dtype == DType::kFloat32) inputs.push_back(x);
+        auto run = [&](bool pair) {
+          autograd::zero_grad(inputs);
+          std::vector<std::vector<float>> out;
+          for (int pass = 0; pass < 2; ++pass) {  // the second backward accumulates
+            Tensor logits = pair ? ops::linear_pair(x, w1, b1, act, w2, b2, S())
+                                 : ops::linear(ops::linear(x, w1, b1, act, S()), w2, b2, Activation::kNone, S());
+            out.push_back(logits.to_dtype(DType::kFloat32, S()).to_vector<float>(S()));
+            autograd::backward(ops::cross_entropy(logits, y, S()), S());
+          }
+          for (Tensor& t : inputs) out.push_back(t.grad().to_dtype(DType::kFloat32, S()).to_vector<float>(S()));
+          return out;
+        };
+        EXPECT_EQ(run(true), run(false)) << dtype_name(dtype) << " act " << static_cast<int>(act)
+                                         << (first_bias ? " with" : " without") << " the first bias";
+      }
+    }
+  }
+}
+
+TEST(LinearPair, GradientsByFiniteDifferencesAndShapeErrors) {
+  Tensor x = leaf({3, 5}, 50), w1 = leaf({4, 5}, 51), b1 = leaf({4}, 52), w2 = leaf({2, 4}, 53), b2 = leaf({2}, 54);
+  Tensor t = target_like({3, 2});
+  gradcheck([&] { return ops::mse_loss(ops::linear_pair(x, w1, b1, Activation::kGelu, w2, b2, S()), t, S()); },
+            {x, w1, b1, w2, b2}, "linear_pair");
+  Tensor wrong = leaf({2, 3}, 55);
+  try {
+    ops::linear_pair(x, w1, b1, Activation::kRelu, wrong, b2, S());
+    FAIL() << "accepted a second weight of 3 inputs after a first layer of 4 outputs";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the second weight must be [out, 4]"), std::string::npos) << e.what();
+  }
+  autograd::clear_tape();
 }
 
 double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {

@@ -135,6 +135,50 @@ void linear_backward_f32(const LinearShape& s, const float* dz, const float* x, 
   }
 }
 
+// linear_backward's `through`, after dx: dx ⊙ act'(saved) in place (rounded to the input type once), and the
+// column sums of what was stored, row by row, into the previous layer's bias gradient. Runs after the rest of
+// linear_backward is stored, so it reuses scratch slots 0-2.
+void differentiate_input_activation(LinearTypes types, const LinearShape& s, const InputActivation& through,
+                                    void* dx) {
+  const std::int64_t B = s.batch, I = s.in;
+  float* g = types.input == DType::kFloat32 ? static_cast<float*>(dx)
+                                            : detail::scratch_floats(0, static_cast<std::size_t>(B * I));
+  if (types.input != DType::kFloat32) {
+    const auto* h = static_cast<const std::uint16_t*>(dx);
+    for (std::int64_t i = 0; i < B * I; ++i) g[i] = bf16_to_float(h[i]);
+  }
+  const float* saved = widen(types.input, through.saved, B * I, 1);
+  for (std::int64_t i = 0; i < B * I; ++i) {
+    switch (through.act) {
+      case Activation::kNone:
+        break;
+      case Activation::kRelu:
+        g[i] = saved[i] > 0.0f ? g[i] : 0.0f;
+        break;
+      case Activation::kGelu:
+        g[i] = g[i] * detail::gelu_grad(saved[i]);
+        break;
+    }
+  }
+  if (types.input != DType::kFloat32) {
+    narrow(g, B * I, static_cast<std::uint16_t*>(dx));
+    for (std::int64_t i = 0; i < B * I; ++i) g[i] = bf16_to_float(float_to_bf16(g[i]));
+  }
+  if (through.dbias == nullptr) return;
+  float* db = output_floats(types.grad, through.dbias, I, 2);
+  if (through.accumulate && types.grad != DType::kFloat32) {
+    const auto* h = static_cast<const std::uint16_t*>(through.dbias);
+    for (std::int64_t c = 0; c < I; ++c) db[c] = bf16_to_float(h[c]);
+  }
+  if (!through.accumulate)
+    for (std::int64_t c = 0; c < I; ++c) db[c] = 0.0f;
+  for (std::int64_t r = 0; r < B; ++r) {
+    const float* row = g + r * I;
+    for (std::int64_t c = 0; c < I; ++c) db[c] += row[c];
+  }
+  store(types.grad, db, I, through.dbias);
+}
+
 }  // namespace
 
 void linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* x, const void* w,
@@ -161,9 +205,11 @@ void linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& sha
 
 void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* dy, const void* x,
                      const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
-                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle /*stream*/) {
+                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle /*stream*/,
+                     const InputActivation* through) {
   check_shape("linear_backward", shape);
   check_types("linear_backward", types);
+  DDP_ASSERT(through == nullptr || dx != nullptr, "linear_backward: `through` needs dx");
   const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
   if (types.input == DType::kFloat32) {
     DDP_ASSERT(act == Activation::kNone || scratch_dz != nullptr, "linear_backward: scratch_dz is required");
@@ -171,6 +217,7 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
                                       static_cast<const float*>(pre_activation), static_cast<float*>(scratch_dz));
     linear_backward_f32(shape, dz, static_cast<const float*>(x), static_cast<const float*>(w),
                         static_cast<float*>(dx), static_cast<float*>(dw), static_cast<float*>(dbias), accumulate);
+    if (through != nullptr) differentiate_input_activation(types, shape, *through, dx);
     return;
   }
   // bf16 input: widen everything, compute in float, round each output once to its type (accumulation happens
@@ -207,6 +254,7 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
   if (dxf != nullptr) narrow(dxf, B * I, static_cast<std::uint16_t*>(dx));
   if (dwf != nullptr) store(types.grad, dwf, O * I, dw);
   if (dbf != nullptr) store(types.grad, dbf, O, dbias);
+  if (through != nullptr) differentiate_input_activation(types, shape, *through, dx);
 }
 
 }  // namespace ddp::kernels::cpu

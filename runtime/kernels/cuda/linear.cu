@@ -514,9 +514,11 @@ void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
 
 void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape, const void* dy, const void* x,
                      const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
-                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle stream) {
+                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle stream,
+                     const InputActivation* through) {
   check_types(types, "linear_backward");
   DDP_CHECK(shape.batch >= 0 && shape.in >= 0 && shape.out >= 0, "linear_backward: negative shape");
+  DDP_ASSERT(through == nullptr || dx != nullptr, "linear_backward: `through` needs dx");
   const std::int64_t batch = shape.batch, in = shape.in, out = shape.out;
   if (batch == 0 || out == 0) {
     // No rows (or no outputs): the weight and bias gradients are empty sums, dx is 0.
@@ -525,12 +527,14 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
       zero(dbias, out, types.grad, stream);
     }
     zero(dx, batch * in, types.input, stream);
+    if (through != nullptr && !through->accumulate) zero(through->dbias, in, types.grad, stream);
     return;
   }
   // What the activation's derivative is taken of: ReLU's from y, GELU's from x·wᵀ+b.
   const void* saved = act == Activation::kRelu ? y : pre_activation;
   if (gemm_options().narrow_layers && detail::narrow_backward_fits(shape)) {
-    detail::narrow_linear_backward(types, shape, dy, saved, act, x, w, dx, dw, dbias, accumulate, scratch_dz, stream);
+    detail::narrow_linear_backward(types, shape, dy, saved, act, x, w, dx, dw, dbias, accumulate, scratch_dz, through,
+                                   stream);
     return;
   }
 
@@ -576,6 +580,13 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
   if (side != nullptr) {
     DDP_CUDA_CHECK(cudaEventRecord(side->join, side->stream));
     DDP_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));
+  }
+  if (through != nullptr && (through->act != Activation::kNone || through->dbias != nullptr)) {
+    // dx through the input's activation, in place, and the previous layer's bias gradient: the same pass that
+    // layer's own backward would run on it.
+    detail::activation_grad_bias(types.input, types.input, types.grad, through->act, dx, through->saved,
+                                 through->act != Activation::kNone ? dx : nullptr, through->dbias,
+                                 through->accumulate, batch, in, stream);
   }
 }
 

@@ -89,12 +89,17 @@ __global__ void __launch_bounds__(kThreads)
 //   dx[r, c] = Σ_o dz[r, o]·w[o, c],   dw[o, c] += dz[r, o]·x[r, c] (a partial per thread row),
 // and in block 0, lane 0 also sums dbias's partials. The next chunk's loads are issued before this chunk's
 // products. At the end the kRowLanes partials of dw (and dbias) are added in row-lane order.
+// With an input activation (linear_backward's `through`), dx[r, c] is multiplied by its derivative (ReLU's from
+// x[r, c], already in a register; GELU's from in_saved) before it is stored, and each thread also sums the stored
+// values of its column: the previous layer's bias gradient, whose partials are added in row-lane order too.
 template <typename TIn, typename TOut, typename TGrad, int kMaxOut>
 __global__ void __launch_bounds__(kColumns* kRowLanes)
     narrow_backward_kernel(const TOut* __restrict__ dy, const TOut* __restrict__ saved, Activation act,
                            const TIn* __restrict__ x, const TIn* __restrict__ w, TIn* __restrict__ dx,
                            TGrad* __restrict__ dw, TGrad* __restrict__ dbias, bool accumulate,
-                           TIn* __restrict__ scratch_dz, std::int64_t batch, std::int64_t in, int out) {
+                           TIn* __restrict__ scratch_dz, std::int64_t batch, std::int64_t in, int out,
+                           Activation in_act, const TIn* __restrict__ in_saved, TGrad* __restrict__ in_dbias,
+                           bool in_accumulate) {
   detail::begin_kernel();
   constexpr int kThreadsPerBlock = kColumns * kRowLanes;
   constexpr int kDzPerThread = kChunkRows * kMaxOut / kThreadsPerBlock;
@@ -139,6 +144,7 @@ __global__ void __launch_bounds__(kColumns* kRowLanes)
   float dw_acc[kMaxOut], db_acc[kMaxOut];
 #pragma unroll
   for (int o = 0; o < kMaxOut; ++o) dw_acc[o] = db_acc[o] = 0.0f;
+  float in_db_acc = 0.0f;
   load_chunk(0);
   for (std::int64_t r0 = 0; r0 < batch; r0 += kChunkRows) {
     const std::int64_t elements = chunk_elements(r0);
@@ -172,7 +178,14 @@ __global__ void __launch_bounds__(kColumns* kRowLanes)
         dw_acc[o] = fmaf(g[o], xv[j], dw_acc[o]);
         s = fmaf(g[o], w_r[o], s);
       }
-      if (dx != nullptr && col_ok && r0 + b < batch) dx[(r0 + b) * in + col] = from_float<TIn>(s);
+      if (dx != nullptr && col_ok && r0 + b < batch) {
+        const std::int64_t i = (r0 + b) * in + col;
+        if (in_act == Activation::kRelu) s *= activation_grad(in_act, xv[j]);
+        if (in_act == Activation::kGelu) s *= activation_grad(in_act, to_float(in_saved[i]));
+        const TIn stored = from_float<TIn>(s);
+        dx[i] = stored;
+        in_db_acc += to_float(stored);  // the bias gradient sums exactly the dx the previous layer will read
+      }
       if (sums_bias) {
 #pragma unroll
         for (int o = 0; o < kMaxOut; ++o) db_acc[o] += g[o];
@@ -192,6 +205,17 @@ __global__ void __launch_bounds__(kColumns* kRowLanes)
       for (int y = 0; y < kRowLanes; ++y) sum += partial_s[y][o][tx];
       TGrad* g = dw + o * in + col;
       *g = from_float<TGrad>(accumulate ? to_float(*g) + sum : sum);
+    }
+  }
+  if (in_dbias != nullptr) {
+    __syncthreads();  // partial_s was read above
+    partial_s[ty][0][tx] = in_db_acc;
+    __syncthreads();
+    if (ty == 0 && col_ok) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int y = 0; y < kRowLanes; ++y) sum += partial_s[y][0][tx];
+      in_dbias[col] = from_float<TGrad>(in_accumulate ? to_float(in_dbias[col]) + sum : sum);
     }
   }
   if (dbias == nullptr || !first_block) return;
@@ -251,9 +275,15 @@ void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const vo
 
 void narrow_linear_backward(LinearTypes types, const LinearShape& shape, const void* dy, const void* saved,
                             Activation act, const void* x, const void* w, void* dx, void* dw, void* dbias,
-                            bool accumulate, void* scratch_dz, cudaStream_t stream) {
+                            bool accumulate, void* scratch_dz, const InputActivation* through, cudaStream_t stream) {
   DDP_ASSERT(narrow_backward_fits(shape), "narrow_linear_backward: shape out of range");
   DDP_ASSERT(act == Activation::kNone || saved != nullptr, "narrow_linear_backward: the activation needs `saved`");
+  // ReLU's derivative is read from x, which the kernel holds anyway (the contract makes `saved` x for kRelu).
+  const InputActivation none{Activation::kNone, nullptr, nullptr, false};
+  const InputActivation& in = through != nullptr ? *through : none;
+  DDP_ASSERT(through == nullptr || dx != nullptr, "narrow_linear_backward: `through` needs dx");
+  DDP_ASSERT(in.act != Activation::kRelu || in.saved == x, "narrow_linear_backward: ReLU's `saved` must be x");
+  DDP_ASSERT(in.act != Activation::kGelu || in.saved != nullptr, "narrow_linear_backward: GELU needs `saved`");
   const std::int64_t blocks = (shape.in + kColumns - 1) / kColumns;
   const int out = static_cast<int>(shape.out);
   with_types(types, [&](auto in_tag, auto out_tag, auto grad_tag) {
@@ -264,7 +294,8 @@ void narrow_linear_backward(LinearTypes types, const LinearShape& shape, const v
       launch(kernel, static_cast<unsigned int>(blocks), dim3(kColumns, kRowLanes), 0, stream,
              static_cast<const TOut*>(dy), static_cast<const TOut*>(saved), act, static_cast<const TIn*>(x),
              static_cast<const TIn*>(w), static_cast<TIn*>(dx), static_cast<TGrad*>(dw), static_cast<TGrad*>(dbias),
-             accumulate, static_cast<TIn*>(scratch_dz), shape.batch, shape.in, out);
+             accumulate, static_cast<TIn*>(scratch_dz), shape.batch, shape.in, out, in.act,
+             static_cast<const TIn*>(in.saved), static_cast<TGrad*>(in.dbias), in.accumulate);
     };
     out <= 16 ? run(narrow_backward_kernel<TIn, TOut, TGrad, 16>) : run(narrow_backward_kernel<TIn, TOut, TGrad, 32>);
   });

@@ -32,9 +32,10 @@ void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const vo
 
 // linear_backward's contract in one launch: dz = dy ⊙ act'(saved) in float (saved is y for kRelu,
 // pre_activation for kGelu), dx = dz·w (when non-null), dw (+)= dzᵀ·x (when non-null), dbias (+)= Σ_rows dz (when
-// non-null), and, when scratch_dz is non-null, dz stored there in the input type.
+// non-null), and, when scratch_dz is non-null, dz stored there in the input type. `through` (may be null) as in
+// linear_backward: dx through the input's activation, and the previous layer's bias gradient, in the same launch.
 void narrow_linear_backward(LinearTypes types, const LinearShape& shape, const void* dy, const void* saved,
                             Activation act, const void* x, const void* w, void* dx, void* dw, void* dbias,
-                            bool accumulate, void* scratch_dz, cudaStream_t stream);
+                            bool accumulate, void* scratch_dz, const InputActivation* through, cudaStream_t stream);
 
 }  // namespace ddp::kernels::cuda::detail
