@@ -43,7 +43,7 @@ void backward_linear(const SavedLinear& l, const Tensor& dy, const Tensor& dx,
   const Device device = l.x.device();
   autograd::GradTarget gx = dx.defined() ? autograd::GradTarget{dx, false} : autograd::grad_target(l.x, s);
   autograd::GradTarget gw = autograd::grad_target(l.w_target, s);
-  autograd::GradTarget gb = l.b_target.defined() ? autograd::grad_target(l.b_target, s) : autograd::GradTarget{};
+  autograd::GradTarget gb = autograd::grad_target(l.b_target, s);  // none when b_target is undefined
   // The kernel has one accumulate flag for dw and db: when only one of them is valid, zero the other and
   // accumulate into both (rare: parameters are zeroed together).
   bool accumulate = gw.grad.defined() ? gw.accumulate : gb.accumulate;
@@ -146,8 +146,7 @@ Tensor linear_pair(const Tensor& x, const Tensor& w1, const Tensor& b1, Activati
       if (!dy.defined()) return;
       // The second layer's dx goes through the activation into dz (the first layer's dz), and the first layer's
       // bias gradient is summed in the same kernel; the first layer then only runs its GEMMs.
-      autograd::GradTarget gb1 =
-          first.b_target.defined() ? autograd::grad_target(first.b_target, s) : autograd::GradTarget{};
+      autograd::GradTarget gb1 = autograd::grad_target(first.b_target, s);
       const kernels::InputActivation through{first.act, first.act == Activation::kGelu ? first.pre.data_ptr()
                                                                                         : first.y.data_ptr(),
                                              gb1.grad.defined() ? gb1.grad.data_ptr() : nullptr, gb1.accumulate};

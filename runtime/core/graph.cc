@@ -19,6 +19,14 @@ void on_each_replay(std::function<void()> host_work) {
   if (g_capture_hooks != nullptr) g_capture_hooks->push_back(std::move(host_work));
 }
 
+void now_or_on_each_replay(const Stream& stream, std::function<void()> host_work) {
+  if (is_capturing(stream)) {
+    on_each_replay(std::move(host_work));
+  } else {
+    host_work();
+  }
+}
+
 bool is_capturing(const Stream& stream) {
   if (stream.handle() == nullptr) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;

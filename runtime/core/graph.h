@@ -28,8 +28,11 @@ bool is_capturing(const Stream& stream);
 
 // While CudaGraph::capture runs on this thread: `host_work` runs before every replay of the graph being captured
 // (an exception it throws stops that replay before its launch). Outside a capture it does nothing: the caller
-// does the same work itself for the work it just enqueued (see ResidentDataset::gather_next).
+// does the same work itself for the work it just enqueued, which now_or_on_each_replay does in one call.
 void on_each_replay(std::function<void()> host_work);
+// `host_work` for work just enqueued on `stream`: at each replay when `stream` is being captured, else now (as
+// ResidentDataset's cursor follows its gathers).
+void now_or_on_each_replay(const Stream& stream, std::function<void()> host_work);
 
 class CudaGraph {
  public:

@@ -125,11 +125,7 @@ void ResidentDataset::gather_next(const Tensor& x, const Tensor& y, const Stream
                                                        ") of an epoch order of " + std::to_string(order_size_));
     cursor_position_ += n;
   };
-  if (is_capturing(stream)) {
-    on_each_replay(advance);
-  } else {
-    advance();
-  }
+  now_or_on_each_replay(stream, advance);
   enqueue_gather_next(n, x, y, device_.is_cuda() ? stream.handle() : nullptr);
 }
 
@@ -141,11 +137,7 @@ void ResidentDataset::prefetch_next(const Tensor& x, const Tensor& y, const Stre
     prefetched_rows_ = cursor_position_ + n <= order_size_ ? n : 0;
     cursor_position_ += prefetched_rows_;
   };
-  if (is_capturing(stream)) {
-    on_each_replay(advance);
-  } else {
-    advance();
-  }
+  now_or_on_each_replay(stream, advance);
   if (!device_.is_cuda()) {
     enqueue_gather_next(n, x, y, nullptr);
     return;

@@ -7,7 +7,6 @@
 // Inputs of ReLU are kept at least 0.05 from the kink so the difference never straddles it.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -164,9 +163,7 @@ TEST(LinearPair, SameBitsAsTwoLinears) {
         // A bfloat16 input gradient cannot accumulate over two backwards (linear's rule): x is data there.
         if (dtype == DType::kBFloat16) x.set_requires_grad(false);
         Tensor w2 = make({3, 6}, 43), b2 = make({3}, 44);
-        const std::vector<std::int32_t> labels = {0, 2, 1, 1, 2};
-        Tensor y = Tensor::empty({5}, DType::kInt32, Device::cpu(), S());
-        std::copy(labels.begin(), labels.end(), y.data<std::int32_t>());
+        const Tensor y = Tensor::from_int32({0, 2, 1, 1, 2}, {5}, Device::cpu(), S());
         std::vector<Tensor> inputs{w1, w2, b2};
         if (first_bias) inputs.push_back(b1);
         if (dtype == DType::kFloat32) inputs.push_back(x);

@@ -48,10 +48,31 @@ void check_types(const char* op, const LinearTypes& t) {
                               "input only)");
 }
 
-// Where to compute an output of `dtype` in float: the output itself when it is float32, else scratch `slot`.
-float* output_floats(DType dtype, void* out, std::int64_t n, int slot) {
+// Where to compute an output of `dtype` in float: the output itself when it is float32, else scratch `slot`,
+// holding the output's current values when `with_values` (an output that is accumulated into or updated).
+float* output_floats(DType dtype, void* out, std::int64_t n, int slot, bool with_values = false) {
   if (dtype == DType::kFloat32) return static_cast<float*>(out);
-  return detail::scratch_floats(slot, static_cast<std::size_t>(n));
+  float* f = detail::scratch_floats(slot, static_cast<std::size_t>(n));
+  if (with_values) {
+    const auto* h = static_cast<const std::uint16_t*>(out);
+    for (std::int64_t i = 0; i < n; ++i) f[i] = bf16_to_float(h[i]);
+  }
+  return f;
+}
+
+// Each value rounded to bfloat16 and back: what a bfloat16 buffer will hold.
+void round_to_bf16(float* v, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) v[i] = bf16_to_float(float_to_bf16(v[i]));
+}
+
+// out[c] (+)= Σ_r m[r, c], the rows added in order.
+void add_column_sums(const float* m, std::int64_t rows, std::int64_t cols, bool accumulate, float* out) {
+  if (!accumulate)
+    for (std::int64_t c = 0; c < cols; ++c) out[c] = 0.0f;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = m + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c) out[c] += row[c];
+  }
 }
 
 // Stores a float result computed by output_floats() into `out` (a no-op when it was computed in place).
@@ -125,14 +146,7 @@ void linear_backward_f32(const LinearShape& s, const float* dz, const float* x, 
       for (std::int64_t i = 0; i < O * I; ++i) dw[i] = 0.0f;
     }
   }
-  if (dbias != nullptr) {
-    if (!accumulate)
-      for (std::int64_t c = 0; c < O; ++c) dbias[c] = 0.0f;
-    for (std::int64_t r = 0; r < B; ++r) {
-      const float* row = dz + r * O;
-      for (std::int64_t c = 0; c < O; ++c) dbias[c] += row[c];
-    }
-  }
+  if (dbias != nullptr) add_column_sums(dz, B, O, accumulate, dbias);
 }
 
 // linear_backward's `through`, after dx: dx ⊙ act'(saved) in place (rounded to the input type once), and the
@@ -140,43 +154,18 @@ void linear_backward_f32(const LinearShape& s, const float* dz, const float* x, 
 // linear_backward is stored, so it reuses scratch slots 0-2.
 void differentiate_input_activation(LinearTypes types, const LinearShape& s, const InputActivation& through,
                                     void* dx) {
-  const std::int64_t B = s.batch, I = s.in;
-  float* g = types.input == DType::kFloat32 ? static_cast<float*>(dx)
-                                            : detail::scratch_floats(0, static_cast<std::size_t>(B * I));
+  const std::int64_t n = s.batch * s.in;
+  float* g = output_floats(types.input, dx, n, 0, /*with_values=*/true);
+  const float* saved = widen(types.input, through.saved, n, 1);
+  activation_grad(through.act, n, g, saved, saved, g);  // in place; `saved` is y for ReLU, pre for GELU
   if (types.input != DType::kFloat32) {
-    const auto* h = static_cast<const std::uint16_t*>(dx);
-    for (std::int64_t i = 0; i < B * I; ++i) g[i] = bf16_to_float(h[i]);
-  }
-  const float* saved = widen(types.input, through.saved, B * I, 1);
-  for (std::int64_t i = 0; i < B * I; ++i) {
-    switch (through.act) {
-      case Activation::kNone:
-        break;
-      case Activation::kRelu:
-        g[i] = saved[i] > 0.0f ? g[i] : 0.0f;
-        break;
-      case Activation::kGelu:
-        g[i] = g[i] * detail::gelu_grad(saved[i]);
-        break;
-    }
-  }
-  if (types.input != DType::kFloat32) {
-    narrow(g, B * I, static_cast<std::uint16_t*>(dx));
-    for (std::int64_t i = 0; i < B * I; ++i) g[i] = bf16_to_float(float_to_bf16(g[i]));
+    round_to_bf16(g, n);
+    store(types.input, g, n, dx);
   }
   if (through.dbias == nullptr) return;
-  float* db = output_floats(types.grad, through.dbias, I, 2);
-  if (through.accumulate && types.grad != DType::kFloat32) {
-    const auto* h = static_cast<const std::uint16_t*>(through.dbias);
-    for (std::int64_t c = 0; c < I; ++c) db[c] = bf16_to_float(h[c]);
-  }
-  if (!through.accumulate)
-    for (std::int64_t c = 0; c < I; ++c) db[c] = 0.0f;
-  for (std::int64_t r = 0; r < B; ++r) {
-    const float* row = g + r * I;
-    for (std::int64_t c = 0; c < I; ++c) db[c] += row[c];
-  }
-  store(types.grad, db, I, through.dbias);
+  float* db = output_floats(types.grad, through.dbias, s.in, 2, through.accumulate);
+  add_column_sums(g, s.batch, s.in, through.accumulate, db);
+  store(types.grad, db, s.in, through.dbias);
 }
 
 }  // namespace
@@ -231,25 +220,11 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
   const float* dz = activation_grad(act, B * O, dyf, yf, pf, dzf);
   if (dz != dzf)
     for (std::int64_t i = 0; i < B * O; ++i) dzf[i] = dz[i];
-  for (std::int64_t i = 0; i < B * O; ++i) dzf[i] = bf16_to_float(float_to_bf16(dzf[i]));
+  round_to_bf16(dzf, B * O);
   if (scratch_dz != nullptr) narrow(dzf, B * O, static_cast<std::uint16_t*>(scratch_dz));
   float* dxf = dx != nullptr ? detail::scratch_floats(5, static_cast<std::size_t>(B * I)) : nullptr;
-  float* dwf = nullptr;
-  float* dbf = nullptr;
-  if (dw != nullptr) {
-    dwf = output_floats(types.grad, dw, O * I, 6);
-    if (accumulate && types.grad != DType::kFloat32) {
-      const auto* h = static_cast<const std::uint16_t*>(dw);
-      for (std::int64_t i = 0; i < O * I; ++i) dwf[i] = bf16_to_float(h[i]);
-    }
-  }
-  if (dbias != nullptr) {
-    dbf = output_floats(types.grad, dbias, O, 7);
-    if (accumulate && types.grad != DType::kFloat32) {
-      const auto* h = static_cast<const std::uint16_t*>(dbias);
-      for (std::int64_t i = 0; i < O; ++i) dbf[i] = bf16_to_float(h[i]);
-    }
-  }
+  float* dwf = dw != nullptr ? output_floats(types.grad, dw, O * I, 6, accumulate) : nullptr;
+  float* dbf = dbias != nullptr ? output_floats(types.grad, dbias, O, 7, accumulate) : nullptr;
   linear_backward_f32(shape, dzf, xf, wf, dxf, dwf, dbf, accumulate);
   if (dxf != nullptr) narrow(dxf, B * I, static_cast<std::uint16_t*>(dx));
   if (dwf != nullptr) store(types.grad, dwf, O * I, dw);
