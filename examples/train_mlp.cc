@@ -102,10 +102,32 @@ const CLI::Validator kNonNegativeNumber = number_at_least(0, false);
 // Above zero: the smallest positive double, so 0 itself is refused.
 const CLI::Validator kPositiveNumber = number_at_least(std::numeric_limits<double>::denorm_min(), false);
 
+// What CLI11 did not take, in the order given, and the flag the first unknown one most likely meant: one whose
+// name starts with it (--batch for --batch-size) or that it starts with.
+std::string unknown_arguments(const CLI::App& app, const std::vector<std::string>& extras) {
+  std::string text = extras.size() == 1 ? "unknown argument" : "unknown arguments";
+  for (const std::string& e : extras) text += " '" + e + "'";
+  for (const std::string& e : extras) {
+    if (e.rfind("--", 0) != 0) continue;
+    const std::string name = e.substr(2, e.find('=') == std::string::npos ? std::string::npos : e.find('=') - 2);
+    for (const CLI::Option* option : app.get_options()) {
+      for (const std::string& known : option->get_lnames()) {
+        if (!name.empty() && known != name && (known.rfind(name, 0) == 0 || name.rfind(known, 0) == 0)) {
+          return text + "; did you mean --" + known + "?";
+        }
+      }
+    }
+    break;
+  }
+  return text;
+}
+
 // Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
 Flags parse_flags(int argc, char** argv, int rank) {
   Flags f;
   CLI::App app{"Train an MLP on Fashion-MNIST with DistributedDataParallel (start it with ddprun or mpirun)."};
+  // Arguments no option takes are reported below, in order and with a suggestion, instead of by CLI11.
+  app.allow_extras();
   // A flag given twice takes its last value, as most command lines do (scripts append overrides).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", f.data, "directory with the Fashion-MNIST IDX gzip files")->capture_default_str();
@@ -167,6 +189,7 @@ Flags parse_flags(int argc, char** argv, int rank) {
   } catch (const CLI::ParseError& e) {
     throw InvalidArgument(std::string(e.what()) + " (see --help)");
   }
+  if (!app.remaining().empty()) throw InvalidArgument(unknown_arguments(app, app.remaining()) + " (see --help)");
   if (f.schedule == "cosine" && f.warmup_epochs > f.epochs) {
     char text[160];
     std::snprintf(text, sizeof text, "--warmup-epochs %g is longer than the run (--epochs %d); make the warmup shorter",

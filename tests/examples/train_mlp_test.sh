@@ -112,7 +112,8 @@ expect_error "resume with another global batch" "was written with --global-batch
   "${global[@]}" --global-batch-size 64 --max-steps 70 --resume "$work/g"
 
 # 5. Bad input.
-expect_error "unknown flag" "--bogus" --bogus
+expect_error "unknown flag" "unknown argument '--bogus' (see --help)" --bogus
+expect_error "a flag's prefix" "unknown arguments '--batch' '32'; did you mean --batch-size?" --batch 32
 expect_error "zero batch" "--batch-size" --batch-size 0
 expect_error "negative lr" "--lr" --lr -1
 expect_error "negative clip norm" "--clip-grad-norm" --clip-grad-norm -1
