@@ -109,7 +109,7 @@ std::string unknown_arguments(const CLI::App& app, const std::vector<std::string
   for (const std::string& e : extras) text += " '" + e + "'";
   for (const std::string& e : extras) {
     if (e.rfind("--", 0) != 0) continue;
-    const std::string name = e.substr(2, e.find('=') == std::string::npos ? std::string::npos : e.find('=') - 2);
+    const std::string name = e.substr(2, e.find('=', 2) - 2);  // up to '=' or the end (npos - 2 stays past it)
     for (const CLI::Option* option : app.get_options()) {
       for (const std::string& known : option->get_lnames()) {
         if (!name.empty() && known != name && (known.rfind(name, 0) == 0 || name.rfind(known, 0) == 0)) {
