@@ -20,16 +20,23 @@ struct SavedLinear {
   kernels::LinearTypes types;
 };
 
-// The forward kernel of one Linear, and what its backward will need.
-SavedLinear forward_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& w_target,
-                           const Tensor& b_target, Activation act, DType out_dtype, const Stream& stream,
-                           MathMode math) {
+// What one Linear's backward will need, with its outputs allocated (y, and pre for GELU).
+SavedLinear saved_linear(const Tensor& x, const Tensor& w, const Tensor& w_target, const Tensor& b_target,
+                         Activation act, DType out_dtype, const Stream& stream, MathMode math) {
   const std::int64_t out = w.size(0), in = w.size(1);
   SavedLinear l{x, w, w_target, b_target, Tensor(), Tensor(), act, math, kernels::LinearShape{x.size(0), in, out},
                 kernels::LinearTypes(x.dtype(), out_dtype, w_target.dtype())};
   l.y = Tensor::empty({l.shape.batch, out}, out_dtype, x.device(), stream);
   // GELU's backward needs x·wᵀ+b; ReLU's is computed from y.
   if (act == Activation::kGelu) l.pre = Tensor::empty({l.shape.batch, out}, out_dtype, x.device(), stream);
+  return l;
+}
+
+// The forward kernel of one Linear, and what its backward will need.
+SavedLinear forward_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& w_target,
+                           const Tensor& b_target, Activation act, DType out_dtype, const Stream& stream,
+                           MathMode math) {
+  SavedLinear l = saved_linear(x, w, w_target, b_target, act, out_dtype, stream, math);
   DDP_DISPATCH(x.device(), linear_forward, l.types, math, l.shape, x.data_ptr(), w.data_ptr(),
                bias.defined() ? bias.data_ptr() : nullptr, act, l.y.data_ptr(),
                l.pre.defined() ? l.pre.data_ptr() : nullptr, stream.handle());
@@ -136,8 +143,12 @@ Tensor linear_pair(const Tensor& x, const Tensor& w1, const Tensor& b1, Activati
   check_bias(kOp, x, b1, w1.size(0), w1.dtype());
   check_bias(kOp, x, b2, w2.size(0), w2.dtype());
   detail::check_stream(kOp, x, stream);
-  const SavedLinear first = forward_linear(x, w1, b1, w1, b1, act, x.dtype(), stream, math);
-  const SavedLinear second = forward_linear(first.y, w2, b2, w2, b2, Activation::kNone, x.dtype(), stream, math);
+  const SavedLinear first = saved_linear(x, w1, w1, b1, act, x.dtype(), stream, math);
+  const SavedLinear second = saved_linear(first.y, w2, w2, b2, Activation::kNone, x.dtype(), stream, math);
+  DDP_DISPATCH(x.device(), linear_pair_forward, x.dtype(), math, first.shape, second.shape.out, x.data_ptr(),
+               w1.data_ptr(), b1.defined() ? b1.data_ptr() : nullptr, act, first.y.data_ptr(),
+               first.pre.defined() ? first.pre.data_ptr() : nullptr, w2.data_ptr(),
+               b2.defined() ? b2.data_ptr() : nullptr, second.y.data_ptr(), stream.handle());
   if (autograd::should_record({&x, &w1, &b1, &w2, &b2})) {
     // The second layer's parameters first: their grad-ready hooks fire in this order (DDP's buckets, last layer
     // first, as for two linear() nodes).

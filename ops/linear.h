@@ -20,7 +20,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
               MathMode math = MathMode::kFloat32);
 
 // Two Linears with an activation between them, as one op: linear(linear(x, w1, b1, act), w2, b2, kNone). The
-// forward is the same two kernels; the backward differentiates `act` and sums the first layer's bias gradient
+// forward is kernels::linear_pair_forward (on the GPU, with GemmOptions::parts, the first layer as partial
+// products that the second layer's narrow kernel adds); the backward differentiates `act` and sums the first layer's bias gradient
 // inside the second layer's input-gradient kernel (kernels::linear_backward's `through`), so the first layer's
 // backward is its GEMMs alone. On the GPU, for a second layer of at most 32 outputs (a classifier's head), the
 // second layer's whole backward and the first layer's activation and bias gradients are one launch. Same types

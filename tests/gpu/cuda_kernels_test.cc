@@ -406,6 +406,106 @@ TEST_F(CudaKernels, LinearBackwardMatchesReference) {
         for (bool accumulate : {false, true}) run_linear_backward_case(c, act, bias, accumulate, true, stream_);
 }
 
+// kernels::linear_pair_forward (ops::linear_pair's forward) against a double reference: h = act(x·w1ᵀ + b1),
+// GELU's pre-activation, and y = h·w2ᵀ + b2. With GemmOptions::parts the first layer's slices of K are one
+// batched GEMM whose parts the head's narrow kernel adds; every slice count is tried with the count the GPU
+// takes checked (a shape the slices do not divide runs as two Linears), and the partial products' path repeats
+// its bits.
+TEST_F(CudaKernels, LinearPairForwardMatchesReference) {
+  struct PairCase {
+    LinearShape first;
+    std::int64_t out;
+    int parts_2, parts_4, parts_8, parts_rule;  // what linear_pair_parts must say for each request
+  };
+  const PairCase cases[] = {
+      {{128, 512, 512}, 10, 2, 4, 8, 8},    // the main job's last hidden layer and head
+      {{37, 256, 96}, 32, 2, 4, 8, 4},      // partial rows, the widest narrow head; slices at least 64 deep
+      {{256, 1024, 1024}, 10, 2, 4, 8, 2},  // the big model: 64 tiles, so two slices
+      {{5, 100, 40}, 3, 1, 1, 1, 1},        // 100 is no multiple of 8: two Linears
+  };
+  const gpu::GemmOptions saved = gpu::gemm_options();
+  for (const PairCase& c : cases) {
+    const std::int64_t B = c.first.batch, I = c.first.in, H = c.first.out, O = c.out;
+    const std::uint32_t seed = static_cast<std::uint32_t>(B * 31 + I * 7 + H + O);
+    TypedBuffer x(DType::kFloat32, B * I), w1(DType::kFloat32, H * I), b1(DType::kFloat32, H),
+        w2(DType::kFloat32, O * H), b2(DType::kFloat32, O), h(DType::kFloat32, B * H), pre(DType::kFloat32, B * H),
+        y(DType::kFloat32, B * O);
+    x.set(random_nonzero(B * I, seed + 1));
+    w1.set(random_nonzero(H * I, seed + 2, 1.0f / std::sqrt(static_cast<float>(I))));
+    b1.set(random_nonzero(H, seed + 3, 0.5f));
+    w2.set(random_nonzero(O * H, seed + 4, 1.0f / std::sqrt(static_cast<float>(H))));
+    b2.set(random_nonzero(O, seed + 5, 0.5f));
+    // x·w1ᵀ in double, once per case (the bias and the activations are added below).
+    std::vector<double> product(B * H);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t j = 0; j < H; ++j) {
+        double sum = 0.0;
+        for (std::int64_t i = 0; i < I; ++i) sum += x.host[b * I + i] * w1.host[j * I + i];
+        product[b * H + j] = sum;
+      }
+    for (int request : {0, 2, 4, 8, -1}) {
+      const int expected = request == 2   ? c.parts_2
+                           : request == 4 ? c.parts_4
+                           : request == 8 ? c.parts_8
+                           : request == -1 ? c.parts_rule
+                                           : 1;
+      gpu::GemmOptions o = saved;
+      o.parts = request;
+      gpu::set_gemm_options(o);
+      EXPECT_EQ(gpu::linear_pair_parts(DType::kFloat32, c.first, O), expected)
+          << "batch=" << B << " in=" << I << " hidden=" << H << " parts=" << request;
+      EXPECT_EQ(gpu::linear_pair_parts(DType::kBFloat16, c.first, O), 1) << "bfloat16 takes no partial products";
+      for (MathMode math : {MathMode::kFloat32, MathMode::kTF32}) {
+        for (Activation act : kActivations) {
+          for (bool with_bias : {false, true}) {
+            std::vector<std::vector<float>> runs;
+            for (int run = 0; run < 2; ++run) {
+              h.device.poison();
+              pre.device.poison();
+              y.device.poison();
+              gpu::linear_pair_forward(DType::kFloat32, math, c.first, O, x.device.get(), w1.device.get(),
+                                       with_bias ? b1.device.get() : nullptr, act, h.device.get(),
+                                       act == Activation::kGelu ? pre.device.get() : nullptr, w2.device.get(),
+                                       with_bias ? b2.device.get() : nullptr, y.device.get(), stream_);
+              sync();
+              std::vector<float> bits = download<float>(y.device, B * O);
+              const std::vector<float> h_bits = download<float>(h.device, B * H);
+              bits.insert(bits.end(), h_bits.begin(), h_bits.end());
+              runs.push_back(bits);
+            }
+            std::vector<double> z_ref(B * H), h_ref(B * H), y_ref(B * O);
+            for (std::int64_t b = 0; b < B; ++b) {
+              for (std::int64_t j = 0; j < H; ++j) {
+                const double sum = product[b * H + j] + (with_bias ? b1.host[j] : 0.0);
+                z_ref[b * H + j] = sum;
+                h_ref[b * H + j] = act_ref(act, sum);
+              }
+              for (std::int64_t k = 0; k < O; ++k) {
+                double sum = with_bias ? b2.host[k] : 0.0;
+                for (std::int64_t j = 0; j < H; ++j) sum += h_ref[b * H + j] * w2.host[k * H + j];
+                y_ref[b * O + k] = sum;
+              }
+            }
+            const double tol = math == MathMode::kTF32 ? 5e-3 : 1e-5;
+            const std::string what = std::string(math == MathMode::kTF32 ? "tf32" : "fp32") + " batch=" +
+                                     std::to_string(B) + " in=" + std::to_string(I) + " hidden=" +
+                                     std::to_string(H) + " out=" + std::to_string(O) + " act=" + act_name(act) +
+                                     (with_bias ? " bias" : " no-bias") + " parts=" + std::to_string(request);
+            EXPECT_LT(rel_l2(h.fetch(), h_ref), tol) << "h, " << what;
+            EXPECT_LT(rel_l2(y.fetch(), y_ref), tol) << "y, " << what;
+            if (act == Activation::kGelu) EXPECT_LT(rel_l2(pre.fetch(), z_ref), tol) << "pre, " << what;
+            std::size_t differing = 0;
+            for (std::size_t i = 0; i < runs[0].size(); ++i)
+              differing += float_bits(runs[0][i]) != float_bits(runs[1][i]);
+            EXPECT_EQ(differing, 0u) << "a second call, " << what;
+          }
+        }
+      }
+    }
+  }
+  gpu::set_gemm_options(saved);
+}
+
 // The narrow layers' shapes through cuBLASLt, as with DDP_GEMM_NARROW=0.
 TEST_F(CudaKernels, NarrowLayersThroughCublasLtMatchReference) {
   const gpu::GemmOptions saved = gpu::gemm_options();

@@ -393,6 +393,18 @@ TEST_F(Gpu, ElementwiseOpsAndDeviceCopies) {
   expect_close(host(d.grad()), host(d_ref.grad()), kElementwise, "to_device(cpu) gradient");
 }
 
+// Sets GEMM options for one scope and restores the previous ones.
+class GemmOptionsScope {
+ public:
+  explicit GemmOptionsScope(const kernels::cuda::GemmOptions& o) : saved_(kernels::cuda::gemm_options()) {
+    kernels::cuda::set_gemm_options(o);
+  }
+  ~GemmOptionsScope() { kernels::cuda::set_gemm_options(saved_); }
+
+ private:
+  kernels::cuda::GemmOptions saved_;
+};
+
 // ops::linear_pair on the GPU against two linear() calls there: the same forward kernels (the same bits), and the
 // gradients of a backward that differentiates the activation inside the second layer's kernel (the narrow one
 // for the main job's head, the pass after the GEMM for a wider layer) within float rounding of the separate pass.
@@ -430,6 +442,52 @@ TEST_F(Gpu, LinearPairMatchesTwoLinears) {
     const char* names[] = {"logits", "dx", "dw1", "db1", "dw2", "db2"};
     for (std::size_t k = 1; k < pair.size(); ++k) {
       expect_close(pair[k], separate[k], kF32, std::string(names[k]) + " " + what);
+    }
+  }
+}
+
+// ops::linear_pair with partial products (GemmOptions::parts, by the rule): the first layer's slices of K added
+// by the head's kernel instead of cuBLASLt's own GEMM. A different order of the same sums, so the logits and every
+// gradient agree with two linear() calls to float rounding, and the pair itself is bitwise repeatable.
+TEST_F(Gpu, LinearPairWithPartialProductsMatchesTwoLinears) {
+  kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
+  o.parts = -1;
+  GemmOptionsScope scope(o);
+  struct Case {
+    std::int64_t batch, in, hidden, out;
+    Activation act;
+  };
+  for (const Case& c : {Case{128, 512, 512, 10, Activation::kRelu}, Case{37, 256, 96, 32, Activation::kGelu}}) {
+    const std::string what = std::to_string(c.in) + "-" + std::to_string(c.hidden) + "-" + std::to_string(c.out);
+    ASSERT_GT(kernels::cuda::linear_pair_parts(DType::kFloat32, kernels::LinearShape{c.batch, c.in, c.hidden}, c.out),
+              1)
+        << what << ": the shape must take the partial products";
+    auto leaf = [&](const Shape& shape, std::uint64_t seed, float bound) {
+      Tensor t = Tensor::uniform(shape, -bound, bound, seed, 0, Device::cuda(0), s());
+      t.set_requires_grad(true);
+      return t;
+    };
+    Tensor x = leaf({c.batch, c.in}, 11, 1.0f), w1 = leaf({c.hidden, c.in}, 12, 1.0f / std::sqrt(float(c.in)));
+    Tensor b1 = leaf({c.hidden}, 13, 0.1f), w2 = leaf({c.out, c.hidden}, 14, 1.0f / std::sqrt(float(c.hidden)));
+    Tensor b2 = leaf({c.out}, 15, 0.1f);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(c.batch));
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 3 % c.out);
+    const Tensor y = Tensor::from_int32(labels, {c.batch}, Device::cuda(0), s());
+    std::vector<Tensor> inputs{x, w1, b1, w2, b2};
+    auto run = [&](bool pair) {
+      autograd::zero_grad(inputs);
+      Tensor logits = pair ? ops::linear_pair(x, w1, b1, c.act, w2, b2, s())
+                           : ops::linear(ops::linear(x, w1, b1, c.act, s()), w2, b2, Activation::kNone, s());
+      std::vector<std::vector<float>> out{logits.to_vector<float>(s())};
+      autograd::backward(ops::cross_entropy(logits, y, s()), s());
+      for (Tensor& t : inputs) out.push_back(t.grad().to_vector<float>(s()));
+      return out;
+    };
+    const auto pair = run(true), again = run(true), separate = run(false);
+    const char* names[] = {"logits", "dx", "dw1", "db1", "dw2", "db2"};
+    for (std::size_t k = 0; k < pair.size(); ++k) {
+      expect_close(pair[k], separate[k], kF32, std::string(names[k]) + " " + what);
+      EXPECT_EQ(pair[k], again[k]) << names[k] << " " << what << ": not repeatable";
     }
   }
 }
@@ -504,18 +562,6 @@ TEST_F(Gpu, ClipGradNormMatchesCpu) {
     EXPECT_NEAR(clip_grad_norm(gs, 1e9, s()), 0.5 * norm, 1e-5 * norm) << "norm after clipping";
   }
 }
-
-// Sets GEMM options for one scope and restores the previous ones.
-class GemmOptionsScope {
- public:
-  explicit GemmOptionsScope(const kernels::cuda::GemmOptions& o) : saved_(kernels::cuda::gemm_options()) {
-    kernels::cuda::set_gemm_options(o);
-  }
-  ~GemmOptionsScope() { kernels::cuda::set_gemm_options(saved_); }
-
- private:
-  kernels::cuda::GemmOptions saved_;
-};
 
 // With cuBLASLt's candidates timed and the fastest kept, the step still matches the CPU to FP32 precision.
 TEST_F(Gpu, MlpTrainingStepFloat32Autotuned) {

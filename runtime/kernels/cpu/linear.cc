@@ -192,6 +192,15 @@ void linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& sha
   if (pf != nullptr) store(types.output, pf, B * O, pre_activation);
 }
 
+// The CPU has no split of K to avoid: the pair is its two Linears.
+void linear_pair_forward(DType dtype, MathMode math, const LinearShape& first, std::int64_t out, const void* x,
+                         const void* w1, const void* b1, Activation act, void* h, void* pre, const void* w2,
+                         const void* b2, void* y, StreamHandle stream) {
+  linear_forward(dtype, math, first, x, w1, b1, act, h, pre, stream);
+  linear_forward(dtype, math, LinearShape{first.batch, first.out, out}, h, w2, b2, Activation::kNone, y, nullptr,
+                 stream);
+}
+
 void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* dy, const void* x,
                      const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
                      void* dbias, bool accumulate, void* scratch_dz, StreamHandle /*stream*/,

@@ -15,7 +15,18 @@
 //   * narrow layers: a Linear of at most 32 outputs (a classifier's head) runs on our own one-launch kernels
 //     (narrow_linear.h) instead of cuBLASLt's split-K GEMMs and their reductions. On by default; the switch is
 //     for measuring one against the other.
+//   * partial products: a wide layer followed by a narrow one (an MLP's last hidden layer and its head, as
+//     kernels::linear_pair_forward runs them) leaves cuBLASLt too few output tiles to fill the GPU, so it splits
+//     K and adds the parts in a reduction kernel of its own. With `parts`, the hidden layer's slices of K run as
+//     one batched GEMM that never splits K again, and the head's narrow kernel adds the slices (with the bias
+//     and the activation) as it reads its input: the reduction kernel goes. Off by default until it is measured
+//     on the GPU against cuBLASLt's own split (bench/step_ab.sh); the sums then run in slice order, so results
+//     stay bitwise repeatable.
 #pragma once
+
+#include <cstdint>
+
+#include "runtime/kernels/kernels.h"
 
 namespace ddp::kernels::cuda {
 
@@ -35,11 +46,20 @@ struct GemmOptions {
   // DDP_GEMM_LOG=1: one line on stderr per new GEMM configuration: shape, types, epilogue, the algorithm kept
   // and, with autotune, the time of cuBLASLt's first choice against the fastest.
   bool log = false;
+  // DDP_GEMM_PARTS: how many slices of K the pair forward's hidden layer is computed in. 0 (the default): none,
+  // cuBLASLt's own GEMM; -1: a rule from the shape (partial_product_count in linear.cu); n in [2, 8]: n slices
+  // where the shape allows it (K a multiple of n, slices 16-byte aligned).
+  int parts = 0;
 };
 
 GemmOptions gemm_options();
 // Applies to GEMM configurations seen from now on (plans already built keep their algorithm).
 void set_gemm_options(const GemmOptions& options);
+
+// The number of partial products kernels::linear_pair_forward computes the first layer in, for a pair of layers
+// `first` (batch, in, hidden) and hidden -> `out`, under the current options: 1 when the pair runs as two plain
+// Linears. Float32 only.
+int linear_pair_parts(DType dtype, const LinearShape& first, std::int64_t out);
 
 }  // namespace ddp::kernels::cuda
 

@@ -78,6 +78,7 @@ GemmOptions& options_storage() {
     opts->log = env_flag("DDP_GEMM_LOG", opts->log);
     opts->bias_epilogue = env_flag("DDP_GEMM_BIAS_EPILOGUE", opts->bias_epilogue);
     opts->narrow_layers = env_flag("DDP_GEMM_NARROW", opts->narrow_layers);
+    if (const char* v = std::getenv("DDP_GEMM_PARTS"); v != nullptr && *v != '\0') opts->parts = std::atoi(v);
     return opts;
   }();
   return *o;
@@ -109,12 +110,16 @@ struct GemmKey {
   std::int64_t lda = 0, ldb = 0, ldc = 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
+  // A strided batch (GemmBatch): `batch` products, each operand's next one `stride_*` elements on. A batch
+  // takes only algorithms that do not split K: its products are a split of K already.
+  std::int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
 
   bool operator==(const GemmKey& o) const {
     return device == o.device && ab_type == o.ab_type && cd_type == o.cd_type && compute == o.compute &&
            transa == o.transa && transb == o.transb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
            ldb == o.ldb && ldc == o.ldc && epilogue == o.epilogue && align_a == o.align_a &&
-           align_b == o.align_b && align_c == o.align_c && align_bias == o.align_bias;
+           align_b == o.align_b && align_c == o.align_c && align_bias == o.align_bias && batch == o.batch &&
+           stride_a == o.stride_a && stride_b == o.stride_b && stride_c == o.stride_c;
   }
 };
 
@@ -135,6 +140,10 @@ struct GemmKeyHash {
     mix(static_cast<std::uint64_t>(k.epilogue));
     mix((static_cast<std::uint64_t>(k.align_a) << 48) ^ (static_cast<std::uint64_t>(k.align_b) << 32) ^
         (static_cast<std::uint64_t>(k.align_c) << 16) ^ k.align_bias);
+    mix(static_cast<std::uint64_t>(k.batch));
+    mix(static_cast<std::uint64_t>(k.stride_a));
+    mix(static_cast<std::uint64_t>(k.stride_b));
+    mix(static_cast<std::uint64_t>(k.stride_c));
     return h;
   }
 };
@@ -161,7 +170,9 @@ std::string describe(const GemmKey& key) {
                 key.transa == CUBLAS_OP_N ? "N" : "T", key.transb == CUBLAS_OP_N ? "N" : "T",
                 type_name(key.ab_type), type_name(key.cd_type),
                 key.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? " tf32" : "", epilogue_name(key.epilogue));
-  return text;
+  std::string described = text;
+  if (key.batch > 1) described += " batch " + std::to_string(key.batch);
+  return described;
 }
 
 // Descriptors and the candidate algorithms for one GemmKey. Built once (host-only calls), then reused: per call
@@ -205,6 +216,11 @@ class GemmPlan {
     DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b_, key.ab_type, tb ? key.n : key.k, tb ? key.k : key.n,
                                                 key.ldb));
     DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_c_, key.cd_type, key.m, key.n, key.ldc));
+    if (key.batch > 1) {
+      set_batch(layout_a_, key.batch, key.stride_a);
+      set_batch(layout_b_, key.batch, key.stride_b);
+      set_batch(layout_c_, key.batch, key.stride_c);
+    }
 
     cublasLtMatmulPreference_t pref = nullptr;
     DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -235,7 +251,8 @@ class GemmPlan {
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) DDP_CUBLAS_CHECK(status);
     if (status != CUBLAS_STATUS_SUCCESS) returned = 0;
     for (int i = 0; i < returned; ++i) {
-      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes &&
+          (key.batch == 1 || split_k_of(results[i].algo) == 1))
         candidates_.push_back(results[i]);
     }
   }
@@ -263,7 +280,8 @@ class GemmPlan {
     tuned_ = true;
     if (candidates_.size() < 2) return;
     const std::size_t elem = key_.cd_type == CUDA_R_32F ? 4 : 2;
-    const std::size_t d_bytes = static_cast<std::size_t>(key_.ldc) * static_cast<std::size_t>(key_.n) * elem;
+    const std::size_t d_bytes =
+        static_cast<std::size_t>(key_.stride_c * (key_.batch - 1) + key_.ldc * key_.n) * elem;
     void* scratch = nullptr;
     DDP_CUDA_CHECK(cudaMalloc(&scratch, d_bytes));
     cudaEvent_t start = nullptr, stop = nullptr;
@@ -309,12 +327,10 @@ class GemmPlan {
     if (!candidates_.empty()) {
       // The kept algorithm's split of K and how its parts are added (cublasLtReductionScheme_t: 0 none,
       // 1 in place, 2/4 a separate pass in the compute/output type).
-      std::int32_t split_k = 1;
       std::uint32_t scheme = 0;
       std::size_t written = 0;
       const cublasLtMatmulAlgo_t& algo = candidates_[chosen_].algo;
-      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k),
-                                           &written);
+      const std::int32_t split_k = split_k_of(algo);
       cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
                                            &written);
       text += " (split-K " + std::to_string(split_k) + ", reduction scheme " + std::to_string(scheme) + ")";
@@ -331,6 +347,20 @@ class GemmPlan {
  private:
   static bool uses_bias(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS;
+  }
+  static std::int32_t split_k_of(const cublasLtMatmulAlgo_t& algo) {
+    std::int32_t split_k = 1;
+    std::size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k),
+                                         &written);
+    return split_k;
+  }
+  static void set_batch(cublasLtMatrixLayout_t layout, std::int64_t count, std::int64_t stride) {
+    const std::int32_t count32 = static_cast<std::int32_t>(count);
+    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count32,
+                                                      sizeof(count32)));
+    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                      sizeof(stride)));
   }
   void set_bias(const void* bias) {
     DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -353,13 +383,21 @@ struct GemmTypes {
   DType cd;
 };
 
-// One GEMM D = alpha·op(A)·op(B) + beta·C (C == D) with `epilogue`. Returns false when cuBLASLt has no algorithm
-// for a fused epilogue (the caller then does the epilogue itself); a plain GEMM without one throws.
+// `count` GEMMs of one call, operand i at A + i·stride_a, B + i·stride_b, D + i·stride_d (elements).
+struct GemmBatch {
+  std::int64_t count, stride_a, stride_b, stride_d;
+};
+
+// One GEMM D = alpha·op(A)·op(B) + beta·C (C == D) with `epilogue`, or a strided `batch` of them. Returns false
+// when cuBLASLt has no algorithm for a fused epilogue (the caller then does the epilogue itself) or for a batch
+// (which takes only algorithms that do not split K); a plain GEMM without one throws. A batch runs in the lower
+// half of the stream's workspace, so that its output may lie in the upper half (partials_of).
 bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
           std::int64_t n, std::int64_t k, const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
           float beta, void* d, std::int64_t ldd, cublasLtEpilogue_t epilogue, const void* bias,
-          cudaStream_t stream) {
-  const BlasContext ctx = blas_context(stream);
+          cudaStream_t stream, const GemmBatch* batch = nullptr) {
+  BlasContext ctx = blas_context(stream);
+  if (batch != nullptr) ctx.workspace_bytes /= 2;
   GemmKey key;
   DDP_CUDA_CHECK(cudaGetDevice(&key.device));
   key.ab_type = cuda_type(types.ab);
@@ -379,6 +417,12 @@ bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperat
   key.align_b = alignment_of(b);
   key.align_c = alignment_of(d);
   key.align_bias = bias != nullptr ? alignment_of(bias) : 0;
+  if (batch != nullptr) {
+    key.batch = batch->count;
+    key.stride_a = batch->stride_a;
+    key.stride_b = batch->stride_b;
+    key.stride_c = batch->stride_d;
+  }
 
   thread_local std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
   auto it = plans.find(key);
@@ -389,10 +433,13 @@ bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperat
     it = plans.emplace(key, std::move(plan)).first;
     if (options.log && !options.autotune && it->second->has_algo())
       std::fprintf(stderr, "ddp gemm: %s\n", it->second->summary().c_str());
+    if (options.log && batch != nullptr && !it->second->has_algo())
+      std::fprintf(stderr, "ddp gemm: %s: no algorithm without a split of K; computed without partial products\n",
+                   describe(key).c_str());
   }
   GemmPlan& plan = *it->second;
   if (!plan.has_algo()) {
-    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT || batch != nullptr) return false;
     throw Error("cuBLASLt found no matmul algorithm for " + describe(key) + " (alignment A/B/D " +
                     std::to_string(key.align_a) + "/" + std::to_string(key.align_b) + "/" +
                     std::to_string(key.align_c) +
@@ -443,6 +490,31 @@ void check_types(const LinearTypes& t, const char* what) {
                                 "input only)");
 }
 
+// ---- partial products (GemmOptions::parts) ----
+
+// How many slices of K a GEMM of m x n outputs and depth k is computed in, for `requested` (GemmOptions::parts):
+// 1 for none. Each slice must be a whole number of 16-byte vectors deep (the batch's operands stay aligned). The
+// rule (-1) takes the most slices, up to kMaxPartialProducts, that keep 64 x 64 output tiles times slices
+// within 128 (about one wave of an H100/H200's 132 SMs) and each slice at least 64 deep: what cuBLASLt's own
+// split of K aims at. It reads the shape only, never the device, so a run's arithmetic does not depend on the
+// GPU it lands on.
+int partial_product_count(std::int64_t m, std::int64_t n, std::int64_t k, int requested) {
+  auto allowed = [k](int parts) { return parts >= 2 && parts <= detail::kMaxPartialProducts && k % (4 * parts) == 0; };
+  if (requested >= 0) return allowed(requested) ? requested : 1;
+  const std::int64_t tiles = ((m + 63) / 64) * ((n + 63) / 64);
+  for (int parts = detail::kMaxPartialProducts; parts >= 2; parts /= 2) {
+    if (allowed(parts) && tiles * parts <= 128 && k / parts >= 64) return parts;
+  }
+  return 1;
+}
+
+// The upper half of the stream's GEMM workspace, where a pair's partial products live from the batched GEMM
+// that writes them to the narrow kernel that adds them (stream-ordered; the batch itself runs in the lower half).
+float* partials_of(cudaStream_t stream) {
+  const BlasContext ctx = blas_context(stream);
+  return reinterpret_cast<float*>(static_cast<char*>(ctx.workspace) + ctx.workspace_bytes / 2);
+}
+
 void zero(void* p, std::int64_t elements, DType dtype, cudaStream_t stream) {
   if (p == nullptr || elements <= 0) return;
   DDP_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<std::size_t>(elements) * element_size(dtype), stream));
@@ -458,6 +530,19 @@ GemmOptions gemm_options() {
 void set_gemm_options(const GemmOptions& options) {
   std::lock_guard<std::mutex> lock(options_mutex());
   options_storage() = options;
+}
+
+int linear_pair_parts(DType dtype, const LinearShape& first, std::int64_t out) {
+  const GemmOptions options = gemm_options();
+  const LinearShape second{first.batch, first.out, out};
+  // A narrow first layer runs on the narrow kernel already, with no split of K to remove.
+  if (dtype != DType::kFloat32 || !options.narrow_layers || !detail::narrow_forward_fits(second) ||
+      detail::narrow_forward_fits(first) || first.in <= 0) {
+    return 1;
+  }
+  const int parts = partial_product_count(first.out, first.batch, first.in, options.parts);
+  const std::size_t bytes = static_cast<std::size_t>(parts) * static_cast<std::size_t>(first.batch * first.out) * 4;
+  return bytes <= kBlasWorkspaceBytes / 2 ? parts : 1;
 }
 
 void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, const void* x, const void* w,
@@ -510,6 +595,31 @@ void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
   } else if (!applied && (bias != nullptr || act == Activation::kRelu)) {
     detail::bias_activation(out_type, act, z, bias, nullptr, y, batch, out, stream);
   }
+}
+
+void linear_pair_forward(DType dtype, MathMode math, const LinearShape& first, std::int64_t out, const void* x,
+                         const void* w1, const void* b1, Activation act, void* h, void* pre, const void* w2,
+                         const void* b2, void* y, StreamHandle stream) {
+  const LinearShape second{first.batch, first.out, out};
+  const int parts = linear_pair_parts(dtype, first, out);
+  if (parts > 1) {
+    DDP_ASSERT(act != Activation::kGelu || pre != nullptr, "linear_pair_forward: GELU needs pre");
+    const std::int64_t slice = first.in / parts;
+    const std::int64_t hidden = first.batch * first.out;
+    float* partials = partials_of(stream);
+    const GemmBatch batch{parts, slice, slice, hidden};
+    // part_pᵀ[hidden, batch] = op_T(w1's columns of slice p) · (x's columns of slice p), p < parts
+    if (gemm(GemmTypes{dtype, dtype}, math, CUBLAS_OP_T, CUBLAS_OP_N, first.out, first.batch, slice, w1, first.in, x,
+             first.in, 0.0f, partials, first.out, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream, &batch)) {
+      detail::narrow_linear_forward_from_parts(second, detail::PartialProducts{partials, parts, hidden},
+                                               static_cast<const float*>(b1), act, static_cast<float*>(h),
+                                               static_cast<float*>(pre), static_cast<const float*>(w2),
+                                               static_cast<const float*>(b2), static_cast<float*>(y), stream);
+      return;
+    }
+  }
+  linear_forward(dtype, math, first, x, w1, b1, act, h, pre, stream);
+  linear_forward(dtype, math, second, h, w2, b2, Activation::kNone, y, nullptr, stream);
 }
 
 void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape, const void* dy, const void* x,

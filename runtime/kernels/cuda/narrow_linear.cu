@@ -23,15 +23,61 @@ constexpr int kRowsPerLane = kChunkRows / kRowLanes;
 // Each backward block walks every row; past this many cuBLASLt's GEMMs, which split the rows, are faster.
 constexpr std::int64_t kMaxBackwardRows = 1024;
 
+// Where the forward's input row comes from when it is assembled from a previous layer's partial products
+// (narrow_linear_forward_from_parts): x = act(Σ_p parts + bias), stored into h (and pre) on the way.
+struct InputFromParts {
+  PartialProducts parts;
+  const float* bias;
+  Activation act;
+  float* h;
+  float* pre;
+};
+
+// The lane's elements i = first + 32k (k < kPerLane) of a row assembled from partial products: each is
+// act(Σ_p parts[p][row, i] + bias[i]) with the parts added in part order, stored into from.h (and the sum into
+// from.pre) and returned in xv; 0 outside the row.
+template <int kPerLane>
+__device__ __forceinline__ void assemble_input_from_parts(const InputFromParts& from, bool row_ok, std::int64_t row,
+                                                          std::int64_t in, std::int64_t first, float (&xv)[kPerLane]) {
+  float part[kPerLane][kMaxPartialProducts];
+  float b[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const std::int64_t i = first + 32 * k;
+    const bool ok = row_ok && i < in;
+#pragma unroll
+    for (int p = 0; p < kMaxPartialProducts; ++p)
+      part[k][p] = ok && p < from.parts.count ? from.parts.data[p * from.parts.stride + row * in + i] : 0.0f;
+    b[k] = ok && from.bias != nullptr ? from.bias[i] : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const std::int64_t i = first + 32 * k;
+    float z = part[k][0];
+#pragma unroll
+    for (int p = 1; p < kMaxPartialProducts; ++p)
+      if (p < from.parts.count) z += part[k][p];
+    z += b[k];
+    xv[k] = 0.0f;
+    if (row_ok && i < in) {
+      if (from.pre != nullptr) from.pre[row * in + i] = z;
+      xv[k] = apply_activation(from.act, z);
+      from.h[row * in + i] = xv[k];
+    }
+  }
+}
+
 // A block of 8 warps takes 8 rows (one per warp) and walks `in` in chunks of kWeightFloats / kMaxOut columns:
 // each lane loads its elements of the row's chunk (every 32nd), the block stages the weights' chunk in shared
 // memory (all outputs), and each lane accumulates its elements' products for every output; then one butterfly
 // reduction per output, and lane o finishes output o.
-template <typename TIn, typename TOut, int kMaxOut>
+// kFromParts: the lane's elements of x are summed from the previous layer's parts instead (every part's load in
+// flight together, then added in part order), with that layer's bias and activation, and stored for its backward.
+template <typename TIn, typename TOut, int kMaxOut, bool kFromParts>
 __global__ void __launch_bounds__(kThreads)
     narrow_forward_kernel(const TIn* __restrict__ x, const TIn* __restrict__ w, const TOut* __restrict__ bias,
                           Activation act, TOut* __restrict__ y, TOut* __restrict__ pre, std::int64_t batch,
-                          std::int64_t in, int out) {
+                          std::int64_t in, int out, InputFromParts from) {
   detail::begin_kernel();
   constexpr int kChunk = kWeightFloats / kMaxOut;  // columns per chunk
   constexpr int kPerLane = kChunk / 32;
@@ -47,10 +93,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int o = 0; o < kMaxOut; ++o) acc[o] = 0.0f;
     for (std::int64_t c0 = 0; c0 < in; c0 += kChunk) {
       float xv[kPerLane];
+      if constexpr (kFromParts) {
+        assemble_input_from_parts<kPerLane>(from, row_ok, row, in, c0 + lane, xv);
+      } else {
 #pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        const std::int64_t i = c0 + lane + 32 * k;
-        xv[k] = row_ok && i < in ? to_float(x[row * in + i]) : 0.0f;
+        for (int k = 0; k < kPerLane; ++k) {
+          const std::int64_t i = c0 + lane + 32 * k;
+          xv[k] = row_ok && i < in ? to_float(x[row * in + i]) : 0.0f;
+        }
       }
       __syncthreads();  // the previous chunk's weights are no longer read
 #pragma unroll
@@ -267,10 +317,28 @@ void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const vo
     auto run = [&](auto kernel) {
       launch(kernel, blocks, kThreads, 0, stream, static_cast<const TIn*>(x), static_cast<const TIn*>(w),
              static_cast<const TOut*>(bias), act, static_cast<TOut*>(y), static_cast<TOut*>(pre_activation),
-             shape.batch, shape.in, out);
+             shape.batch, shape.in, out, InputFromParts{});
     };
-    out <= 16 ? run(narrow_forward_kernel<TIn, TOut, 16>) : run(narrow_forward_kernel<TIn, TOut, 32>);
+    out <= 16 ? run(narrow_forward_kernel<TIn, TOut, 16, false>) : run(narrow_forward_kernel<TIn, TOut, 32, false>);
   });
+}
+
+void narrow_linear_forward_from_parts(const LinearShape& shape, const PartialProducts& parts,
+                                      const float* hidden_bias, Activation hidden_act, float* h, float* h_pre,
+                                      const float* w, const float* bias, float* y, cudaStream_t stream) {
+  DDP_ASSERT(narrow_forward_fits(shape), "narrow_linear_forward_from_parts: shape out of range");
+  DDP_ASSERT(parts.count >= 1 && parts.count <= kMaxPartialProducts && parts.stride >= shape.batch * shape.in,
+             "narrow_linear_forward_from_parts: bad partial products");
+  DDP_ASSERT(hidden_act != Activation::kGelu || h_pre != nullptr,
+             "narrow_linear_forward_from_parts: GELU's backward needs the pre-activation");
+  const unsigned int blocks = blocks_for(shape.batch, kWarpsPerBlock);
+  const int out = static_cast<int>(shape.out);
+  const InputFromParts from{parts, hidden_bias, hidden_act, h, h_pre};
+  auto run = [&](auto kernel) {
+    launch(kernel, blocks, kThreads, 0, stream, static_cast<const float*>(nullptr), w, bias, Activation::kNone, y,
+           static_cast<float*>(nullptr), shape.batch, shape.in, out, from);
+  };
+  out <= 16 ? run(narrow_forward_kernel<float, float, 16, true>) : run(narrow_forward_kernel<float, float, 32, true>);
 }
 
 void narrow_linear_backward(LinearTypes types, const LinearShape& shape, const void* dy, const void* saved,

@@ -30,6 +30,24 @@ bool narrow_backward_fits(const LinearShape& shape);
 void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const void* x, const void* w,
                            const void* bias, Activation act, void* y, void* pre_activation, cudaStream_t stream);
 
+// The first layer of a pair as slices of K (GemmOptions::parts): part p of element (row, i) is at
+// data[p * stride + row * hidden + i], float32, and the layer's pre-activation is the sum of the `count` parts in
+// part order.
+inline constexpr int kMaxPartialProducts = 8;
+struct PartialProducts {
+  const float* data;
+  int count;
+  std::int64_t stride;
+};
+
+// linear_pair_forward's second half (float32): the narrow layer's forward, whose input row it first assembles
+// from the first layer's parts: h = hidden_act(Σ_p parts + hidden_bias) (hidden_bias may be null), stored into
+// `h` (and, for kGelu, the sum into `h_pre`) for the backward, then y = h·wᵀ + bias. `shape` is the narrow
+// layer's (batch, hidden, out).
+void narrow_linear_forward_from_parts(const LinearShape& shape, const PartialProducts& parts,
+                                      const float* hidden_bias, Activation hidden_act, float* h, float* h_pre,
+                                      const float* w, const float* bias, float* y, cudaStream_t stream);
+
 // linear_backward's contract in one launch: dz = dy ⊙ act'(saved) in float (saved is y for kRelu,
 // pre_activation for kGelu), dx = dz·w (when non-null), dw (+)= dzᵀ·x (when non-null), dbias (+)= Σ_rows dz (when
 // non-null), and, when scratch_dz is non-null, dz stored there in the input type. `through` (may be null) as in
