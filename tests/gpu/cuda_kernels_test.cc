@@ -522,7 +522,7 @@ TEST_F(CudaKernels, NarrowLayersThroughCublasLtMatchReference) {
   gpu::set_gemm_options(saved);
 }
 
-// linear_backward's `through` (ops::linear_pair's backward): the narrow kernel differentiates the input's
+// linear_backward's `through` (ops::linear_chain's backward): the narrow kernel differentiates the input's
 // activation and sums the previous layer's bias gradient in its own launch; wider layers (and narrow ones with
 // DDP_GEMM_NARROW=0) run the activation/bias pass on dx after the GEMM.
 TEST_F(CudaKernels, LinearBackwardThroughTheInputActivationMatchesReference) {
@@ -537,6 +537,43 @@ TEST_F(CudaKernels, LinearBackwardThroughTheInputActivationMatchesReference) {
           const Through through{in_act, accumulate};
           run_linear_backward_case(c, Activation::kNone, true, accumulate, true, stream_, &through);
         }
+  }
+  gpu::set_gemm_options(saved);
+}
+
+// `through` with partial products (GemmOptions::parts): a wide layer's dx as slices of K in one batched GEMM,
+// added by the input activation's gradient pass instead of cuBLASLt's split-K reduction kernel. The slice count
+// the GPU takes is checked for each request (bfloat16 and layers the narrow kernel takes: none).
+TEST_F(CudaKernels, LinearBackwardThroughAddsTheInputGradientsSlices) {
+  struct SliceCase {
+    LinearShape shape;
+    int request, expected;
+  };
+  const SliceCase cases[] = {
+      {{128, 512, 512}, -1, 8},  // the main job's second hidden layer
+      {{128, 512, 512}, 2, 2},   {{128, 512, 512}, 4, 4}, {{128, 512, 512}, 8, 8},
+      {{1000, 40, 264}, -1, 2},  // 264 is a multiple of 8 but not of 16
+      {{64, 96, 128}, -1, 2},    // slices at least 64 deep
+      {{37, 129, 67}, -1, 1},    // 129 columns: no 8-float rows, one GEMM
+      {{128, 512, 10}, -1, 1},   // the narrow backward
+  };
+  const gpu::GemmOptions saved = gpu::gemm_options();
+  for (const SliceCase& sc : cases) {
+    gpu::GemmOptions o = saved;
+    o.parts = sc.request;
+    gpu::set_gemm_options(o);
+    const std::string shape = "batch=" + std::to_string(sc.shape.batch) + " in=" + std::to_string(sc.shape.in) +
+                              " out=" + std::to_string(sc.shape.out) + " parts=" + std::to_string(sc.request);
+    EXPECT_EQ(gpu::input_gradient_parts(DType::kFloat32, sc.shape), sc.expected) << shape;
+    EXPECT_EQ(gpu::input_gradient_parts(DType::kBFloat16, sc.shape), 1) << shape;
+    for (MathMode math : {MathMode::kFloat32, MathMode::kTF32}) {
+      const LinearCase c{DType::kFloat32, math, sc.shape};
+      for (Activation in_act : kActivations)
+        for (bool accumulate : {false, true}) {
+          const Through through{in_act, accumulate};
+          run_linear_backward_case(c, Activation::kRelu, true, accumulate, true, stream_, &through);
+        }
+    }
   }
   gpu::set_gemm_options(saved);
 }

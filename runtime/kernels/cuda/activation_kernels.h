@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "runtime/kernels/cuda/partial_products.h"
 #include "runtime/kernels/kernels.h"
 
 namespace ddp::kernels::cuda::detail {
@@ -23,5 +24,13 @@ void bias_activation(DType dtype, Activation act, const void* z_in, const void* 
 void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activation act,
                           const void* dy, const void* saved, void* dz, void* dbias, bool accumulate,
                           std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+
+// activation_grad_bias (float32 throughout) with dy the sum of partial products, added in part order as they are
+// read: a GEMM's result taken without cuBLASLt's split-K reduction kernel. dz is always written. Takes rows of a
+// multiple of 8 elements and 16-byte aligned saved and dz (activation_grad_bias_takes_parts).
+bool activation_grad_bias_takes_parts(Activation act, const void* saved, const void* dz, std::int64_t cols);
+void activation_grad_bias_from_parts(const PartialProducts& dy, Activation act, const float* saved, float* dz,
+                                     float* dbias, bool accumulate, std::int64_t rows, std::int64_t cols,
+                                     cudaStream_t stream);
 
 }  // namespace ddp::kernels::cuda::detail

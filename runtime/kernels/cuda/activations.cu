@@ -149,18 +149,35 @@ __global__ void activation_grad_bias_kernel(Activation act, const TDy* dy, const
   finish_column_sums(total, holds, col, cols, dbias, partials, counters, accumulate);
 }
 
+// Eight consecutive elements of a sum of partial products, from `offset` of each part: every part's loads issued
+// before the first add, the parts added in order.
+__device__ __forceinline__ void load_sum_of_parts(const PartialProducts& parts, std::int64_t offset, float (&v)[8]) {
+  float part[kMaxPartialProducts][8];
+#pragma unroll
+  for (int p = 0; p < kMaxPartialProducts; ++p)
+    if (p < parts.count) load8(parts.data + p * parts.stride + offset, part[p]);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = part[0][j];
+#pragma unroll
+  for (int p = 1; p < kMaxPartialProducts; ++p)
+    if (p < parts.count)
+      for (int j = 0; j < 8; ++j) v[j] += part[p][j];
+}
+
 // The same computation, eight columns per thread with 16-byte accesses (rows of a multiple of 8 elements,
 // 16-byte aligned buffers): a warp covers 256 consecutive columns of a row, the block's 8 warps take every 8th row
 // of the block's chunk of rows. Column sums are reduced over the warps in a fixed order, then finished as in the
 // kernel above (finish_column_sums).
+// kFromParts: dy is the sum of a GEMM's partial products (dy_parts, float32), loaded together and added in part
+// order; one row in flight per warp then, since each row is already count loads deep.
 constexpr int kVecCols = 256;  // 32 lanes x 8 columns
 
-template <typename TDy, typename TDz, typename TB>
+template <typename TDy, typename TDz, typename TB, bool kFromParts>
 __global__ void __launch_bounds__(256)
     activation_grad_bias_vec_kernel(Activation act, const TDy* dy, const TDy* __restrict__ saved, TDz* dz,
                                     TB* __restrict__ dbias, float* __restrict__ partials,
                                     unsigned int* __restrict__ counters, bool accumulate, std::int64_t rows,
-                                    std::int64_t cols, std::int64_t rows_per_chunk) {
+                                    std::int64_t cols, std::int64_t rows_per_chunk, PartialProducts dy_parts) {
   detail::begin_kernel();
   __shared__ float sums[8][8][32];  // [warp][column within the lane's 8][lane]
   const int lane = threadIdx.x & 31;
@@ -171,7 +188,7 @@ __global__ void __launch_bounds__(256)
   float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   // Four of the warp's rows per step, all loads issued before the first use (more bytes in flight); the sums
   // still take the rows in order.
-  constexpr int kRowsInFlight = 4;
+  constexpr int kRowsInFlight = kFromParts ? 1 : 4;
   if (col0 < cols) {
     for (std::int64_t r = row_begin + warp; r < row_end; r += 8 * kRowsInFlight) {
       float g[kRowsInFlight][8], sv[kRowsInFlight][8];
@@ -179,7 +196,11 @@ __global__ void __launch_bounds__(256)
       for (int u = 0; u < kRowsInFlight; ++u) {
         const std::int64_t rr = r + 8 * u;
         if (rr < row_end) {
-          load8(dy + rr * cols + col0, g[u]);
+          if constexpr (kFromParts) {
+            load_sum_of_parts(dy_parts, rr * cols + col0, g[u]);
+          } else {
+            load8(dy + rr * cols + col0, g[u]);
+          }
           if (act != Activation::kNone) load8(saved + rr * cols + col0, sv[u]);
         }
       }
@@ -207,6 +228,20 @@ __global__ void __launch_bounds__(256)
   finish_column_sums(total, col < cols, col, cols, dbias, partials, counters, accumulate);
 }
 
+// The vectorised kernel's grid: about four blocks per SM of the largest GPU, at least 8 rows (one per warp) a
+// chunk, partials of the bias gradient within the reduction scratch (below its counters).
+dim3 vec_grid(std::int64_t rows, std::int64_t cols, bool with_dbias, std::int64_t* rows_per_chunk) {
+  const std::int64_t col_tiles = (cols + kVecCols - 1) / kVecCols;
+  const std::int64_t by_scratch = static_cast<std::int64_t>((kReductionScratchBytes - kReductionCounterBytes) /
+                                                            (sizeof(float) * static_cast<std::size_t>(cols)));
+  std::int64_t chunks = std::max<std::int64_t>(1, 528 / col_tiles);
+  chunks = std::min<std::int64_t>({chunks, (rows + 7) / 8, std::max<std::int64_t>(by_scratch, 1), 65535});
+  if (!with_dbias) chunks = std::min<std::int64_t>((rows + 7) / 8, 65535);
+  *rows_per_chunk = (rows + chunks - 1) / chunks;
+  chunks = (rows + *rows_per_chunk - 1) / *rows_per_chunk;
+  return dim3(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
+}
+
 template <typename TDy, typename TDz, typename TB>
 void activation_grad_bias_typed(Activation act, const void* dy, const void* saved, void* dz, void* dbias,
                                 bool accumulate, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
@@ -222,22 +257,15 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
   const bool vec = cols % 8 == 0 && aligned16(dy) && (act == Activation::kNone || aligned16(saved)) &&
                    (dz == nullptr || aligned16(dz)) && col_tiles <= kCounters;
   if (vec) {
-    // About four blocks per SM of the largest GPU, at least 8 rows (one per warp) a chunk, partials within the
-    // scratch (below its counters).
-    const std::int64_t by_scratch = static_cast<std::int64_t>((kReductionScratchBytes - kReductionCounterBytes) /
-                                                              (sizeof(float) * static_cast<std::size_t>(cols)));
-    std::int64_t chunks = std::max<std::int64_t>(1, 528 / col_tiles);
-    chunks = std::min<std::int64_t>({chunks, (rows + 7) / 8, std::max<std::int64_t>(by_scratch, 1), 65535});
-    if (dbias == nullptr) chunks = std::min<std::int64_t>((rows + 7) / 8, 65535);
-    const std::int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-    chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-    const bool two_level = dbias != nullptr && chunks > 1;
+    std::int64_t rows_per_chunk = 0;
+    const dim3 grid = vec_grid(rows, cols, dbias != nullptr, &rows_per_chunk);
+    const bool two_level = dbias != nullptr && grid.y > 1;
     float* partials = two_level ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
     unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
-    const dim3 grid(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
-    detail::launch(activation_grad_bias_vec_kernel<TDy, TDz, TB>, grid, 256, 0, stream, act,
+    detail::launch(activation_grad_bias_vec_kernel<TDy, TDz, TB, false>, grid, 256, 0, stream, act,
                    static_cast<const TDy*>(dy), static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
-                   static_cast<TB*>(dbias), partials, counters, accumulate, rows, cols, rows_per_chunk);
+                   static_cast<TB*>(dbias), partials, counters, accumulate, rows, cols, rows_per_chunk,
+                   PartialProducts{});
     return;
   }
   // Enough row chunks to fill the GPU; with a bias gradient, bounded by the scratch for the partial sums (and
@@ -329,6 +357,30 @@ void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activat
   if (f_dy && !f_dz && !f_b) return run(F{}, B{}, B{});
   throw Error("activation_grad_bias: unsupported type combination (a float32 dz from a bfloat16 dy)", __FILE__,
               __LINE__);
+}
+
+bool activation_grad_bias_takes_parts(Activation act, const void* saved, const void* dz, std::int64_t cols) {
+  constexpr std::int64_t kCounters = kReductionCounterBytes / sizeof(unsigned int);
+  return cols % 8 == 0 && (act == Activation::kNone || aligned16(saved)) && aligned16(dz) &&
+         (cols + kVecCols - 1) / kVecCols <= kCounters;
+}
+
+void activation_grad_bias_from_parts(const PartialProducts& dy, Activation act, const float* saved, float* dz,
+                                     float* dbias, bool accumulate, std::int64_t rows, std::int64_t cols,
+                                     cudaStream_t stream) {
+  DDP_ASSERT(rows > 0 && activation_grad_bias_takes_parts(act, saved, dz, cols),
+             "activation_grad_bias_from_parts: shape or alignment the parts' kernel does not take");
+  DDP_ASSERT(dy.count >= 1 && dy.count <= kMaxPartialProducts && dy.stride >= rows * cols &&
+                 aligned16(dy.data) && dy.stride % 4 == 0,
+             "activation_grad_bias_from_parts: bad partial products");
+  std::int64_t rows_per_chunk = 0;
+  const dim3 grid = vec_grid(rows, cols, dbias != nullptr, &rows_per_chunk);
+  const bool two_level = dbias != nullptr && grid.y > 1;
+  float* partials = two_level ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
+  unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
+  detail::launch(activation_grad_bias_vec_kernel<float, float, float, true>, grid, 256, 0, stream, act,
+                 static_cast<const float*>(nullptr), saved, dz, dbias, partials, counters, accumulate, rows, cols,
+                 rows_per_chunk, dy);
 }
 
 }  // namespace detail

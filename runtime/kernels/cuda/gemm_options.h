@@ -19,7 +19,9 @@
 //     kernels::linear_pair_forward runs them) leaves cuBLASLt too few output tiles to fill the GPU, so it splits
 //     K and adds the parts in a reduction kernel of its own. With `parts`, the hidden layer's slices of K run as
 //     one batched GEMM that never splits K again, and the head's narrow kernel adds the slices (with the bias
-//     and the activation) as it reads its input: the reduction kernel goes. Off by default until it is measured
+//     and the activation) as it reads its input: the reduction kernel goes. A backward's input gradient taken
+//     through the activation below it (linear_backward's `through`) does the same: its slices' parts are added
+//     by that activation's gradient pass. Off by default until it is measured
 //     on the GPU against cuBLASLt's own split (bench/step_ab.sh); the sums then run in slice order, so results
 //     stay bitwise repeatable.
 #pragma once
@@ -46,7 +48,8 @@ struct GemmOptions {
   // DDP_GEMM_LOG=1: one line on stderr per new GEMM configuration: shape, types, epilogue, the algorithm kept
   // and, with autotune, the time of cuBLASLt's first choice against the fastest.
   bool log = false;
-  // DDP_GEMM_PARTS: how many slices of K the pair forward's hidden layer is computed in. 0 (the default): none,
+  // DDP_GEMM_PARTS: how many slices of K the pair forward's hidden layer (and an input gradient taken through
+  // an activation) is computed in. 0 (the default): none,
   // cuBLASLt's own GEMM; -1: a rule from the shape (partial_product_count in linear.cu); n in [2, 8]: n slices
   // where the shape allows it (K a multiple of n, slices 16-byte aligned).
   int parts = 0;
@@ -60,6 +63,9 @@ void set_gemm_options(const GemmOptions& options);
 // `first` (batch, in, hidden) and hidden -> `out`, under the current options: 1 when the pair runs as two plain
 // Linears. Float32 only.
 int linear_pair_parts(DType dtype, const LinearShape& first, std::int64_t out);
+// The number of partial products kernels::linear_backward computes a Linear's dx in when it is taken through the
+// input's activation (`through`) under the current options: 1 for one GEMM. Float32 only.
+int input_gradient_parts(LinearTypes types, const LinearShape& shape);
 
 }  // namespace ddp::kernels::cuda
 

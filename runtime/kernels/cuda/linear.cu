@@ -508,6 +508,12 @@ int partial_product_count(std::int64_t m, std::int64_t n, std::int64_t k, int re
   return 1;
 }
 
+// `parts` when that many results of `elements` floats fit in partials_of's half of the workspace, else 1.
+int parts_within_workspace(int parts, std::int64_t elements) {
+  const std::size_t bytes = static_cast<std::size_t>(parts) * static_cast<std::size_t>(elements) * sizeof(float);
+  return bytes <= kBlasWorkspaceBytes / 2 ? parts : 1;
+}
+
 // The upper half of the stream's GEMM workspace, where a pair's partial products live from the batched GEMM
 // that writes them to the narrow kernel that adds them (stream-ordered; the batch itself runs in the lower half).
 float* partials_of(cudaStream_t stream) {
@@ -540,9 +546,21 @@ int linear_pair_parts(DType dtype, const LinearShape& first, std::int64_t out) {
       detail::narrow_forward_fits(first) || first.in <= 0) {
     return 1;
   }
-  const int parts = partial_product_count(first.out, first.batch, first.in, options.parts);
-  const std::size_t bytes = static_cast<std::size_t>(parts) * static_cast<std::size_t>(first.batch * first.out) * 4;
-  return bytes <= kBlasWorkspaceBytes / 2 ? parts : 1;
+  return parts_within_workspace(partial_product_count(first.out, first.batch, first.in, options.parts),
+                                first.batch * first.out);
+}
+
+int input_gradient_parts(LinearTypes types, const LinearShape& shape) {
+  const GemmOptions options = gemm_options();
+  const bool float32 =
+      types.input == DType::kFloat32 && types.output == DType::kFloat32 && types.grad == DType::kFloat32;
+  // The narrow backward computes dx in its own kernel; the activation pass takes rows of whole 8-float vectors.
+  if (!float32 || (options.narrow_layers && detail::narrow_backward_fits(shape)) || shape.in % 8 != 0 ||
+      shape.batch <= 0 || shape.out <= 0) {
+    return 1;
+  }
+  return parts_within_workspace(partial_product_count(shape.in, shape.batch, shape.out, options.parts),
+                                shape.batch * shape.in);
 }
 
 void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, const void* x, const void* w,
@@ -664,6 +682,7 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
 
   const bool want_dw = dw != nullptr && in > 0;
   const bool want_dx = dx != nullptr && in > 0;
+  bool want_dx_gemm = want_dx;
   // dw on a second stream while dx runs on this one (both only read dz, x and w).
   SideStream* side = nullptr;
   if (want_dw && want_dx && gemm_options().concurrent_backward) {
@@ -682,7 +701,28 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
     detail::activation_grad_bias(types.output, types.input, types.grad, Activation::kNone, dz, nullptr, nullptr,
                                  dbias, accumulate, batch, out, stream);
   }
-  if (want_dx) {
+  // dx through the input's activation may come as partial products that the activation pass adds (no split-K
+  // reduction kernel); `through_done` once that pass has run.
+  bool through_done = false;
+  if (want_dx && through != nullptr) {
+    const int parts = input_gradient_parts(types, shape);
+    if (parts > 1 && detail::activation_grad_bias_takes_parts(through->act, through->saved, dx, in)) {
+      const std::int64_t slice = out / parts;
+      float* partials = partials_of(stream);
+      const GemmBatch slices{parts, slice * in, slice, in * batch};
+      // part_pᵀ[in, batch] = (w's rows of slice p as cm [in, slice]) · (dz's columns of slice p as cm [slice, batch])
+      if (gemm(GemmTypes{types.input, types.input}, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, slice, w, in, dz, out,
+               0.0f, partials, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream, &slices)) {
+        detail::activation_grad_bias_from_parts(detail::PartialProducts{partials, parts, in * batch}, through->act,
+                                                static_cast<const float*>(through->saved), static_cast<float*>(dx),
+                                                static_cast<float*>(through->dbias), through->accumulate, batch, in,
+                                                stream);
+        through_done = true;
+        want_dx_gemm = false;
+      }
+    }
+  }
+  if (want_dx_gemm) {
     // dxᵀ[in, batch] = w_cm[in, out] · dz_cm[out, batch]
     gemm(GemmTypes{types.input, types.input}, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dz, out, 0.0f,
          dx, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
@@ -691,7 +731,7 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
     DDP_CUDA_CHECK(cudaEventRecord(side->join, side->stream));
     DDP_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));
   }
-  if (through != nullptr && (through->act != Activation::kNone || through->dbias != nullptr)) {
+  if (!through_done && through != nullptr && (through->act != Activation::kNone || through->dbias != nullptr)) {
     // dx through the input's activation, in place, and the previous layer's bias gradient: the same pass that
     // layer's own backward would run on it.
     detail::activation_grad_bias(types.input, types.input, types.grad, through->act, dx, through->saved,

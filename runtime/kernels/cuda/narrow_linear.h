@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "runtime/kernels/cuda/partial_products.h"
 #include "runtime/kernels/kernels.h"
 
 namespace ddp::kernels::cuda::detail {
@@ -30,18 +31,8 @@ bool narrow_backward_fits(const LinearShape& shape);
 void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const void* x, const void* w,
                            const void* bias, Activation act, void* y, void* pre_activation, cudaStream_t stream);
 
-// The first layer of a pair as slices of K (GemmOptions::parts): part p of element (row, i) is at
-// data[p * stride + row * hidden + i], float32, and the layer's pre-activation is the sum of the `count` parts in
-// part order.
-inline constexpr int kMaxPartialProducts = 8;
-struct PartialProducts {
-  const float* data;
-  int count;
-  std::int64_t stride;
-};
-
 // linear_pair_forward's second half (float32): the narrow layer's forward, whose input row it first assembles
-// from the first layer's parts: h = hidden_act(Σ_p parts + hidden_bias) (hidden_bias may be null), stored into
+// from the first layer's partial products ([batch, hidden]): h = hidden_act(Σ_p parts + hidden_bias) (hidden_bias may be null), stored into
 // `h` (and, for kGelu, the sum into `h_pre`) for the backward, then y = h·wᵀ + bias. `shape` is the narrow
 // layer's (batch, hidden, out).
 void narrow_linear_forward_from_parts(const LinearShape& shape, const PartialProducts& parts,
