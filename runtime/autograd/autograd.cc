@@ -22,6 +22,22 @@ Tape& tape() {
 
 AutogradMeta* meta_of(const Tensor& t) { return t.has_autograd_meta() ? &t.autograd_meta() : nullptr; }
 
+// The node backward() is running on this thread, and for every tensor whose gradient is not final yet the node
+// after which it is: what gradients_written needs to fire a hook inside a node's closure.
+struct RunningBackward {
+  std::unordered_map<const AutogradMeta*, std::size_t>* final_at;
+  std::size_t node;
+};
+thread_local RunningBackward* g_running = nullptr;
+
+// Fires m's hooks when this node is the last to write its gradient, once.
+void fire_if_final(AutogradMeta* m) {
+  auto it = g_running->final_at->find(m);
+  if (it == g_running->final_at->end() || it->second != g_running->node) return;
+  g_running->final_at->erase(it);
+  for (const auto& hook : m->grad_ready_hooks) hook();
+}
+
 }  // namespace
 
 bool grad_enabled() { return g_grad_enabled; }
@@ -133,10 +149,15 @@ void backward(const Tensor& loss, const Stream& stream) {
   DDP_CHECK(loss_produced, "backward: no recorded op produced the loss " + loss.describe() +
                                " (was backward already called for it?)");
 
-  std::vector<AutogradMeta*> ready;
+  RunningBackward running{&final_at, 0};
+  struct Reset {
+    ~Reset() { g_running = nullptr; }
+  } reset_running;
   for (std::size_t k = n; k-- > 0;) {
     if (!runs[k]) continue;
     Node& node = nodes[k];
+    running.node = k;
+    g_running = &running;
     node.backward(stream);
     // The outputs' gradients have been consumed: release those of intermediates (not of the loss' caller).
     for (const Tensor& out : node.outputs) {
@@ -147,17 +168,8 @@ void backward(const Tensor& loss, const Stream& stream) {
         m.grad_host_scalar.reset();
       }
     }
-    ready.clear();
-    for (const Tensor& in : node.inputs) {
-      AutogradMeta* m = &in.autograd_meta();
-      auto it = final_at.find(m);
-      if (it != final_at.end() && it->second == k) {
-        final_at.erase(it);  // fire once even if the tensor appears twice in this node
-        ready.push_back(m);
-      }
-    }
-    for (AutogradMeta* m : ready)
-      for (const auto& hook : m->grad_ready_hooks) hook();
+    // The inputs whose gradients the closure did not already report (gradients_written), in input order.
+    for (const Tensor& in : node.inputs) fire_if_final(&in.autograd_meta());
   }
   loss_meta.grad.reset();
   loss_meta.grad_valid = false;
@@ -177,6 +189,12 @@ void backward(const Tensor& loss, const Stream& stream) {
   }
   for (Node& node : tape().nodes) kept.push_back(std::move(node));
   tape().nodes = std::move(kept);
+}
+
+void gradients_written(std::initializer_list<const Tensor*> tensors) {
+  if (g_running == nullptr) return;
+  for (const Tensor* t : tensors)
+    if (t != nullptr && t->defined() && t->has_autograd_meta()) fire_if_final(&t->autograd_meta());
 }
 
 void zero_grad(const std::vector<Tensor>& tensors) {
