@@ -35,10 +35,6 @@ Tensor Linear::forward_fused(const Tensor& x, Activation act, const Stream& stre
   return ops::linear(x, weight_, bias_, act, stream, math_);
 }
 
-Tensor Linear::forward_pair(const Tensor& x, Activation act, const Linear& next, const Stream& stream) {
-  return ops::linear_pair(x, weight_, bias_, act, next.weight_, next.bias_, stream, math_);
-}
-
 Tensor ActivationLayer::forward(const Tensor& x, const Stream& stream) { return ops::activation(x, act_, stream); }
 
 std::string ActivationLayer::type_name() const {
@@ -62,16 +58,31 @@ Tensor Sequential::forward(const Tensor& x, const Stream& stream) {
   Tensor h = x;
   const auto& kids = children();
   auto child = [&kids](std::size_t i) { return i < kids.size() ? kids[i].second.get() : nullptr; };
+  auto activation_at = [&child](std::size_t i) {
+    auto* layer = dynamic_cast<ActivationLayer*>(child(i));
+    return layer != nullptr ? layer->activation() : Activation::kNone;
+  };
   for (std::size_t i = 0; i < kids.size(); ++i) {
     auto* linear = dynamic_cast<Linear*>(kids[i].second.get());
     auto* act = dynamic_cast<ActivationLayer*>(child(i + 1));
-    auto* next = dynamic_cast<Linear*>(child(i + 2));
-    const bool next_activated = dynamic_cast<ActivationLayer*>(child(i + 3)) != nullptr;
-    if (linear != nullptr && act != nullptr && act->activation() != Activation::kNone && next != nullptr &&
-        !next_activated && next->math_mode() == linear->math_mode()) {
-      h = linear->forward_pair(h, act->activation(), *next, stream);
-      i += 2;
-      continue;
+    if (linear != nullptr) {
+      // The longest run Linear, activation, Linear, ... of one math mode from here.
+      std::vector<ops::ChainLayer> layers{{linear->weight(), linear->bias()}};
+      std::vector<Activation> activations;
+      std::size_t last = i;  // the run's last Linear
+      for (Linear* next; activation_at(last + 1) != Activation::kNone &&
+                         (next = dynamic_cast<Linear*>(child(last + 2))) != nullptr &&
+                         next->math_mode() == linear->math_mode();
+           last += 2) {
+        layers.push_back({next->weight(), next->bias()});
+        activations.push_back(activation_at(last + 1));
+      }
+      // A chain ends in a Linear without an activation after it (a classifier's head).
+      if (layers.size() >= 2 && activation_at(last + 1) == Activation::kNone) {
+        h = ops::linear_chain(h, layers, activations, stream, linear->math_mode());
+        i = last;
+        continue;
+      }
     }
     if (linear != nullptr && act != nullptr && act->activation() != Activation::kNone) {
       h = linear->forward_fused(h, act->activation(), stream);

@@ -23,9 +23,6 @@ class Linear : public Module {
   Tensor forward(const Tensor& x, const Stream& stream) override;
   // forward with the activation fused into the GEMM epilogue.
   Tensor forward_fused(const Tensor& x, Activation act, const Stream& stream);
-  // This layer, `act`, then `next`, as one op (ops::linear_pair): the backward differentiates `act` inside
-  // `next`'s input-gradient kernel. Both layers take this layer's math mode.
-  Tensor forward_pair(const Tensor& x, Activation act, const Linear& next, const Stream& stream);
   std::string type_name() const override { return "Linear"; }
 
   const Tensor& weight() const { return weight_; }  // [out, in]
@@ -61,9 +58,9 @@ class Sequential : public Module {
   Sequential() = default;
   // Appends `module` under the next index ("0", "1", ...).
   void add(std::shared_ptr<Module> module);
-  // Runs the children in order; a Linear followed by ReLU/GELU runs as one fused linear, and such a pair followed
-  // by a Linear without an activation of its own (a classifier's last hidden layer and its head) as one
-  // ops::linear_pair.
+  // Runs the children in order. Linears with a ReLU/GELU between each two, the last with no activation after it
+  // (a classifier's stack), run as one ops::linear_chain; any other Linear followed by ReLU/GELU as one fused
+  // linear.
   Tensor forward(const Tensor& x, const Stream& stream) override;
   std::string type_name() const override { return "Sequential"; }
   std::size_t size() const { return children().size(); }

@@ -127,49 +127,104 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
   return linear_impl(x, w, b, w, b, act, x.dtype(), stream, math);
 }
 
-Tensor linear_pair(const Tensor& x, const Tensor& w1, const Tensor& b1, Activation act, const Tensor& w2,
-                   const Tensor& b2, const Stream& stream, MathMode math) {
-  constexpr const char* kOp = "linear_pair";
-  check_x_and_weight(kOp, x, w1);
-  detail::check_defined(kOp, "second weight", w2);
-  DDP_CHECK(x.dtype() == w1.dtype() && w2.dtype() == w1.dtype() &&
-                (x.dtype() == DType::kFloat32 || x.dtype() == DType::kBFloat16),
-            "linear_pair: x and both weights must be float32 or all bfloat16, got " + x.describe() + ", " +
-                w1.describe() + " and " + w2.describe());
-  DDP_CHECK(w2.dim() == 2 && w2.size(1) == w1.size(0),
-            "linear_pair: the second weight must be [out, " + std::to_string(w1.size(0)) + "] (the first layer has " +
-                std::to_string(w1.size(0)) + " outputs), got " + w2.describe());
-  detail::check_same_device(kOp, x, "x", w2, "second weight");
-  check_bias(kOp, x, b1, w1.size(0), w1.dtype());
-  check_bias(kOp, x, b2, w2.size(0), w2.dtype());
+Tensor linear_chain(const Tensor& x, const std::vector<ChainLayer>& layers, const std::vector<Activation>& activations,
+                    const Stream& stream, MathMode math) {
+  constexpr const char* kOp = "linear_chain";
+  const std::size_t n = layers.size();
+  DDP_CHECK(n >= 1, "linear_chain: needs at least one layer");
+  DDP_CHECK(activations.size() + 1 == n, "linear_chain: " + std::to_string(n) + " layers need " +
+                                             std::to_string(n - 1) + " activations (one between each two), got " +
+                                             std::to_string(activations.size()));
+  detail::check_defined(kOp, "x", x);
+  DDP_CHECK(x.dtype() == DType::kFloat32 || x.dtype() == DType::kBFloat16,
+            "linear_chain: x must be float32 or bfloat16, got " + x.describe());
+  std::int64_t features = x.dim() == 2 ? x.size(1) : -1;
+  for (std::size_t l = 0; l < n; ++l) {
+    const Tensor& w = layers[l].weight;
+    const std::string which = "layer " + std::to_string(l);
+    detail::check_defined(kOp, (which + "'s weight").c_str(), w);
+    DDP_CHECK(w.dtype() == x.dtype(),
+              "linear_chain: " + which + "'s weight is " + w.describe() + ", x is " + dtype_name(x.dtype()) +
+                  " (one type throughout)");
+    if (l == 0) {
+      check_x_and_weight(kOp, x, w);
+    } else {
+      DDP_CHECK(w.dim() == 2 && w.size(1) == features,
+                "linear_chain: " + which + "'s weight must be [out, " + std::to_string(features) +
+                    "] (layer " + std::to_string(l - 1) + " has " + std::to_string(features) + " outputs), got " +
+                    w.describe());
+      detail::check_same_device(kOp, x, "x", w, (which + "'s weight").c_str());
+    }
+    check_bias(kOp, x, layers[l].bias, w.size(0), w.dtype());
+    features = w.size(0);
+  }
   detail::check_stream(kOp, x, stream);
-  const SavedLinear first = saved_linear(x, w1, w1, b1, act, x.dtype(), stream, math);
-  const SavedLinear second = saved_linear(first.y, w2, w2, b2, Activation::kNone, x.dtype(), stream, math);
-  DDP_DISPATCH(x.device(), linear_pair_forward, x.dtype(), math, first.shape, second.shape.out, x.data_ptr(),
-               w1.data_ptr(), b1.defined() ? b1.data_ptr() : nullptr, act, first.y.data_ptr(),
-               first.pre.defined() ? first.pre.data_ptr() : nullptr, w2.data_ptr(),
-               b2.defined() ? b2.data_ptr() : nullptr, second.y.data_ptr(), stream.handle());
-  if (autograd::should_record({&x, &w1, &b1, &w2, &b2})) {
-    // The second layer's parameters first: their grad-ready hooks fire in this order (DDP's buckets, last layer
-    // first, as for two linear() nodes).
-    autograd::record("linear_pair", {x, w2, b2, w1, b1}, {second.y}, [first, second](const Stream& s) {
-      Tensor dy = autograd::grad_of(second.y, s);
+
+  // Forward: the layers before the last two one by one, then the last two as a pair.
+  std::vector<SavedLinear> saved;
+  saved.reserve(n);
+  Tensor h = x;
+  for (std::size_t l = 0; l + 2 < n; ++l) {
+    const ChainLayer& layer = layers[l];
+    saved.push_back(forward_linear(h, layer.weight, layer.bias, layer.weight, layer.bias, activations[l], x.dtype(),
+                                   stream, math));
+    h = saved.back().y;
+  }
+  if (n == 1) {
+    saved.push_back(forward_linear(h, layers[0].weight, layers[0].bias, layers[0].weight, layers[0].bias,
+                                   Activation::kNone, x.dtype(), stream, math));
+  } else {
+    const ChainLayer &hidden = layers[n - 2], &head = layers[n - 1];
+    const Activation act = activations[n - 2];
+    saved.push_back(saved_linear(h, hidden.weight, hidden.weight, hidden.bias, act, x.dtype(), stream, math));
+    const SavedLinear& first = saved.back();
+    saved.push_back(saved_linear(first.y, head.weight, head.weight, head.bias, Activation::kNone, x.dtype(), stream,
+                                 math));
+    const SavedLinear& second = saved.back();
+    DDP_DISPATCH(x.device(), linear_pair_forward, x.dtype(), math, first.shape, second.shape.out, h.data_ptr(),
+                 hidden.weight.data_ptr(), hidden.bias.defined() ? hidden.bias.data_ptr() : nullptr, act,
+                 first.y.data_ptr(), first.pre.defined() ? first.pre.data_ptr() : nullptr, head.weight.data_ptr(),
+                 head.bias.defined() ? head.bias.data_ptr() : nullptr, second.y.data_ptr(), stream.handle());
+  }
+  const Tensor y = saved.back().y;
+
+  // The parameters last layer first: at the latest their grad-ready hooks fire in this order.
+  std::vector<Tensor> inputs{x};
+  bool record = autograd::should_record({&x});
+  for (std::size_t l = n; l-- > 0;) {
+    inputs.push_back(layers[l].weight);
+    inputs.push_back(layers[l].bias);
+    record = record || autograd::should_record({&layers[l].weight, &layers[l].bias});
+  }
+  if (record) {
+    autograd::record(kOp, std::move(inputs), {y}, [saved](const Stream& s) {
+      Tensor dy = autograd::grad_of(saved.back().y, s);
       if (!dy.defined()) return;
-      // The second layer's dx goes through the activation into dz (the first layer's dz), and the first layer's
-      // bias gradient is summed in the same kernel; the first layer then only runs its GEMMs.
-      autograd::GradTarget gb1 = autograd::grad_target(first.b_target, s);
-      const kernels::InputActivation through{first.act, first.act == Activation::kGelu ? first.pre.data_ptr()
-                                                                                        : first.y.data_ptr(),
-                                             gb1.grad.defined() ? gb1.grad.data_ptr() : nullptr, gb1.accumulate};
-      Tensor dz = Tensor::empty(first.y.shape(), second.types.input, first.y.device(), s);
-      backward_linear(second, dy, dz, &through, s);
-      SavedLinear gemms_only = first;
-      gemms_only.act = Activation::kNone;
-      gemms_only.b_target = Tensor();
-      backward_linear(gemms_only, dz, Tensor(), nullptr, s);
+      for (std::size_t l = saved.size(); l-- > 0;) {
+        // Below the last layer, the layer's activation and bias gradient were taken by the layer above (`through`).
+        SavedLinear layer = saved[l];
+        if (l + 1 < saved.size()) {
+          layer.act = Activation::kNone;
+          layer.b_target = Tensor();
+        }
+        if (l == 0) {
+          backward_linear(layer, dy, Tensor(), nullptr, s);  // dx into x's gradient, when x wants one
+        } else {
+          // dx through the activation below into that layer's dz, with that layer's bias gradient.
+          const SavedLinear& below = saved[l - 1];
+          autograd::GradTarget gb = autograd::grad_target(below.b_target, s);
+          const kernels::InputActivation through{
+              below.act, below.act == Activation::kGelu ? below.pre.data_ptr() : below.y.data_ptr(),
+              gb.grad.defined() ? gb.grad.data_ptr() : nullptr, gb.accumulate};
+          Tensor dz = Tensor::empty(below.y.shape(), layer.types.input, below.y.device(), s);
+          backward_linear(layer, dy, dz, &through, s);
+          dy = dz;
+        }
+        autograd::gradients_written({&saved[l].w_target, &saved[l].b_target});
+      }
     });
   }
-  return second.y;
+  return y;
 }
 
 Tensor linear_mixed(const Tensor& x, const Tensor& w, const Tensor& w_bf16, const Tensor& b, const Tensor& b_bf16,

@@ -405,89 +405,73 @@ class GemmOptionsScope {
   kernels::cuda::GemmOptions saved_;
 };
 
-// ops::linear_pair on the GPU against two linear() calls there: the same forward kernels (the same bits), and the
-// gradients of a backward that differentiates the activation inside the second layer's kernel (the narrow one
-// for the main job's head, the pass after the GEMM for a wider layer) within float rounding of the separate pass.
-TEST_F(Gpu, LinearPairMatchesTwoLinears) {
+// ops::linear_chain on the GPU against separate linear() calls there: the logits within float rounding (the
+// same kernels, or with GemmOptions::parts the hidden layer's slices added by the head's kernel), and the
+// gradients of a backward that differentiates each activation inside the layer above's kernels (the narrow one
+// for the head, the pass after the GEMM for wider layers, adding the input gradient's slices with parts) within
+// float rounding of the separate passes. Every run repeats its bits. With parts (by the rule), the main job's
+// shape must take them in the forward and in the second hidden layer's input gradient.
+TEST_F(Gpu, LinearChainMatchesSeparateLinears) {
+  const Stream& stream = s();
   struct Case {
-    std::int64_t batch, in, hidden, out;
+    std::int64_t batch;
+    std::vector<std::int64_t> widths;
     Activation act;
   };
-  for (const Case& c : {Case{128, 784, 512, 10, Activation::kRelu}, Case{37, 64, 48, 40, Activation::kGelu}}) {
-    const std::string what = std::to_string(c.in) + "-" + std::to_string(c.hidden) + "-" + std::to_string(c.out) +
-                             (c.act == Activation::kRelu ? " relu" : " gelu");
-    auto leaf = [&](const Shape& shape, std::uint64_t seed, float bound) {
-      Tensor t = Tensor::uniform(shape, -bound, bound, seed, 0, Device::cuda(0), s());
-      t.set_requires_grad(true);
-      return t;
-    };
-    Tensor x = leaf({c.batch, c.in}, 1, 1.0f), w1 = leaf({c.hidden, c.in}, 2, 1.0f / std::sqrt(float(c.in)));
-    Tensor b1 = leaf({c.hidden}, 3, 0.1f), w2 = leaf({c.out, c.hidden}, 4, 1.0f / std::sqrt(float(c.hidden)));
-    Tensor b2 = leaf({c.out}, 5, 0.1f);
-    std::vector<std::int32_t> labels(static_cast<std::size_t>(c.batch));
-    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 7 % c.out);
-    const Tensor y = Tensor::from_int32(labels, {c.batch}, Device::cuda(0), s());
-    std::vector<Tensor> inputs{x, w1, b1, w2, b2};
-    auto run = [&](bool pair) {
-      autograd::zero_grad(inputs);
-      Tensor logits = pair ? ops::linear_pair(x, w1, b1, c.act, w2, b2, s())
-                           : ops::linear(ops::linear(x, w1, b1, c.act, s()), w2, b2, Activation::kNone, s());
-      std::vector<std::vector<float>> out{logits.to_vector<float>(s())};
-      autograd::backward(ops::cross_entropy(logits, y, s()), s());
-      for (Tensor& t : inputs) out.push_back(t.grad().to_vector<float>(s()));
-      return out;
-    };
-    const auto pair = run(true), separate = run(false);
-    EXPECT_EQ(pair[0], separate[0]) << "forward " << what;
-    const char* names[] = {"logits", "dx", "dw1", "db1", "dw2", "db2"};
-    for (std::size_t k = 1; k < pair.size(); ++k) {
-      expect_close(pair[k], separate[k], kF32, std::string(names[k]) + " " + what);
+  for (int parts : {0, -1}) {
+    kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
+    o.parts = parts;
+    GemmOptionsScope scope(o);
+    if (parts != 0) {
+      ASSERT_EQ(kernels::cuda::linear_pair_parts(DType::kFloat32, kernels::LinearShape{128, 512, 512}, 10), 8);
+      ASSERT_EQ(kernels::cuda::input_gradient_parts(DType::kFloat32, kernels::LinearShape{128, 512, 512}), 8);
     }
-  }
-}
-
-// ops::linear_pair with partial products (GemmOptions::parts, by the rule): the first layer's slices of K added
-// by the head's kernel instead of cuBLASLt's own GEMM. A different order of the same sums, so the logits and every
-// gradient agree with two linear() calls to float rounding, and the pair itself is bitwise repeatable.
-TEST_F(Gpu, LinearPairWithPartialProductsMatchesTwoLinears) {
-  kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
-  o.parts = -1;
-  GemmOptionsScope scope(o);
-  struct Case {
-    std::int64_t batch, in, hidden, out;
-    Activation act;
-  };
-  for (const Case& c : {Case{128, 512, 512, 10, Activation::kRelu}, Case{37, 256, 96, 32, Activation::kGelu}}) {
-    const std::string what = std::to_string(c.in) + "-" + std::to_string(c.hidden) + "-" + std::to_string(c.out);
-    ASSERT_GT(kernels::cuda::linear_pair_parts(DType::kFloat32, kernels::LinearShape{c.batch, c.in, c.hidden}, c.out),
-              1)
-        << what << ": the shape must take the partial products";
-    auto leaf = [&](const Shape& shape, std::uint64_t seed, float bound) {
-      Tensor t = Tensor::uniform(shape, -bound, bound, seed, 0, Device::cuda(0), s());
-      t.set_requires_grad(true);
-      return t;
-    };
-    Tensor x = leaf({c.batch, c.in}, 11, 1.0f), w1 = leaf({c.hidden, c.in}, 12, 1.0f / std::sqrt(float(c.in)));
-    Tensor b1 = leaf({c.hidden}, 13, 0.1f), w2 = leaf({c.out, c.hidden}, 14, 1.0f / std::sqrt(float(c.hidden)));
-    Tensor b2 = leaf({c.out}, 15, 0.1f);
-    std::vector<std::int32_t> labels(static_cast<std::size_t>(c.batch));
-    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 3 % c.out);
-    const Tensor y = Tensor::from_int32(labels, {c.batch}, Device::cuda(0), s());
-    std::vector<Tensor> inputs{x, w1, b1, w2, b2};
-    auto run = [&](bool pair) {
-      autograd::zero_grad(inputs);
-      Tensor logits = pair ? ops::linear_pair(x, w1, b1, c.act, w2, b2, s())
-                           : ops::linear(ops::linear(x, w1, b1, c.act, s()), w2, b2, Activation::kNone, s());
-      std::vector<std::vector<float>> out{logits.to_vector<float>(s())};
-      autograd::backward(ops::cross_entropy(logits, y, s()), s());
-      for (Tensor& t : inputs) out.push_back(t.grad().to_vector<float>(s()));
-      return out;
-    };
-    const auto pair = run(true), again = run(true), separate = run(false);
-    const char* names[] = {"logits", "dx", "dw1", "db1", "dw2", "db2"};
-    for (std::size_t k = 0; k < pair.size(); ++k) {
-      expect_close(pair[k], separate[k], kF32, std::string(names[k]) + " " + what);
-      EXPECT_EQ(pair[k], again[k]) << names[k] << " " << what << ": not repeatable";
+    for (const Case& c : {Case{128, {784, 512, 512, 10}, Activation::kRelu}, Case{37, {64, 48, 40}, Activation::kGelu},
+                          Case{37, {256, 96, 128, 32}, Activation::kGelu}}) {
+      std::string what = std::to_string(c.batch) + " rows, " + shape_str(c.widths) +
+                         (c.act == Activation::kRelu ? " relu" : " gelu") + ", parts " + std::to_string(parts);
+      auto leaf = [&](const Shape& shape, std::uint64_t seed, float bound) {
+        Tensor t = Tensor::uniform(shape, -bound, bound, seed, 0, Device::cuda(0), stream);
+        t.set_requires_grad(true);
+        return t;
+      };
+      Tensor x = leaf({c.batch, c.widths[0]}, 1, 1.0f);
+      std::vector<ops::ChainLayer> layers;
+      std::vector<Activation> activations;
+      std::vector<Tensor> inputs{x};
+      for (std::size_t l = 0; l + 1 < c.widths.size(); ++l) {
+        const float bound = 1.0f / std::sqrt(static_cast<float>(c.widths[l]));
+        layers.push_back({leaf({c.widths[l + 1], c.widths[l]}, 2 + 2 * l, bound), leaf({c.widths[l + 1]}, 3 + 2 * l, 0.1f)});
+        if (l + 2 < c.widths.size()) activations.push_back(c.act);
+        inputs.push_back(layers.back().weight);
+        inputs.push_back(layers.back().bias);
+      }
+      const std::int64_t classes = c.widths.back();
+      std::vector<std::int32_t> labels(static_cast<std::size_t>(c.batch));
+      for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 7 % classes);
+      const Tensor y = Tensor::from_int32(labels, {c.batch}, Device::cuda(0), stream);
+      auto run = [&](bool chain) {
+        autograd::zero_grad(inputs);
+        Tensor logits;
+        if (chain) {
+          logits = ops::linear_chain(x, layers, activations, stream);
+        } else {
+          logits = x;
+          for (std::size_t l = 0; l < layers.size(); ++l)
+            logits = ops::linear(logits, layers[l].weight, layers[l].bias,
+                                 l < activations.size() ? activations[l] : Activation::kNone, stream);
+        }
+        std::vector<std::vector<float>> out{logits.to_vector<float>(stream)};
+        autograd::backward(ops::cross_entropy(logits, y, stream), stream);
+        for (Tensor& t : inputs) out.push_back(t.grad().to_vector<float>(stream));
+        return out;
+      };
+      const auto chain = run(true), again = run(true), separate = run(false);
+      for (std::size_t k = 0; k < chain.size(); ++k) {
+        const std::string name = k == 0 ? "logits" : k == 1 ? "dx" : "gradient of input " + std::to_string(k - 1);
+        expect_close(chain[k], separate[k], kF32, name + ", " + what);
+        EXPECT_EQ(chain[k], again[k]) << name << ", " << what << ": not repeatable";
+      }
     }
   }
 }

@@ -147,57 +147,87 @@ TEST(Linear, Bfloat16MatchesFloat32WithinBf16Precision) {
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(c[i], a[i], 0.03 + 0.01 * std::abs(a[i]));
 }
 
-// linear_pair is two linear() calls with the activation differentiated inside the second one's input-gradient
-// kernel: on the CPU the same arithmetic in the same order, so every output and gradient is the same bits, in
-// float32 and bfloat16, for ReLU and GELU, with and without the first bias, and a second backward accumulates.
-TEST(LinearPair, SameBitsAsTwoLinears) {
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
-    for (Activation act : {Activation::kRelu, Activation::kGelu}) {
-      for (bool first_bias : {true, false}) {
-        auto make = [&](const Shape& shape, std::uint64_t seed) {
-          Tensor t = Tensor::uniform(shape, -1.0f, 1.0f, seed, 0, Device::cpu(), S()).to_dtype(dtype, S());
-          t.set_requires_grad(true);
-          return t;
-        };
-        Tensor x = make({5, 7}, 40), w1 = make({6, 7}, 41), b1 = first_bias ? make({6}, 42) : Tensor();
-        // A bfloat16 input gradient cannot accumulate over two backwards (linear's rule): x is data there.
-        if (dtype == DType::kBFloat16) x.set_requires_grad(false);
-        Tensor w2 = make({3, 6}, 43), b2 = make({3}, 44);
-        const Tensor y = Tensor::from_int32({0, 2, 1, 1, 2}, {5}, Device::cpu(), S());
-        std::vector<Tensor> inputs{w1, w2, b2};
-        if (first_bias) inputs.push_back(b1);
-        if (dtype == DType::kFloat32) inputs.push_back(x);
-        auto run = [&](bool pair) {
-          autograd::zero_grad(inputs);
-          std::vector<std::vector<float>> out;
-          for (int pass = 0; pass < 2; ++pass) {  // the second backward accumulates
-            Tensor logits = pair ? ops::linear_pair(x, w1, b1, act, w2, b2, S())
-                                 : ops::linear(ops::linear(x, w1, b1, act, S()), w2, b2, Activation::kNone, S());
-            out.push_back(logits.to_dtype(DType::kFloat32, S()).to_vector<float>(S()));
-            autograd::backward(ops::cross_entropy(logits, y, S()), S());
+// linear_chain is separate linear() calls with each activation differentiated inside the layer above's
+// input-gradient kernel: on the CPU the same arithmetic in the same order, so every output and gradient is the
+// same bits, for one to three layers, float32 and bfloat16, ReLU and GELU, with and without the hidden biases, and
+// a second backward accumulates.
+TEST(LinearChain, SameBitsAsSeparateLinears) {
+  const std::vector<std::int64_t> widths{7, 6, 5, 3};
+  for (std::size_t count = 1; count <= 3; ++count) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+      for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+        for (bool hidden_bias : {true, false}) {
+          auto make = [&](const Shape& shape, std::uint64_t seed) {
+            Tensor t = Tensor::uniform(shape, -1.0f, 1.0f, seed, 0, Device::cpu(), S()).to_dtype(dtype, S());
+            t.set_requires_grad(true);
+            return t;
+          };
+          // The layers' widths end in 3 classes: widths[3 - count] -> ... -> 3.
+          const std::size_t first = widths.size() - 1 - count;
+          Tensor x = make({5, widths[first]}, 40);
+          // A bfloat16 input gradient cannot accumulate over two backwards (linear's rule): x is data there.
+          if (dtype == DType::kBFloat16) x.set_requires_grad(false);
+          std::vector<ops::ChainLayer> layers;
+          std::vector<Activation> activations;
+          std::vector<Tensor> inputs;
+          for (std::size_t l = 0; l < count; ++l) {
+            const std::int64_t in = widths[first + l], out = widths[first + l + 1];
+            const bool last = l + 1 == count;
+            layers.push_back({make({out, in}, 41 + 2 * l), last || hidden_bias ? make({out}, 42 + 2 * l) : Tensor()});
+            if (!last) activations.push_back(act);
+            inputs.push_back(layers.back().weight);
+            if (layers.back().bias.defined()) inputs.push_back(layers.back().bias);
           }
-          for (Tensor& t : inputs) out.push_back(t.grad().to_dtype(DType::kFloat32, S()).to_vector<float>(S()));
-          return out;
-        };
-        EXPECT_EQ(run(true), run(false)) << dtype_name(dtype) << " act " << static_cast<int>(act)
-                                         << (first_bias ? " with" : " without") << " the first bias";
+          if (dtype == DType::kFloat32) inputs.push_back(x);
+          const Tensor y = Tensor::from_int32({0, 2, 1, 1, 2}, {5}, Device::cpu(), S());
+          auto run = [&](bool chain) {
+            autograd::zero_grad(inputs);
+            std::vector<std::vector<float>> out;
+            for (int pass = 0; pass < 2; ++pass) {  // the second backward accumulates
+              Tensor logits;
+              if (chain) {
+                logits = ops::linear_chain(x, layers, activations, S());
+              } else {
+                logits = x;
+                for (std::size_t l = 0; l < count; ++l)
+                  logits = ops::linear(logits, layers[l].weight, layers[l].bias,
+                                       l + 1 < count ? activations[l] : Activation::kNone, S());
+              }
+              out.push_back(logits.to_dtype(DType::kFloat32, S()).to_vector<float>(S()));
+              autograd::backward(ops::cross_entropy(logits, y, S()), S());
+            }
+            for (Tensor& t : inputs) out.push_back(t.grad().to_dtype(DType::kFloat32, S()).to_vector<float>(S()));
+            return out;
+          };
+          EXPECT_EQ(run(true), run(false)) << count << " layers, " << dtype_name(dtype) << " act "
+                                           << static_cast<int>(act) << (hidden_bias ? " with" : " without")
+                                           << " the hidden biases";
+        }
       }
     }
   }
 }
 
-TEST(LinearPair, GradientsByFiniteDifferencesAndShapeErrors) {
-  Tensor x = leaf({3, 5}, 50), w1 = leaf({4, 5}, 51), b1 = leaf({4}, 52), w2 = leaf({2, 4}, 53), b2 = leaf({2}, 54);
+TEST(LinearChain, GradientsByFiniteDifferencesAndShapeErrors) {
+  Tensor x = leaf({3, 5}, 50), w1 = leaf({4, 5}, 51), b1 = leaf({4}, 52), w2 = leaf({6, 4}, 53), b2 = leaf({6}, 54);
+  Tensor w3 = leaf({2, 6}, 56), b3 = leaf({2}, 57);
   Tensor t = target_like({3, 2});
-  gradcheck([&] { return ops::mse_loss(ops::linear_pair(x, w1, b1, Activation::kGelu, w2, b2, S()), t, S()); },
-            {x, w1, b1, w2, b2}, "linear_pair");
-  Tensor wrong = leaf({2, 3}, 55);
-  try {
-    ops::linear_pair(x, w1, b1, Activation::kRelu, wrong, b2, S());
-    FAIL() << "accepted a second weight of 3 inputs after a first layer of 4 outputs";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("the second weight must be [out, 4]"), std::string::npos) << e.what();
-  }
+  const std::vector<Activation> acts{Activation::kGelu, Activation::kRelu};
+  gradcheck([&] { return ops::mse_loss(ops::linear_chain(x, {{w1, b1}, {w2, b2}, {w3, b3}}, acts, S()), t, S()); },
+            {x, w1, b1, w2, b2, w3, b3}, "linear_chain");
+  auto expect_error = [&](const std::vector<ops::ChainLayer>& layers, const std::vector<Activation>& activations,
+                          const std::string& message) {
+    try {
+      ops::linear_chain(x, layers, activations, S());
+      FAIL() << "accepted a chain that should fail with: " << message;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  expect_error({{w1, b1}, {leaf({2, 3}, 55), b3}}, {Activation::kRelu},
+               "layer 1's weight must be [out, 4] (layer 0 has 4 outputs)");
+  expect_error({{w1, b1}, {w2, b2}}, {}, "2 layers need 1 activations");
+  expect_error({}, {}, "needs at least one layer");
   autograd::clear_tape();
 }
 
