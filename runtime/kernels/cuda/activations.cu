@@ -171,6 +171,8 @@ __device__ __forceinline__ void load_sum_of_parts(const PartialProducts& parts, 
 // kFromParts: dy is the sum of a GEMM's partial products (dy_parts, float32), loaded together and added in part
 // order; one row in flight per warp then, since each row is already count loads deep.
 constexpr int kVecCols = 256;  // 32 lanes x 8 columns
+// The reduction scratch's counters: a two-level bias gradient needs one per column tile.
+constexpr std::int64_t kCounters = kReductionCounterBytes / sizeof(unsigned int);
 
 template <typename TDy, typename TDz, typename TB, bool kFromParts>
 __global__ void __launch_bounds__(256)
@@ -242,6 +244,26 @@ dim3 vec_grid(std::int64_t rows, std::int64_t cols, bool with_dbias, std::int64_
   return dim3(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
 }
 
+// Whether the vectorised kernel takes rows of `cols` elements with these saved and dz buffers (dz may be null):
+// whole 8-element vectors, 16-byte aligned, and a counter for each column tile.
+bool vec_kernel_takes(Activation act, const void* saved, const void* dz, std::int64_t cols) {
+  return cols % 8 == 0 && (act == Activation::kNone || aligned16(saved)) && (dz == nullptr || aligned16(dz)) &&
+         (cols + kVecCols - 1) / kVecCols <= kCounters;
+}
+
+// The vectorised kernel on its grid, with the reduction scratch when the bias gradient is summed in two levels.
+template <typename TDy, typename TDz, typename TB, bool kFromParts>
+void launch_vec_kernel(Activation act, const TDy* dy, const PartialProducts& dy_parts, const TDy* saved, TDz* dz,
+                       TB* dbias, bool accumulate, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  std::int64_t rows_per_chunk = 0;
+  const dim3 grid = vec_grid(rows, cols, dbias != nullptr, &rows_per_chunk);
+  const bool two_level = dbias != nullptr && grid.y > 1;
+  float* partials = two_level ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
+  unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
+  detail::launch(activation_grad_bias_vec_kernel<TDy, TDz, TB, kFromParts>, grid, 256, 0, stream, act, dy, saved, dz,
+                 dbias, partials, counters, accumulate, rows, cols, rows_per_chunk, dy_parts);
+}
+
 template <typename TDy, typename TDz, typename TB>
 void activation_grad_bias_typed(Activation act, const void* dy, const void* saved, void* dz, void* dbias,
                                 bool accumulate, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
@@ -252,20 +274,10 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
     return;
   }
   if (act == Activation::kNone && dbias == nullptr && dz == nullptr) return;  // nothing to do: dz is dy
-  const std::int64_t col_tiles = (cols + kVecCols - 1) / kVecCols;
-  constexpr std::int64_t kCounters = kReductionCounterBytes / sizeof(unsigned int);
-  const bool vec = cols % 8 == 0 && aligned16(dy) && (act == Activation::kNone || aligned16(saved)) &&
-                   (dz == nullptr || aligned16(dz)) && col_tiles <= kCounters;
-  if (vec) {
-    std::int64_t rows_per_chunk = 0;
-    const dim3 grid = vec_grid(rows, cols, dbias != nullptr, &rows_per_chunk);
-    const bool two_level = dbias != nullptr && grid.y > 1;
-    float* partials = two_level ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
-    unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
-    detail::launch(activation_grad_bias_vec_kernel<TDy, TDz, TB, false>, grid, 256, 0, stream, act,
-                   static_cast<const TDy*>(dy), static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
-                   static_cast<TB*>(dbias), partials, counters, accumulate, rows, cols, rows_per_chunk,
-                   PartialProducts{});
+  if (aligned16(dy) && vec_kernel_takes(act, saved, dz, cols)) {
+    launch_vec_kernel<TDy, TDz, TB, false>(act, static_cast<const TDy*>(dy), PartialProducts{},
+                                           static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
+                                           static_cast<TB*>(dbias), accumulate, rows, cols, stream);
     return;
   }
   // Enough row chunks to fill the GPU; with a bias gradient, bounded by the scratch for the partial sums (and
@@ -360,9 +372,7 @@ void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activat
 }
 
 bool activation_grad_bias_takes_parts(Activation act, const void* saved, const void* dz, std::int64_t cols) {
-  constexpr std::int64_t kCounters = kReductionCounterBytes / sizeof(unsigned int);
-  return cols % 8 == 0 && (act == Activation::kNone || aligned16(saved)) && aligned16(dz) &&
-         (cols + kVecCols - 1) / kVecCols <= kCounters;
+  return dz != nullptr && vec_kernel_takes(act, saved, dz, cols);
 }
 
 void activation_grad_bias_from_parts(const PartialProducts& dy, Activation act, const float* saved, float* dz,
@@ -373,14 +383,7 @@ void activation_grad_bias_from_parts(const PartialProducts& dy, Activation act, 
   DDP_ASSERT(dy.count >= 1 && dy.count <= kMaxPartialProducts && dy.stride >= rows * cols &&
                  aligned16(dy.data) && dy.stride % 4 == 0,
              "activation_grad_bias_from_parts: bad partial products");
-  std::int64_t rows_per_chunk = 0;
-  const dim3 grid = vec_grid(rows, cols, dbias != nullptr, &rows_per_chunk);
-  const bool two_level = dbias != nullptr && grid.y > 1;
-  float* partials = two_level ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
-  unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
-  detail::launch(activation_grad_bias_vec_kernel<float, float, float, true>, grid, 256, 0, stream, act,
-                 static_cast<const float*>(nullptr), saved, dz, dbias, partials, counters, accumulate, rows, cols,
-                 rows_per_chunk, dy);
+  launch_vec_kernel<float, float, float, true>(act, nullptr, dy, saved, dz, dbias, accumulate, rows, cols, stream);
 }
 
 }  // namespace detail
