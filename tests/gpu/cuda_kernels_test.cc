@@ -399,6 +399,31 @@ TEST_F(CudaKernels, LinearForwardWithoutBiasEpilogueMatchesReference) {
   gpu::set_gemm_options(saved);
 }
 
+// The forward with plain_layer_parts: a wide float32 layer as partial products that our bias/activation pass adds
+// in place of cuBLASLt's split-K reduction. The counts the GPU takes are checked; every case of the forward test
+// runs under the rule and under two slices (shapes the slices do not fit take one GEMM, as before).
+TEST_F(CudaKernels, LinearForwardWithPartialProductsMatchesReference) {
+  const gpu::GemmOptions saved = gpu::gemm_options();
+  for (int request : {-1, 2}) {
+    gpu::GemmOptions o = saved;
+    o.parts = request;
+    o.plain_layer_parts = true;
+    gpu::set_gemm_options(o);
+    const std::string what = "parts=" + std::to_string(request);
+    EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{128, 784, 512}), request == -1 ? 4 : 2) << what;
+    EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{256, 784, 1024}), 2) << what;
+    EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{37, 129, 67}), 1) << what << ": 67 columns";
+    EXPECT_EQ(gpu::linear_forward_parts(DType::kBFloat16, LinearShape{128, 784, 512}), 1) << what;
+    std::vector<LinearCase> cases = linear_cases(true);
+    cases.push_back({DType::kFloat32, MathMode::kFloat32, {128, 784, 512}});
+    cases.push_back({DType::kFloat32, MathMode::kTF32, {128, 784, 512}});
+    for (const auto& c : cases)
+      for (Activation act : kActivations)
+        for (bool bias : {false, true}) run_linear_forward_case(c, act, bias, stream_);
+  }
+  gpu::set_gemm_options(saved);
+}
+
 TEST_F(CudaKernels, LinearBackwardMatchesReference) {
   for (const auto& c : linear_cases(false))
     for (Activation act : kActivations)

@@ -409,8 +409,9 @@ class GemmOptionsScope {
 // same kernels, or with GemmOptions::parts the hidden layer's slices added by the head's kernel), and the
 // gradients of a backward that differentiates each activation inside the layer above's kernels (the narrow one
 // for the head, the pass after the GEMM for wider layers, adding the input gradient's slices with parts) within
-// float rounding of the separate passes. Every run repeats its bits. With parts (by the rule), the main job's
-// shape must take them in the forward and in the second hidden layer's input gradient.
+// float rounding of the separate passes. Every run repeats its bits. With parts (by the rule, plain layers
+// included), the main job's shape must take them in all three places: the first hidden layer's forward, the
+// pair's forward and the second hidden layer's input gradient.
 TEST_F(Gpu, LinearChainMatchesSeparateLinears) {
   const Stream& stream = s();
   struct Case {
@@ -421,8 +422,10 @@ TEST_F(Gpu, LinearChainMatchesSeparateLinears) {
   for (int parts : {0, -1}) {
     kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
     o.parts = parts;
+    o.plain_layer_parts = parts != 0;
     GemmOptionsScope scope(o);
     if (parts != 0) {
+      ASSERT_EQ(kernels::cuda::linear_forward_parts(DType::kFloat32, kernels::LinearShape{128, 784, 512}), 4);
       ASSERT_EQ(kernels::cuda::linear_pair_parts(DType::kFloat32, kernels::LinearShape{128, 512, 512}, 10), 8);
       ASSERT_EQ(kernels::cuda::input_gradient_parts(DType::kFloat32, kernels::LinearShape{128, 512, 512}), 8);
     }

@@ -46,6 +46,22 @@ __global__ void activation_backward_kernel(Activation act, const float* x, const
 
 // ---- Linear helpers ----
 
+// Eight consecutive elements of a sum of partial products, from `offset` of each part: every part's loads issued
+// before the first add, the parts added in order.
+__device__ __forceinline__ void load_sum_of_parts(const PartialProducts& parts, std::int64_t offset, float (&v)[8]) {
+  float part[kMaxPartialProducts][8];
+#pragma unroll
+  for (int p = 0; p < kMaxPartialProducts; ++p)
+    if (p < parts.count) load8(parts.data + p * parts.stride + offset, part[p]);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = part[0][j];
+#pragma unroll
+  for (int p = 1; p < kMaxPartialProducts; ++p)
+    if (p < parts.count)
+      for (int j = 0; j < 8; ++j) v[j] += part[p][j];
+}
+
+
 template <typename T>
 __global__ void bias_activation_kernel(Activation act, const T* z_in, const T* __restrict__ bias, T* pre_out, T* y,
                                        std::int64_t rows, std::int64_t cols) {
@@ -66,15 +82,20 @@ __global__ void bias_activation_kernel(Activation act, const T* z_in, const T* _
 
 // The same, eight elements per thread with 16-byte accesses (rows of a multiple of 8, 16-byte aligned buffers):
 // a row-major index i of a group of 8 has its bias at i % cols .. +7, with no division per element.
-template <typename T>
+// kFromParts: z is the sum of a GEMM's partial products (z_parts, float32) instead of z_in.
+template <typename T, bool kFromParts = false>
 __global__ void bias_activation_vec_kernel(Activation act, const T* z_in, const T* __restrict__ bias, T* pre_out,
-                                           T* y, std::int64_t groups, std::int64_t cols) {
+                                           T* y, std::int64_t groups, std::int64_t cols, PartialProducts z_parts) {
   detail::begin_kernel();
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
     const std::int64_t i = g * 8;
     float z[8];
-    load8(z_in + i, z);
+    if constexpr (kFromParts) {
+      load_sum_of_parts(z_parts, i, z);
+    } else {
+      load8(z_in + i, z);
+    }
     if (bias != nullptr) {
       float b[8];
       load8(bias + i % cols, b);
@@ -147,21 +168,6 @@ __global__ void activation_grad_bias_kernel(Activation act, const TDy* dy, const
   if (holds)
     for (int k = 0; k < kRowLanes; ++k) total += sums[k][threadIdx.x];
   finish_column_sums(total, holds, col, cols, dbias, partials, counters, accumulate);
-}
-
-// Eight consecutive elements of a sum of partial products, from `offset` of each part: every part's loads issued
-// before the first add, the parts added in order.
-__device__ __forceinline__ void load_sum_of_parts(const PartialProducts& parts, std::int64_t offset, float (&v)[8]) {
-  float part[kMaxPartialProducts][8];
-#pragma unroll
-  for (int p = 0; p < kMaxPartialProducts; ++p)
-    if (p < parts.count) load8(parts.data + p * parts.stride + offset, part[p]);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = part[0][j];
-#pragma unroll
-  for (int p = 1; p < kMaxPartialProducts; ++p)
-    if (p < parts.count)
-      for (int j = 0; j < 8; ++j) v[j] += part[p][j];
 }
 
 // The same computation, eight columns per thread with 16-byte accesses (rows of a multiple of 8 elements,
@@ -325,11 +331,12 @@ void bias_activation(DType dtype, Activation act, const void* z_in, const void* 
     if (dtype == DType::kFloat32) {
       detail::launch(bias_activation_vec_kernel<float>, blocks_for(groups), kThreads, 0, stream, act,
                      static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
-                     static_cast<float*>(y), groups, cols);
+                     static_cast<float*>(y), groups, cols, PartialProducts{});
     } else {
       detail::launch(bias_activation_vec_kernel<__nv_bfloat16>, blocks_for(groups), kThreads, 0, stream, act,
                      static_cast<const __nv_bfloat16*>(z_in), static_cast<const __nv_bfloat16*>(bias),
-                     static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), groups, cols);
+                     static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), groups, cols,
+                     PartialProducts{});
     }
     return;
   }
@@ -342,6 +349,23 @@ void bias_activation(DType dtype, Activation act, const void* z_in, const void* 
                    static_cast<const __nv_bfloat16*>(z_in), static_cast<const __nv_bfloat16*>(bias),
                    static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), rows, cols);
   }
+}
+
+bool bias_activation_takes_parts(const void* bias, const void* pre_out, const void* y, std::int64_t cols) {
+  return cols % 8 == 0 && aligned16(y) && (bias == nullptr || aligned16(bias)) &&
+         (pre_out == nullptr || aligned16(pre_out));
+}
+
+void bias_activation_from_parts(const PartialProducts& z, const float* bias, Activation act, float* pre_out, float* y,
+                                std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  DDP_ASSERT(rows > 0 && bias_activation_takes_parts(bias, pre_out, y, cols),
+             "bias_activation_from_parts: shape or alignment the parts' kernel does not take");
+  DDP_ASSERT(z.count >= 1 && z.count <= kMaxPartialProducts && z.stride >= rows * cols && aligned16(z.data) &&
+                 z.stride % 4 == 0,
+             "bias_activation_from_parts: bad partial products");
+  const std::int64_t groups = rows * cols / 8;
+  detail::launch(bias_activation_vec_kernel<float, true>, blocks_for(groups), kThreads, 0, stream, act,
+                 static_cast<const float*>(nullptr), bias, pre_out, y, groups, cols, z);
 }
 
 void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activation act,

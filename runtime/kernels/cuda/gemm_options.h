@@ -53,6 +53,11 @@ struct GemmOptions {
   // cuBLASLt's own GEMM; -1: a rule from the shape (partial_product_count in linear.cu); n in [2, 8]: n slices
   // where the shape allows it (K a multiple of n, slices 16-byte aligned).
   int parts = 0;
+  // DDP_GEMM_PLAIN_PARTS=1 (with `parts`): also a wide float32 layer whose result none of our kernels reads (an
+  // MLP's first hidden layer) as partial products, added with the bias and the activation by our pass in place
+  // of cuBLASLt's reduction kernel (and its fused epilogue). A separate switch: there a kernel of ours replaces
+  // cuBLASLt's rather than one launch going, so whether it wins is a separate measurement.
+  bool plain_layer_parts = false;
 };
 
 GemmOptions gemm_options();
@@ -63,6 +68,9 @@ void set_gemm_options(const GemmOptions& options);
 // `first` (batch, in, hidden) and hidden -> `out`, under the current options: 1 when the pair runs as two plain
 // Linears. Float32 only.
 int linear_pair_parts(DType dtype, const LinearShape& first, std::int64_t out);
+// The number of partial products kernels::linear_forward computes a Linear in under the current options (with
+// plain_layer_parts): 1 for one GEMM. Float32 only.
+int linear_forward_parts(LinearTypes types, const LinearShape& shape);
 // The number of partial products kernels::linear_backward computes a Linear's dx in when it is taken through the
 // input's activation (`through`) under the current options: 1 for one GEMM. Float32 only.
 int input_gradient_parts(LinearTypes types, const LinearShape& shape);

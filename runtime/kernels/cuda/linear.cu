@@ -79,6 +79,7 @@ GemmOptions& options_storage() {
     opts->bias_epilogue = env_flag("DDP_GEMM_BIAS_EPILOGUE", opts->bias_epilogue);
     opts->narrow_layers = env_flag("DDP_GEMM_NARROW", opts->narrow_layers);
     if (const char* v = std::getenv("DDP_GEMM_PARTS"); v != nullptr && *v != '\0') opts->parts = std::atoi(v);
+    opts->plain_layer_parts = env_flag("DDP_GEMM_PLAIN_PARTS", opts->plain_layer_parts);
     return opts;
   }();
   return *o;
@@ -521,6 +522,19 @@ float* partials_of(cudaStream_t stream) {
   return reinterpret_cast<float*>(static_cast<char*>(ctx.workspace) + ctx.workspace_bytes / 2);
 }
 
+// A Linear's forward GEMM (x·wᵀ, float32 or bfloat16 operands, float32 parts) as `parts` partial products over
+// slices of `in`, into partials_of(stream): part p is x's columns of slice p times w's columns of slice p. False
+// when cuBLASLt has no algorithm for the batch (nothing was computed).
+bool forward_partial_products(DType dtype, MathMode math, const LinearShape& shape, const void* x, const void* w,
+                              int parts, cudaStream_t stream) {
+  const std::int64_t slice = shape.in / parts;
+  const GemmBatch slices{parts, slice, slice, shape.batch * shape.out};
+  // part_pᵀ[out, batch] = op_T(w's columns of slice p) · (x's columns of slice p)
+  return gemm(GemmTypes{dtype, DType::kFloat32}, math, CUBLAS_OP_T, CUBLAS_OP_N, shape.out, shape.batch, slice, w,
+              shape.in, x, shape.in, 0.0f, partials_of(stream), shape.out, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+              stream, &slices);
+}
+
 void zero(void* p, std::int64_t elements, DType dtype, cudaStream_t stream) {
   if (p == nullptr || elements <= 0) return;
   DDP_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<std::size_t>(elements) * element_size(dtype), stream));
@@ -548,6 +562,17 @@ int linear_pair_parts(DType dtype, const LinearShape& first, std::int64_t out) {
   }
   return parts_within_workspace(partial_product_count(first.out, first.batch, first.in, options.parts),
                                 first.batch * first.out);
+}
+
+int linear_forward_parts(LinearTypes types, const LinearShape& shape) {
+  const GemmOptions options = gemm_options();
+  const bool float32 = types.input == DType::kFloat32 && types.output == DType::kFloat32;
+  if (!options.plain_layer_parts || !float32 || (options.narrow_layers && detail::narrow_forward_fits(shape)) ||
+      shape.out % 8 != 0 || shape.batch <= 0 || shape.in <= 0) {
+    return 1;
+  }
+  return parts_within_workspace(partial_product_count(shape.out, shape.batch, shape.in, options.parts),
+                                shape.batch * shape.out);
 }
 
 int input_gradient_parts(LinearTypes types, const LinearShape& shape) {
@@ -581,6 +606,17 @@ void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
   if (gemm_options().narrow_layers && detail::narrow_forward_fits(shape)) {
     detail::narrow_linear_forward(types, shape, x, w, bias, act, y,
                                   act == Activation::kGelu ? pre_activation : nullptr, stream);
+    return;
+  }
+  // With plain_layer_parts: the GEMM as partial products, added with the bias and the activation by our pass
+  // instead of cuBLASLt's split-K reduction kernel.
+  void* pre_out = act == Activation::kGelu ? pre_activation : nullptr;
+  const int parts = linear_forward_parts(types, shape);
+  if (parts > 1 && detail::bias_activation_takes_parts(bias, pre_out, y, out) &&
+      forward_partial_products(types.input, math, shape, x, w, parts, stream)) {
+    detail::bias_activation_from_parts(detail::PartialProducts{partials_of(stream), parts, batch * out},
+                                       static_cast<const float*>(bias), act, static_cast<float*>(pre_out),
+                                       static_cast<float*>(y), batch, out, stream);
     return;
   }
   // Bias epilogues only with a 16-byte aligned bias: the MIN_ALIGNMENT preferences cover A, B, C and D but not the
@@ -622,14 +658,9 @@ void linear_pair_forward(DType dtype, MathMode math, const LinearShape& first, s
   const int parts = linear_pair_parts(dtype, first, out);
   if (parts > 1) {
     DDP_ASSERT(act != Activation::kGelu || pre != nullptr, "linear_pair_forward: GELU needs pre");
-    const std::int64_t slice = first.in / parts;
-    const std::int64_t hidden = first.batch * first.out;
-    float* partials = partials_of(stream);
-    const GemmBatch batch{parts, slice, slice, hidden};
-    // part_pᵀ[hidden, batch] = op_T(w1's columns of slice p) · (x's columns of slice p), p < parts
-    if (gemm(GemmTypes{dtype, dtype}, math, CUBLAS_OP_T, CUBLAS_OP_N, first.out, first.batch, slice, w1, first.in, x,
-             first.in, 0.0f, partials, first.out, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream, &batch)) {
-      detail::narrow_linear_forward_from_parts(second, detail::PartialProducts{partials, parts, hidden},
+    if (forward_partial_products(dtype, math, first, x, w1, parts, stream)) {
+      const detail::PartialProducts hidden{partials_of(stream), parts, first.batch * first.out};
+      detail::narrow_linear_forward_from_parts(second, hidden,
                                                static_cast<const float*>(b1), act, static_cast<float*>(h),
                                                static_cast<float*>(pre), static_cast<const float*>(w2),
                                                static_cast<const float*>(b2), static_cast<float*>(y), stream);
