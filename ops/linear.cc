@@ -177,10 +177,9 @@ Tensor linear_chain(const Tensor& x, const std::vector<ChainLayer>& layers, cons
     const ChainLayer &hidden = layers[n - 2], &head = layers[n - 1];
     const Activation act = activations[n - 2];
     saved.push_back(saved_linear(h, hidden.weight, hidden.weight, hidden.bias, act, x.dtype(), stream, math));
-    const SavedLinear& first = saved.back();
-    saved.push_back(saved_linear(first.y, head.weight, head.weight, head.bias, Activation::kNone, x.dtype(), stream,
-                                 math));
-    const SavedLinear& second = saved.back();
+    saved.push_back(saved_linear(saved[n - 2].y, head.weight, head.weight, head.bias, Activation::kNone, x.dtype(),
+                                 stream, math));
+    const SavedLinear &first = saved[n - 2], &second = saved[n - 1];
     DDP_DISPATCH(x.device(), linear_pair_forward, x.dtype(), math, first.shape, second.shape.out, h.data_ptr(),
                  hidden.weight.data_ptr(), hidden.bias.defined() ? hidden.bias.data_ptr() : nullptr, act,
                  first.y.data_ptr(), first.pre.defined() ? first.pre.data_ptr() : nullptr, head.weight.data_ptr(),
