@@ -431,7 +431,7 @@ TEST_F(CudaKernels, LinearBackwardMatchesReference) {
         for (bool accumulate : {false, true}) run_linear_backward_case(c, act, bias, accumulate, true, stream_);
 }
 
-// kernels::linear_pair_forward (ops::linear_pair's forward) against a double reference: h = act(x·w1ᵀ + b1),
+// kernels::linear_pair_forward (ops::linear_chain's last two layers) against a double reference: h = act(x·w1ᵀ + b1),
 // GELU's pre-activation, and y = h·w2ᵀ + b2. With GemmOptions::parts the first layer's slices of K are one
 // batched GEMM whose parts the head's narrow kernel adds; every slice count is tried with the count the GPU
 // takes checked (a shape the slices do not divide runs as two Linears), and the partial products' path repeats

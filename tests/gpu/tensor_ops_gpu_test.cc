@@ -444,7 +444,8 @@ TEST_F(Gpu, LinearChainMatchesSeparateLinears) {
       std::vector<Tensor> inputs{x};
       for (std::size_t l = 0; l + 1 < c.widths.size(); ++l) {
         const float bound = 1.0f / std::sqrt(static_cast<float>(c.widths[l]));
-        layers.push_back({leaf({c.widths[l + 1], c.widths[l]}, 2 + 2 * l, bound), leaf({c.widths[l + 1]}, 3 + 2 * l, 0.1f)});
+        layers.push_back(
+            {leaf({c.widths[l + 1], c.widths[l]}, 2 + 2 * l, bound), leaf({c.widths[l + 1]}, 3 + 2 * l, 0.1f)});
         if (l + 2 < c.widths.size()) activations.push_back(c.act);
         inputs.push_back(layers.back().weight);
         inputs.push_back(layers.back().bias);

@@ -32,9 +32,9 @@ void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const vo
                            const void* bias, Activation act, void* y, void* pre_activation, cudaStream_t stream);
 
 // linear_pair_forward's second half (float32): the narrow layer's forward, whose input row it first assembles
-// from the first layer's partial products ([batch, hidden]): h = hidden_act(Σ_p parts + hidden_bias) (hidden_bias may be null), stored into
-// `h` (and, for kGelu, the sum into `h_pre`) for the backward, then y = h·wᵀ + bias. `shape` is the narrow
-// layer's (batch, hidden, out).
+// from the first layer's partial products ([batch, hidden]): h = hidden_act(Σ_p parts + hidden_bias), with
+// hidden_bias possibly null, stored into `h` (and, for kGelu, the sum into `h_pre`) for the backward; then
+// y = h·wᵀ + bias. `shape` is the narrow layer's (batch, hidden, out).
 void narrow_linear_forward_from_parts(const LinearShape& shape, const PartialProducts& parts,
                                       const float* hidden_bias, Activation hidden_act, float* h, float* h_pre,
                                       const float* w, const float* bias, float* y, cudaStream_t stream);
