@@ -54,12 +54,12 @@ big=(--sizes $S3 --batch 8192 --device cuda --warmup 5 --iters 10 --repeats 5)
 A="784-1024-1024-10 b256 fp32 eager"
 torch "$A" ref "${small[@]}" --precision fp32
 ours "$A" ours "${small[@]}" --precision fp32
-A="784-1024-1024-10 b256 fp32 graph"; B2="$A autotune"; C="$A concurrent"; D="$A own bias pass"
+A="784-1024-1024-10 b256 fp32 graph"; B2="$A autotune"; C="$A serial backward"; D="$A own bias pass"
 torch "$A|$B2|$C|$D" ref "${small[@]}" --precision fp32 --graph
 ours "$D" ours "${small[@]}" --precision fp32 --graph --gemm-floor --no-bias-epilogue
 ours "$A" ours "${small[@]}" --precision fp32 --graph --gemm-floor
 ours "$B2" ours "${small[@]}" --precision fp32 --graph --gemm-floor --autotune
-ours "$C" ours "${small[@]}" --precision fp32 --graph --gemm-floor --concurrent-backward
+ours "$C" ours "${small[@]}" --precision fp32 --graph --gemm-floor --serial-backward
 for p in fp32 tf32; do
   A="1024-2048x4-1024 b4096 $p"; B2="$A autotune"; C="$A own bias pass"; D="$A own bias pass autotune"
   torch "$A|$B2|$C|$D" ref "${mid[@]}" --precision $p

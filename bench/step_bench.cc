@@ -60,7 +60,7 @@ struct Args {
   double first_bucket_mb = 1.0;
   std::uint64_t seed = 0;
   bool autotune = false;
-  bool concurrent_backward = false;
+  bool serial_backward = false;
   bool gemm_floor = false;
   bool no_bias_epilogue = false;
   std::string optimizer = "sgd";
@@ -94,7 +94,7 @@ std::optional<Args> parse_args(int argc, char** argv, int* status) {
   app.add_option("--first-bucket-mb", a.first_bucket_mb, "DDP first bucket cap");
   app.add_option("--seed", a.seed);
   app.add_flag("--autotune", a.autotune, "time cuBLASLt's candidate algorithms per GEMM shape, keep the fastest");
-  app.add_flag("--concurrent-backward", a.concurrent_backward, "dx and dw GEMMs on two streams (default: one)");
+  app.add_flag("--serial-backward", a.serial_backward, "dx and dw GEMMs on one stream (default: two)");
   app.add_flag("--gemm-floor", a.gemm_floor, "also time the step's GEMMs alone (GPU)");
   app.add_flag("--no-bias-epilogue", a.no_bias_epilogue, "bias and ReLU by our kernel after the GEMM, not cuBLASLt's epilogue");
   app.add_flag("--recorder-ab", a.recorder_ab, "time the step with the flight recorder on and off, alternating repeats");
@@ -126,7 +126,7 @@ std::vector<std::int64_t> parse_sizes(const std::string& text) {
 GemmOptions apply_gemm_flags(const Args& a) {
   GemmOptions options = gemm_options();
   if (a.autotune) options.autotune = true;
-  if (a.concurrent_backward) options.concurrent_backward = true;
+  if (a.serial_backward) options.concurrent_backward = false;
   if (a.no_bias_epilogue) options.bias_epilogue = false;
   set_gemm_options(options);
   return options;

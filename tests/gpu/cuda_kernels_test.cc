@@ -411,7 +411,8 @@ TEST_F(CudaKernels, LinearForwardWithPartialProductsMatchesReference) {
     gpu::set_gemm_options(o);
     const std::string what = "parts=" + std::to_string(request);
     EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{128, 784, 512}), request == -1 ? 4 : 2) << what;
-    EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{256, 784, 1024}), 2) << what;
+    EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{256, 784, 1024}), request == -1 ? 1 : 2)
+        << what << ": 64 tiles take none by the rule";
     EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{37, 129, 67}), 1) << what << ": 67 columns";
     EXPECT_EQ(gpu::linear_forward_parts(DType::kBFloat16, LinearShape{128, 784, 512}), 1) << what;
     std::vector<LinearCase> cases = linear_cases(true);
@@ -445,7 +446,7 @@ TEST_F(CudaKernels, LinearPairForwardMatchesReference) {
   const PairCase cases[] = {
       {{128, 512, 512}, 10, 2, 4, 8, 8},    // the main job's last hidden layer and head
       {{37, 256, 96}, 32, 2, 4, 8, 4},      // partial rows, the widest narrow head; slices at least 64 deep
-      {{256, 1024, 1024}, 10, 2, 4, 8, 2},  // the big model: 64 tiles, so two slices
+      {{256, 1024, 1024}, 10, 2, 4, 8, 1},  // the big model: 64 tiles, none by the rule
       {{5, 100, 40}, 3, 1, 1, 1, 1},        // 100 is no multiple of 8: two Linears
   };
   const gpu::GemmOptions saved = gpu::gemm_options();
@@ -577,8 +578,9 @@ TEST_F(CudaKernels, LinearBackwardThroughAddsTheInputGradientsSlices) {
   const SliceCase cases[] = {
       {{128, 512, 512}, -1, 8},  // the main job's second hidden layer
       {{128, 512, 512}, 2, 2},   {{128, 512, 512}, 4, 4}, {{128, 512, 512}, 8, 8},
-      {{1000, 40, 264}, -1, 2},  // 264 is a multiple of 8 but not of 16
-      {{64, 96, 128}, -1, 2},    // slices at least 64 deep
+      {{1000, 40, 264}, 2, 2},   // 264 is a multiple of 8 but not of 16
+      {{1000, 40, 264}, -1, 1},  // so not 4 slices, and the rule takes no fewer
+      {{64, 96, 128}, 2, 2},     {{64, 96, 128}, -1, 1},  // by the rule slices are at least 64 deep
       {{37, 129, 67}, -1, 1},    // 129 columns: no 8-float rows, one GEMM
       {{128, 512, 10}, -1, 1},   // the narrow backward
   };

@@ -559,28 +559,35 @@ TEST_F(Gpu, MlpTrainingStepFloat32Autotuned) {
   mlp_steps(s(), MathMode::kFloat32, kF32);
 }
 
-// dx and dw on two streams is a schedule, not arithmetic: the gradients are bitwise those of one stream.
+// dx and dw on two streams is a schedule, not arithmetic: the gradients are bitwise those of one stream. On a
+// small model of plain GEMMs and on the main job's (whose backward takes partial products by default).
 TEST_F(Gpu, ConcurrentBackwardGivesTheBitsOfSerialBackward) {
-  const std::vector<std::int64_t> sizes{96, 80, 64, 10};
-  std::vector<std::vector<float>> grads;
-  for (bool concurrent : {false, true}) {
-    kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
-    o.concurrent_backward = concurrent;
-    GemmOptionsScope scope(o);
-    MLP model(sizes, Activation::kRelu, 3, Device::cuda(0), s());
-    ParameterStore& store = model.flatten_parameters(s());
-    Tensor x = Tensor::uniform({48, 96}, -1, 1, 60, 0, Device::cuda(0), s());
-    std::vector<std::int32_t> y(48);
-    for (int i = 0; i < 48; ++i) y[i] = i % 10;
-    model.zero_grad(s());
-    autograd::backward(ops::cross_entropy(model.forward(x, s()), Tensor::from_int32(y, {48}, Device::cuda(0), s()), s()),
-                       s());
-    grads.push_back(store.flat_grads().to_vector<float>(s()));
+  struct Case {
+    std::vector<std::int64_t> sizes;
+    std::int64_t batch;
+  };
+  for (const Case& c : {Case{{96, 80, 64, 10}, 48}, Case{{784, 512, 512, 10}, 128}}) {
+    const std::int64_t n = c.batch;
+    std::vector<std::vector<float>> grads;
+    for (bool concurrent : {false, true}) {
+      kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
+      o.concurrent_backward = concurrent;
+      GemmOptionsScope scope(o);
+      MLP model(c.sizes, Activation::kRelu, 3, Device::cuda(0), s());
+      ParameterStore& store = model.flatten_parameters(s());
+      Tensor x = Tensor::uniform({n, c.sizes[0]}, -1, 1, 60, 0, Device::cuda(0), s());
+      std::vector<std::int32_t> y(n);
+      for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<std::int32_t>(i % 10);
+      model.zero_grad(s());
+      autograd::backward(
+          ops::cross_entropy(model.forward(x, s()), Tensor::from_int32(y, {n}, Device::cuda(0), s()), s()), s());
+      grads.push_back(store.flat_grads().to_vector<float>(s()));
+    }
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < grads[0].size(); ++i) differing += std::memcmp(&grads[0][i], &grads[1][i], 4) != 0;
+    EXPECT_EQ(differing, 0u) << "sizes[1]=" << c.sizes[1];
   }
-  ASSERT_EQ(grads[0].size(), grads[1].size());
-  std::size_t differing = 0;
-  for (std::size_t i = 0; i < grads[0].size(); ++i) differing += std::memcmp(&grads[0][i], &grads[1][i], 4) != 0;
-  EXPECT_EQ(differing, 0u);
 }
 
 // Mixed precision on both devices: forward_bf16 (bf16 GEMMs, float32 logits and float32 gradients into the

@@ -28,33 +28,44 @@ class OptionsScope {
 constexpr DType kF32 = DType::kFloat32;
 constexpr DType kBF16 = DType::kBFloat16;
 
-TEST(PartialProducts, OffByDefault) {
+// By default the rule decides, in all three uses: the main job's step takes partial products, the big model's none.
+TEST(PartialProducts, TheRuleByDefault) {
   const GemmOptions defaults;
-  EXPECT_EQ(defaults.parts, 0);
-  EXPECT_FALSE(defaults.plain_layer_parts);
+  EXPECT_EQ(defaults.parts, -1);
+  EXPECT_TRUE(defaults.plain_layer_parts);
   OptionsScope scope(defaults.parts, defaults.plain_layer_parts);
+  EXPECT_EQ(linear_pair_parts(kF32, {128, 512, 512}, 10), 8);
+  EXPECT_EQ(input_gradient_parts(kF32, {128, 512, 512}), 8);
+  EXPECT_EQ(linear_forward_parts(kF32, {128, 784, 512}), 4);
+  EXPECT_EQ(linear_pair_parts(kF32, {256, 1024, 1024}, 10), 1);
+  EXPECT_EQ(linear_forward_parts(kF32, {256, 784, 1024}), 1);
+}
+
+TEST(PartialProducts, NoneWhenTurnedOff) {
+  OptionsScope scope(0);
   EXPECT_EQ(linear_pair_parts(kF32, {128, 512, 512}, 10), 1);
   EXPECT_EQ(input_gradient_parts(kF32, {128, 512, 512}), 1);
   EXPECT_EQ(linear_forward_parts(kF32, {128, 784, 512}), 1);
 }
 
-// The rule: the most slices (at most 8) that keep 64 x 64 tiles times slices within 128, each slice at least 64
-// deep and a whole number of 16-byte vectors.
+// The rule: the most slices (at most 8, at least 4) that keep 64 x 64 tiles times slices within 128, each slice
+// at least 64 deep and a whole number of 16-byte vectors.
 TEST(PartialProducts, RuleFillsAboutOneWave) {
   OptionsScope scope(-1);
-  // The pair: the main job (16 tiles: 8 slices of 64), the big model (64 tiles: 2), partial rows (2 tiles, but
-  // slices of 256 / 8 are too shallow: 4).
+  // The pair: the main job (16 tiles: 8 slices of 64), partial rows (2 tiles, but slices of 256 / 8 are too
+  // shallow: 4), the big model (64 tiles: already half a wave, so none).
   EXPECT_EQ(linear_pair_parts(kF32, {128, 512, 512}, 10), 8);
-  EXPECT_EQ(linear_pair_parts(kF32, {256, 1024, 1024}, 10), 2);
   EXPECT_EQ(linear_pair_parts(kF32, {37, 256, 96}, 32), 4);
-  // The input gradient of the main job's second hidden layer (K = its 512 outputs) and of a layer whose 264
-  // outputs are a multiple of 8 but not of 16.
+  EXPECT_EQ(linear_pair_parts(kF32, {256, 1024, 1024}, 10), 1);
+  // The input gradient of the main job's second hidden layer (K = its 512 outputs); a layer whose 264 outputs
+  // are a multiple of 8 but not of 16 (4 slices would not be 16-byte vectors, and 2 are too few); slices of
+  // 128 / 4 too shallow.
   EXPECT_EQ(input_gradient_parts(kF32, {128, 512, 512}), 8);
-  EXPECT_EQ(input_gradient_parts(kF32, {1000, 40, 264}), 2);
-  EXPECT_EQ(input_gradient_parts(kF32, {64, 96, 128}), 2);
-  // The main job's first hidden layer: 784 = 16 x 49, so 4 slices; the big model's: 64 tiles, 2.
+  EXPECT_EQ(input_gradient_parts(kF32, {1000, 40, 264}), 1);
+  EXPECT_EQ(input_gradient_parts(kF32, {64, 96, 128}), 1);
+  // The main job's first hidden layer: 784 = 16 x 49, so 4 slices; the big model's: 64 tiles, none.
   EXPECT_EQ(linear_forward_parts(kF32, {128, 784, 512}), 4);
-  EXPECT_EQ(linear_forward_parts(kF32, {256, 784, 1024}), 2);
+  EXPECT_EQ(linear_forward_parts(kF32, {256, 784, 1024}), 1);
   // Already a wave of tiles: none.
   EXPECT_EQ(linear_forward_parts(kF32, {1024, 784, 1024}), 1);
 }

@@ -7,11 +7,12 @@
 //     candidates (the idea of torch.backends.cudnn.benchmark) finds the fastest, but which one wins can change
 //     from run to run with noise, and different algorithms round differently: results stay correct but are no
 //     longer bitwise repeatable across runs. So it is opt-in.
-//   * concurrent backward: a Linear's dx and dw GEMMs are independent, and on two streams they could fill the
-//     GPU together where either alone leaves SMs idle. Measured, they do not: the GEMMs alone gain little,
-//     and a CUDA graph of the small main-job step is slower with the branches than serial (the split-K
-//     kernels of both GEMMs then compete for the SMs; bench/RESULTS.md). So it is off by default; the
-//     arithmetic is the same either way (each GEMM is the same call), kept for models where it wins.
+//   * concurrent backward: a Linear's dx and dw GEMMs are independent, and on two streams they fill the GPU
+//     together where either alone leaves SMs idle. On by default: with partial products (below) every step
+//     measured is faster with the branches. Without them it is not: cuBLASLt's split-K kernels of both GEMMs
+//     then compete for the SMs and the main job's small step is slower than serial (bench/RESULTS.md), so
+//     DDP_GEMM_PARTS=0 wants DDP_GEMM_CONCURRENT_BACKWARD=0 beside it. The arithmetic is the same either way
+//     (each GEMM is the same call).
 //   * narrow layers: a Linear of at most 32 outputs (a classifier's head) runs on our own one-launch kernels
 //     (narrow_linear.h) instead of cuBLASLt's split-K GEMMs and their reductions. On by default; the switch is
 //     for measuring one against the other.
@@ -21,9 +22,9 @@
 //     one batched GEMM that never splits K again, and the head's narrow kernel adds the slices (with the bias
 //     and the activation) as it reads its input: the reduction kernel goes. A backward's input gradient taken
 //     through the activation below it (linear_backward's `through`) does the same: its slices' parts are added
-//     by that activation's gradient pass. Off by default until it is measured
-//     on the GPU against cuBLASLt's own split (bench/step_ab.sh); the sums then run in slice order, so results
-//     stay bitwise repeatable.
+//     by that activation's gradient pass. On by default (the rule): measured
+//     on the GPU against cuBLASLt's own split with bench/step_ab.sh (bench/RESULTS.md); the sums run in slice
+//     order, so results stay bitwise repeatable.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +37,9 @@ struct GemmOptions {
   // DDP_GEMM_AUTOTUNE=1: on the first call of each GEMM configuration outside CUDA-graph capture, time up to
   // 16 of cuBLASLt's candidates on scratch outputs and keep the fastest (costs milliseconds per shape once).
   bool autotune = false;
-  // DDP_GEMM_CONCURRENT_BACKWARD=1 turns it on: dw on a second stream, forked from and joined back into the
+  // DDP_GEMM_CONCURRENT_BACKWARD=0 turns it off: dw on a second stream, forked from and joined back into the
   // caller's stream with events (also inside CUDA-graph capture).
-  bool concurrent_backward = false;
+  bool concurrent_backward = true;
   // DDP_GEMM_BIAS_EPILOGUE=0 turns it off: the forward GEMM without cuBLASLt's BIAS / RELU_BIAS epilogue, and
   // our vectorised bias+activation pass after it (for GEMM kernels that run their epilogue as a slow pass of
   // its own; see bench/RESULTS.md).
@@ -49,15 +50,15 @@ struct GemmOptions {
   // and, with autotune, the time of cuBLASLt's first choice against the fastest.
   bool log = false;
   // DDP_GEMM_PARTS: how many slices of K the pair forward's hidden layer (and an input gradient taken through
-  // an activation) is computed in. 0 (the default): none,
-  // cuBLASLt's own GEMM; -1: a rule from the shape (partial_product_count in linear.cu); n in [2, 8]: n slices
-  // where the shape allows it (K a multiple of n, slices 16-byte aligned).
-  int parts = 0;
-  // DDP_GEMM_PLAIN_PARTS=1 (with `parts`): also a wide float32 layer whose result none of our kernels reads (an
-  // MLP's first hidden layer) as partial products, added with the bias and the activation by our pass in place
-  // of cuBLASLt's reduction kernel (and its fused epilogue). A separate switch: there a kernel of ours replaces
-  // cuBLASLt's rather than one launch going, so whether it wins is a separate measurement.
-  bool plain_layer_parts = false;
+  // an activation) is computed in. -1 (the default): a rule from the shape (partial_product_count in linear.cu);
+  // 0: none, cuBLASLt's own GEMM; n in [2, 8]: n slices where the shape allows it (K a multiple of n, slices
+  // 16-byte aligned).
+  int parts = -1;
+  // DDP_GEMM_PLAIN_PARTS=0 turns it off. With `parts`, also a wide float32 layer whose result none of our
+  // kernels reads (an MLP's first hidden layer) as partial products, added with the bias and the activation by
+  // our pass in place of cuBLASLt's reduction kernel (and its fused epilogue). A separate switch: there a kernel
+  // of ours replaces cuBLASLt's rather than one launch going, so whether it wins is a separate measurement.
+  bool plain_layer_parts = true;
 };
 
 GemmOptions gemm_options();

@@ -497,13 +497,15 @@ void check_types(const LinearTypes& t, const char* what) {
 // 1 for none. Each slice must be a whole number of 16-byte vectors deep (the batch's operands stay aligned). The
 // rule (-1) takes the most slices, up to kMaxPartialProducts, that keep 64 x 64 output tiles times slices
 // within 128 (about one wave of an H100/H200's 132 SMs) and each slice at least 64 deep: what cuBLASLt's own
-// split of K aims at. It reads the shape only, never the device, so a run's arithmetic does not depend on the
-// GPU it lands on.
+// split of K aims at. Fewer than 4 slices are not worth it: a GEMM with that many tiles already half fills the
+// GPU, and the extra pass over the parts costs more than cuBLASLt's own split (bench/RESULTS.md: the big
+// model's step is slower with 2 or 4 slices). It reads the shape only, never the device, so a run's arithmetic
+// does not depend on the GPU it lands on.
 int partial_product_count(std::int64_t m, std::int64_t n, std::int64_t k, int requested) {
   auto allowed = [k](int parts) { return parts >= 2 && parts <= detail::kMaxPartialProducts && k % (4 * parts) == 0; };
   if (requested >= 0) return allowed(requested) ? requested : 1;
   const std::int64_t tiles = ((m + 63) / 64) * ((n + 63) / 64);
-  for (int parts = detail::kMaxPartialProducts; parts >= 2; parts /= 2) {
+  for (int parts = detail::kMaxPartialProducts; parts >= 4; parts /= 2) {
     if (allowed(parts) && tiles * parts <= 128 && k / parts >= 64) return parts;
   }
   return 1;
