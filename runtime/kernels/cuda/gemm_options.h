@@ -22,9 +22,9 @@
 //     one batched GEMM that never splits K again, and the head's narrow kernel adds the slices (with the bias
 //     and the activation) as it reads its input: the reduction kernel goes. A backward's input gradient taken
 //     through the activation below it (linear_backward's `through`) does the same: its slices' parts are added
-//     by that activation's gradient pass. On by default (the rule): measured
-//     on the GPU against cuBLASLt's own split with bench/step_ab.sh (bench/RESULTS.md); the sums run in slice
-//     order, so results stay bitwise repeatable.
+//     by that activation's gradient pass. On by default (the rule): measured on the GPU against cuBLASLt's own
+//     split with bench/step_ab.sh (bench/RESULTS.md); the sums run in slice order, so results stay bitwise
+//     repeatable.
 #pragma once
 
 #include <cstdint>
