@@ -10,9 +10,7 @@ namespace ddp::bench {
 double time_gemms_alone(const GemmFloorOptions& a, const std::vector<std::int64_t>& sizes, const Device& device,
                         const Stream& stream) {
   const bool bf16 = a.precision == "bf16";
-  const MathMode math = a.precision == "tf32"     ? MathMode::kTF32
-                        : a.precision == "tf32x3" ? MathMode::kTF32x3
-                                                  : MathMode::kFloat32;
+  const MathMode math = a.precision == "tf32" ? MathMode::kTF32 : MathMode::kFloat32;
   const DType in = bf16 ? DType::kBFloat16 : DType::kFloat32;
   // As the step: bf16 GEMMs write bf16 activations and logits and float32 weight gradients.
   const kernels::LinearTypes types(in, in, DType::kFloat32);

@@ -28,8 +28,6 @@ declare -A shape_args=(
   [big]="--sizes 784,1024,1024,10 --batch 256 --optimizer sgd"
   [b16]="--sizes 784,512,512,10 --batch 16 --optimizer adamw --ddp"
   [small_tf32]="--sizes 784,512,512,10 --batch 128 --optimizer adamw --ddp --precision tf32"
-  [small_tf32x3]="--sizes 784,512,512,10 --batch 128 --optimizer adamw --ddp --precision tf32x3"
-  [big_tf32x3]="--sizes 784,1024,1024,10 --batch 256 --optimizer sgd --precision tf32x3"
 )
 SHAPES=${SHAPES:-small big b16 small_tf32}
 for round in $(seq "$ROUNDS"); do

@@ -78,7 +78,7 @@ std::optional<Args> parse_args(int argc, char** argv, int* status) {
   app.add_option("--sizes", a.sizes, "layer sizes, comma separated");
   app.add_option("--batch", a.batch, "batch per rank");
   app.add_option("--device", a.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--precision", a.precision, "fp32 | tf32 | tf32x3 | bf16")->check(CLI::IsMember({"fp32", "tf32", "tf32x3", "bf16"}));
+  app.add_option("--precision", a.precision, "fp32 | tf32 | bf16")->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   app.add_option("--optimizer", a.optimizer, "sgd (momentum 0.9) | adamw")->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_flag("--ddp", a.ddp, "wrap the model in DistributedDataParallel (also at world size 1)");
   app.add_flag("--shard-optimizer", a.shard_optimizer, "with --ddp: shard the optimizer state over the ranks (ZeRO 1)");
@@ -165,7 +165,6 @@ class StepBench {
       : a_(a), session_(session), stream_(session.stream()),
         model_(sizes, Activation::kRelu, a.seed, session.device(), stream_) {
     if (a.precision == "tf32") model_.set_math_mode(MathMode::kTF32);
-    if (a.precision == "tf32x3") model_.set_math_mode(MathMode::kTF32x3);
     model_.flatten_parameters(stream_);
     if (a.ddp) {
       ddp_ = std::make_unique<DistributedDataParallel>(

@@ -154,9 +154,8 @@ Flags parse_flags(int argc, char** argv, int rank) {
       ->capture_default_str()->check(kNonNegativeNumber);
   app.add_option("--device", f.device, "auto, cpu or cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--precision", f.precision,
-                 "fp32, tf32 (GPU matmuls on TF32 tensor cores), tf32x3 (FP32 accuracy on TF32 tensor cores: each "
-                 "operand as two TF32 halves) or bf16 (bf16 GEMMs, FP32 master weights)")
-      ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "tf32x3", "bf16"}));
+                 "fp32, tf32 (GPU matmuls on TF32 tensor cores) or bf16 (bf16 GEMMs, FP32 master weights)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   app.add_option("--backend", f.backend, "nccl or mpi (default: nccl on CUDA, mpi on the CPU)")
       ->check(CLI::IsMember({"nccl", "mpi"}));
   app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket cap in MB")->capture_default_str()->check(kPositiveNumber);
@@ -347,7 +346,6 @@ class PrecisionModel {
  public:
   PrecisionModel(ddp::MLP& mlp, const std::string& precision) : mlp_(mlp), bf16_(precision == "bf16") {
     if (precision == "tf32") mlp_.set_math_mode(ddp::MathMode::kTF32);
-    if (precision == "tf32x3") mlp_.set_math_mode(ddp::MathMode::kTF32x3);
   }
   // After DistributedDataParallel has laid out the store (the copy follows that layout).
   void attach(ddp::Optimizer& optimizer, const ddp::Stream& stream) {

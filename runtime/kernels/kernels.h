@@ -23,11 +23,9 @@ namespace ddp {
 // torch.nn.GELU() by default. Public concepts, so they live in namespace ddp; the kernels use the same types.
 enum class Activation : std::uint8_t { kNone, kRelu, kGelu };
 
-// Matmul precision for float32 inputs on the GPU: FP32 on the SIMT units; TF32 tensor cores (10 mantissa bits
-// per operand); or kTF32x3, FP32 accuracy on TF32 tensor cores (each operand as a high and a low TF32 half and
-// three products of them, runtime/kernels/cuda/tf32x3.h), with errors of the order of FP32's. bf16 inputs always
+// Matmul precision for float32 inputs on the GPU: exact FP32, or TF32 tensor cores. bf16 inputs always
 // accumulate in FP32. Ignored on the CPU.
-enum class MathMode : std::uint8_t { kFloat32, kTF32, kTF32x3 };
+enum class MathMode : std::uint8_t { kFloat32, kTF32 };
 
 }  // namespace ddp
 

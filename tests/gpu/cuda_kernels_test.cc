@@ -4,8 +4,7 @@
 // bit for bit, and steady-state calls must not allocate device memory or break CUDA-graph capture.
 //
 // Tolerances (relative L2 error ‖got − ref‖ / ‖ref‖):
-//   float32 (MathMode::kFloat32, and kTF32x3: FP32 accuracy on TF32 tensor cores) 1e-5, float32 with TF32 tensor
-//   cores 5e-3, bfloat16 2e-2,
+//   float32 (MathMode::kFloat32) 1e-5, float32 with TF32 tensor cores 5e-3, bfloat16 2e-2,
 //   elementwise float32 kernels and optimizers 1e-6, losses 1e-5, sum_squares 1e-12; casts, fills and random
 //   numbers exact.
 #include <cuda_runtime.h>
@@ -14,12 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "runtime/kernels/counter_rng.h"
@@ -180,8 +177,6 @@ class CudaKernels : public ::testing::Test {
     if (stream_ != nullptr) DDP_CUDA_WARN(cudaStreamDestroy(stream_));
   }
   void sync() { DDP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-  // LinearAndOptimizerAreGraphCapturable in one math mode.
-  void linear_and_optimizer_graph_case(MathMode math);
   cudaStream_t stream_ = nullptr;
 };
 
@@ -208,10 +203,7 @@ double linear_tolerance(const LinearCase& c) {
 
 std::string describe(const LinearCase& c, Activation act, bool bias, bool accumulate) {
   auto name = [](DType t) { return t == DType::kBFloat16 ? "bf16" : "fp32"; };
-  return std::string(c.dtype == DType::kBFloat16         ? "bf16"
-                     : c.math == MathMode::kTF32           ? "tf32"
-                     : c.math == MathMode::kTF32x3         ? "tf32x3"
-                                                          : "fp32") +
+  return std::string(c.dtype == DType::kBFloat16 ? "bf16" : c.math == MathMode::kTF32 ? "tf32" : "fp32") +
          (c.out_type() != c.dtype || c.grad_type() != c.dtype
               ? std::string(" out=") + name(c.out_type()) + " grad=" + name(c.grad_type())
               : std::string()) +
@@ -235,7 +227,6 @@ std::vector<LinearCase> linear_cases(bool include_large) {
   for (const auto& s : shapes) {
     cases.push_back({DType::kFloat32, MathMode::kFloat32, s});
     cases.push_back({DType::kFloat32, MathMode::kTF32, s});
-    cases.push_back({DType::kFloat32, MathMode::kTF32x3, s});
     cases.push_back({DType::kBFloat16, MathMode::kFloat32, s});
     // linear_mixed's two shapes: float32 gradients for the FP32 masters, with a bf16 or a float32 output.
     cases.push_back({DType::kBFloat16, MathMode::kFloat32, s, DType::kBFloat16, DType::kFloat32});
@@ -490,7 +481,7 @@ TEST_F(CudaKernels, LinearPairForwardMatchesReference) {
       EXPECT_EQ(gpu::linear_pair_parts(DType::kFloat32, c.first, O), expected)
           << "batch=" << B << " in=" << I << " hidden=" << H << " parts=" << request;
       EXPECT_EQ(gpu::linear_pair_parts(DType::kBFloat16, c.first, O), 1) << "bfloat16 takes no partial products";
-      for (MathMode math : {MathMode::kFloat32, MathMode::kTF32, MathMode::kTF32x3}) {
+      for (MathMode math : {MathMode::kFloat32, MathMode::kTF32}) {
         for (Activation act : kActivations) {
           for (bool with_bias : {false, true}) {
             std::vector<std::vector<float>> runs;
@@ -522,10 +513,7 @@ TEST_F(CudaKernels, LinearPairForwardMatchesReference) {
               }
             }
             const double tol = math == MathMode::kTF32 ? 5e-3 : 1e-5;
-            const std::string what = std::string(math == MathMode::kTF32     ? "tf32"
-                                                 : math == MathMode::kTF32x3 ? "tf32x3"
-                                                                             : "fp32") +
-                                     " batch=" +
+            const std::string what = std::string(math == MathMode::kTF32 ? "tf32" : "fp32") + " batch=" +
                                      std::to_string(B) + " in=" + std::to_string(I) + " hidden=" +
                                      std::to_string(H) + " out=" + std::to_string(O) + " act=" + act_name(act) +
                                      (with_bias ? " bias" : " no-bias") + " parts=" + std::to_string(request);
@@ -630,69 +618,6 @@ TEST_F(CudaKernels, LinearBackwardWithoutDx) {
   for (Activation act : kActivations) run_linear_backward_case(c, act, true, false, false, stream_);
 }
 
-// kTF32x3 gives FP32's accuracy, not TF32's: against a double reference its relative error in the forward, dx and
-// dw stays within a small multiple of the SIMT FP32 GEMM's (the split drops terms of the order of one FP32
-// rounding), while TF32's is hundreds of times larger. The main job's big layer (the vectorised split), an odd
-// shape (the scalar split) and views one float off alignment (the scalar split on unaligned operands).
-TEST_F(CudaKernels, Tf32x3HasTheAccuracyOfFp32) {
-  struct Shape {
-    LinearShape s;
-    std::int64_t offset;  // floats each operand starts after an aligned allocation
-  };
-  for (const Shape& c : {Shape{{256, 1024, 1024}, 0}, Shape{{37, 129, 67}, 0}, Shape{{64, 96, 128}, 1}}) {
-    const std::int64_t B = c.s.batch, I = c.s.in, O = c.s.out, off = c.offset;
-    const std::vector<float> xh = random_nonzero(B * I, 71), dyh = random_nonzero(B * O, 73);
-    const std::vector<float> wh = random_nonzero(O * I, 72, 1.0f / std::sqrt(static_cast<float>(I)));
-    DeviceBuffer x((B * I + off) * 4), w((O * I + off) * 4), dy((B * O + off) * 4);
-    DeviceBuffer y((B * O + off) * 4), dx((B * I + off) * 4), dw((O * I + off) * 4);
-    DDP_CUDA_CHECK(cudaMemcpy(x.get<float>() + off, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
-    DDP_CUDA_CHECK(cudaMemcpy(w.get<float>() + off, wh.data(), wh.size() * 4, cudaMemcpyHostToDevice));
-    DDP_CUDA_CHECK(cudaMemcpy(dy.get<float>() + off, dyh.data(), dyh.size() * 4, cudaMemcpyHostToDevice));
-    std::vector<double> y_ref(B * O, 0.0), dx_ref(B * I, 0.0), dw_ref(O * I, 0.0);
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t o = 0; o < O; ++o) {
-        double sum = 0.0;
-        for (std::int64_t i = 0; i < I; ++i) sum += static_cast<double>(xh[b * I + i]) * wh[o * I + i];
-        y_ref[b * O + o] = sum;
-        const double g = dyh[b * O + o];
-        for (std::int64_t i = 0; i < I; ++i) {
-          dx_ref[b * I + i] += g * wh[o * I + i];
-          dw_ref[o * I + i] += g * xh[b * I + i];
-        }
-      }
-    auto fetch = [](const DeviceBuffer& d, std::int64_t n, std::int64_t offset) {
-      std::vector<float> f(n);
-      DDP_CUDA_CHECK(cudaMemcpy(f.data(), d.get<float>() + offset, n * 4, cudaMemcpyDeviceToHost));
-      return std::vector<double>(f.begin(), f.end());
-    };
-    struct Errors {
-      double y, dx, dw;
-    };
-    auto errors = [&](MathMode math) {
-      for (const DeviceBuffer* d : {&y, &dx, &dw}) d->poison();
-      gpu::linear_forward(DType::kFloat32, math, c.s, x.get<float>() + off, w.get<float>() + off, nullptr,
-                          Activation::kNone, y.get<float>() + off, nullptr, stream_);
-      gpu::linear_backward(DType::kFloat32, math, c.s, dy.get<float>() + off, x.get<float>() + off,
-                           w.get<float>() + off, nullptr, nullptr, Activation::kNone, dx.get<float>() + off,
-                           dw.get<float>() + off, nullptr, false, nullptr, stream_);
-      sync();
-      return Errors{rel_l2(fetch(y, B * O, off), y_ref), rel_l2(fetch(dx, B * I, off), dx_ref),
-                    rel_l2(fetch(dw, O * I, off), dw_ref)};
-    };
-    const Errors fp32 = errors(MathMode::kFloat32), tf32 = errors(MathMode::kTF32), x3 = errors(MathMode::kTF32x3);
-    const std::string what = "batch=" + std::to_string(B) + " in=" + std::to_string(I) + " out=" + std::to_string(O) +
-                             " offset=" + std::to_string(off);
-    std::printf("relative L2 error %s: y fp32 %.3g tf32x3 %.3g tf32 %.3g | dx %.3g %.3g %.3g | dw %.3g %.3g %.3g\n",
-                what.c_str(), fp32.y, x3.y, tf32.y, fp32.dx, x3.dx, tf32.dx, fp32.dw, x3.dw, tf32.dw);
-    for (const auto& [name, f, t, e] : {std::tuple{"y", fp32.y, tf32.y, x3.y}, std::tuple{"dx", fp32.dx, tf32.dx, x3.dx},
-                                        std::tuple{"dw", fp32.dw, tf32.dw, x3.dw}}) {
-      EXPECT_LT(e, 8.0 * f + 1e-8) << name << ": tf32x3 against fp32, " << what;
-      EXPECT_LT(e, 1e-6) << name << ", " << what;
-      EXPECT_GT(t, 30.0 * e) << name << ": tf32 against tf32x3 (the test tells the two apart), " << what;
-    }
-  }
-}
-
 // Views into a flat parameter buffer are not 256-byte aligned; cuBLASLt must be told, not assume it.
 TEST_F(CudaKernels, LinearForwardOnMisalignedViews) {
   // A wide layer (cuBLASLt) and a narrow one (narrow_linear.h, whose four-wide loads need aligned rows).
@@ -761,15 +686,14 @@ TEST_F(CudaKernels, LinearSteadyStateDoesNotAllocate) {
     DeviceBuffer dx(s.batch * s.in * es), dw(s.out * s.in * es), db(s.out * es);
     for (DeviceBuffer* buf : {&x, &w, &b, &dy}) DDP_CUDA_CHECK(cudaMemset(buf->get(), 0, buf->bytes()));
     auto iteration = [&](int i) {
-      for (MathMode math : {MathMode::kTF32, MathMode::kTF32x3})
-        for (Activation act : kActivations) {
-          gpu::linear_forward(dtype, math, s, x.get(), w.get(), b.get(), act, y.get(),
-                              act == Activation::kGelu ? pre.get() : nullptr, stream_);
-          gpu::linear_backward(dtype, math, s, dy.get(), x.get(), w.get(), y.get(), pre.get(), act, dx.get(),
-                               dw.get(), db.get(), i % 2 == 1, dz.get(), stream_);
-        }
+      for (Activation act : kActivations) {
+        gpu::linear_forward(dtype, MathMode::kTF32, s, x.get(), w.get(), b.get(), act, y.get(),
+                            act == Activation::kGelu ? pre.get() : nullptr, stream_);
+        gpu::linear_backward(dtype, MathMode::kTF32, s, dy.get(), x.get(), w.get(), y.get(), pre.get(), act,
+                             dx.get(), dw.get(), db.get(), i % 2 == 1, dz.get(), stream_);
+      }
     };
-    // Warm-up: the handle, the stream's workspace and operand scratch and every GEMM plan are created here.
+    // Warm-up: the handle, the stream's workspace and every GEMM plan are created here.
     iteration(0);
     iteration(1);
     sync();
@@ -785,13 +709,6 @@ TEST_F(CudaKernels, LinearSteadyStateDoesNotAllocate) {
 // The whole forward/backward/update sequence can be captured into a CUDA graph and replayed, giving the same
 // numbers as running it eagerly.
 TEST_F(CudaKernels, LinearAndOptimizerAreGraphCapturable) {
-  for (MathMode math : {MathMode::kFloat32, MathMode::kTF32x3}) {
-    SCOPED_TRACE(math == MathMode::kTF32x3 ? "tf32x3" : "fp32");
-    linear_and_optimizer_graph_case(math);
-  }
-}
-
-void CudaKernels::linear_and_optimizer_graph_case(MathMode math) {
   const LinearShape s{37, 129, 67};
   const std::int64_t B = s.batch, I = s.in, O = s.out;
   TypedBuffer x(DType::kFloat32, B * I), w(DType::kFloat32, O * I), b(DType::kFloat32, O);
@@ -807,12 +724,12 @@ void CudaKernels::linear_and_optimizer_graph_case(MathMode math) {
     b.set(random_nonzero(O, 3));
   };
   auto step = [&] {
-    gpu::linear_forward(DType::kFloat32, math, s, x.device.get(), w.device.get(),
+    gpu::linear_forward(DType::kFloat32, MathMode::kFloat32, s, x.device.get(), w.device.get(),
                         b.device.get(), Activation::kRelu, y.device.get(), nullptr, stream_);
     gpu::softmax_cross_entropy(DType::kFloat32, y.device.get<float>(), labels.get<std::int32_t>(), B, O,
                                loss.get<float>(),
                                dlogits.get<float>(), stream_);
-    gpu::linear_backward(DType::kFloat32, math, s, dlogits.get(), x.device.get(),
+    gpu::linear_backward(DType::kFloat32, MathMode::kFloat32, s, dlogits.get(), x.device.get(),
                          w.device.get(), y.device.get(), nullptr, Activation::kRelu, dx.device.get(),
                          dw.device.get(), db.device.get(), false, dz.device.get(), stream_);
     gpu::sum_squares(dw.device.get<float>(), O * I, norm.get<double>(), stream_);

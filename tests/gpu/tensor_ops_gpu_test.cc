@@ -288,7 +288,7 @@ void linear_case(Gpu& t, const Stream& s, DType dtype, MathMode math, Activation
   Tensor x = cpu_leaf({B, I}, 1, dtype), w = cpu_leaf({O, I}, 2, dtype), b = cpu_leaf({O}, 3, dtype);
   Tensor gx = x.copy_to(Device::cuda(0), s), gw = w.copy_to(Device::cuda(0), s), gb = b.copy_to(Device::cuda(0), s);
   for (Tensor* g : {&gx, &gw, &gb}) g->set_requires_grad(true);
-  const std::string what = std::string(dtype_name(dtype)) + (math == MathMode::kTF32 ? "/tf32" : math == MathMode::kTF32x3 ? "/tf32x3" : "") + " act " +
+  const std::string what = std::string(dtype_name(dtype)) + (math == MathMode::kTF32 ? "/tf32" : "") + " act " +
                            std::to_string(static_cast<int>(act));
   // Loss: mse against zeros on a float32 copy, so the upstream gradient is 2y/n on both sides.
   Tensor yc = ops::linear(x, w, b, act, cpu_stream(), math);
@@ -319,11 +319,6 @@ TEST_F(Gpu, LinearFloat32) {
 TEST_F(Gpu, LinearTF32) {
   for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu})
     linear_case(*this, s(), DType::kFloat32, MathMode::kTF32, act, kTF32);
-}
-// FP32 accuracy on TF32 tensor cores: the FP32 bound against the CPU.
-TEST_F(Gpu, LinearTF32x3) {
-  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu})
-    linear_case(*this, s(), DType::kFloat32, MathMode::kTF32x3, act, kF32);
 }
 TEST_F(Gpu, LinearBfloat16Forward) {
   for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu})
@@ -521,7 +516,6 @@ void mlp_steps(const Stream& s, MathMode math, Bound bound) {
 
 TEST_F(Gpu, MlpTrainingStepFloat32) { mlp_steps(s(), MathMode::kFloat32, kF32); }
 TEST_F(Gpu, MlpTrainingStepTF32) { mlp_steps(s(), MathMode::kTF32, kTF32); }
-TEST_F(Gpu, MlpTrainingStepTF32x3) { mlp_steps(s(), MathMode::kTF32x3, kF32); }
 
 // clip_grad_norm on the GPU against the CPU after the same backward: the whole-buffer path, then the per-slot
 // path (one gradient made stale by a lazy zero_grad, so it neither counts nor changes).

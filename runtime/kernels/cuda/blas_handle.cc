@@ -6,7 +6,6 @@
 
 #include <map>
 #include <mutex>
-#include <string>
 #include <utility>
 
 #include "runtime/core/check.h"
@@ -18,8 +17,6 @@ namespace {
 struct StreamBuffers {
   void* workspace = nullptr;
   void* scratch = nullptr;
-  void* operands = nullptr;  // operand_scratch: grown on demand
-  std::size_t operand_bytes = 0;
 };
 
 std::mutex& registry_mutex() {
@@ -77,27 +74,6 @@ void* reduction_scratch(cudaStream_t stream) {
   const int device = current_device();
   std::lock_guard<std::mutex> lock(registry_mutex());
   return buffers_for(device, stream).scratch;
-}
-
-void* operand_scratch(cudaStream_t stream, std::size_t bytes) {
-  const int device = current_device();
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  StreamBuffers& b = buffers_for(device, stream);
-  if (b.operand_bytes >= bytes) return b.operands;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  DDP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  DDP_CHECK(capture == cudaStreamCaptureStatusNone,
-            "a GEMM needs " + std::to_string(bytes) + " bytes of operand scratch while its stream is captured into "
-            "a CUDA graph (the scratch holds " + std::to_string(b.operand_bytes) +
-            "); run the step once eagerly before capturing it");
-  // The old buffer may still be read by work queued on the stream.
-  DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (b.operands != nullptr) DDP_CUDA_CHECK(cudaFree(b.operands));
-  b.operands = nullptr;
-  b.operand_bytes = 0;
-  DDP_CUDA_CHECK(cudaMalloc(&b.operands, bytes));
-  b.operand_bytes = bytes;
-  return b.operands;
 }
 
 }  // namespace ddp::kernels::cuda

@@ -35,12 +35,6 @@ BlasContext blas_context(cudaStream_t stream);
 // kReductionScratchBytes of device memory bound to (current device, `stream`), 256-byte aligned.
 void* reduction_scratch(cudaStream_t stream);
 
-// At least `bytes` of device memory bound to (current device, `stream`), 256-byte aligned, for operands a kernel
-// rewrites before a GEMM reads them (the TF32 halves of tf32x3.h). It grows when a larger GEMM first asks, which
-// allocates and so waits for the stream: not allowed while the stream is captured into a CUDA graph (an eager
-// step of the same shapes before the capture, as every graphed loop here runs, has grown it already).
-void* operand_scratch(cudaStream_t stream, std::size_t bytes);
-
 // The counters at the end of that scratch (kReductionCounterBytes / 4 of them, zero between kernels).
 inline unsigned int* reduction_counters(cudaStream_t stream) {
   return reinterpret_cast<unsigned int*>(static_cast<char*>(reduction_scratch(stream)) + kReductionScratchBytes -

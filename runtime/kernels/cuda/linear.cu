@@ -26,9 +26,6 @@
 //   * Layers of at most 32 outputs (a classifier's head) skip cuBLASLt: narrow_linear.h's one-launch kernels do
 //     their forward and their whole backward, where cuBLASLt would split K over few output tiles and add the
 //     parts in extra kernels.
-//   * MathMode::kTF32x3 (FP32 accuracy on TF32 tensor cores, tf32x3.h) splits both operands of a float32 GEMM
-//     in one launch and runs one TF32 GEMM over three times the depth; a batch of partial products is not taken
-//     in that mode (its slices would each need their own split), so those layers run as whole GEMMs.
 //   * Algorithm choice and scheduling follow GemmOptions (gemm_options.h): cuBLASLt's first heuristic or, with
 //     autotune, the fastest of its candidates timed once per configuration; dx and dw of one backward on two
 //     streams so that small GEMMs fill the GPU together.
@@ -53,7 +50,6 @@
 #include "runtime/kernels/cuda/blas_handle.h"
 #include "runtime/kernels/cuda/gemm_options.h"
 #include "runtime/kernels/cuda/narrow_linear.h"
-#include "runtime/kernels/cuda/tf32x3.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 #include "runtime/kernels/cuda/cublas_check.h"
@@ -400,40 +396,7 @@ struct GemmBatch {
 bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
           std::int64_t n, std::int64_t k, const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
           float beta, void* d, std::int64_t ldd, cublasLtEpilogue_t epilogue, const void* bias,
-          cudaStream_t stream, const GemmBatch* batch = nullptr);
-
-// gemm() in MathMode::kTF32x3 (tf32x3.h): both operands split into the pieces of their TF32 halves in the stream's
-// operand scratch, then one TF32 GEMM three times as deep.
-bool gemm_tf32x3(GemmTypes types, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
-                 std::int64_t n, std::int64_t k, const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
-                 float beta, void* d, std::int64_t ldd, cublasLtEpilogue_t epilogue, const void* bias,
-                 cudaStream_t stream) {
-  const bool ta = transa != CUBLAS_OP_N;
-  const bool tb = transb != CUBLAS_OP_N;
-  // A's pieces first, B's after them on a 256-byte boundary.
-  const std::int64_t a_floats = (3 * m * k + 63) / 64 * 64;
-  float* pieces = static_cast<float*>(
-      operand_scratch(stream, static_cast<std::size_t>(a_floats + 3 * k * n) * sizeof(float)));
-  // op(A) is [m, k]: stored [k, m] (K along its rows) when transposed. op(B) is [k, n]: stored [n, k] when
-  // transposed (K along its columns).
-  const detail::SplitOperand split_a{static_cast<const float*>(a), ta ? k : m, ta ? m : k, lda, ta,
-                                     detail::kPiecesOfA, pieces};
-  const detail::SplitOperand split_b{static_cast<const float*>(b), tb ? n : k, tb ? k : n, ldb, !tb,
-                                     detail::kPiecesOfB, pieces + a_floats};
-  detail::split_for_tf32x3(split_a, split_b, stream);
-  return gemm(types, MathMode::kTF32, transa, transb, m, n, 3 * k, split_a.dst, ta ? 3 * k : m, split_b.dst,
-              tb ? n : 3 * k, beta, d, ldd, epilogue, bias, stream);
-}
-
-bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
-          std::int64_t n, std::int64_t k, const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
-          float beta, void* d, std::int64_t ldd, cublasLtEpilogue_t epilogue, const void* bias,
-          cudaStream_t stream, const GemmBatch* batch) {
-  if (math == MathMode::kTF32x3 && types.ab == DType::kFloat32) {
-    // A batch's products are slices of K already (partial products); the halves run as whole GEMMs only.
-    if (batch != nullptr) return false;
-    return gemm_tf32x3(types, transa, transb, m, n, k, a, lda, b, ldb, beta, d, ldd, epilogue, bias, stream);
-  }
+          cudaStream_t stream, const GemmBatch* batch = nullptr) {
   BlasContext ctx = blas_context(stream);
   if (batch != nullptr) ctx.workspace_bytes /= 2;
   GemmKey key;
