@@ -36,6 +36,25 @@ constexpr int kTile = 64;
 constexpr int kDepth = 16;
 constexpr int kThreads = 256;
 
+// One operand's tile into shared memory: tile[kk][r] = element (r0 + r, k0 + kk), stored at p[row + k·ld] (rows
+// contiguous) or p[k + row·ld] (`kDepthContiguous`); zero outside rows [0, rows) and depths [k0, k_end). The
+// threads run along the contiguous direction, so the loads coalesce.
+template <bool kDepthContiguous>
+__device__ __forceinline__ void load_tile(const float* __restrict__ p, int ld, int rows, int r0, int k0, int k_end,
+                                          float (&tile)[kDepth][kTile]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int pass = 0; pass < 4; ++pass) {
+    const int kk = kDepthContiguous ? tid % kDepth : tid / kTile + 4 * pass;
+    const int r = kDepthContiguous ? tid / kDepth + 16 * pass : tid % kTile;
+    const int row = r0 + r, depth = k0 + kk;
+    float v = 0.0f;
+    if (row < rows && depth < k_end)
+      v = kDepthContiguous ? p[depth + static_cast<long>(row) * ld] : p[row + static_cast<long>(depth) * ld];
+    tile[kk][r] = v;
+  }
+}
+
 // Column-major C[m, n] (or part `blockIdx.z` of it) = op(A)[m, k-range] · op(B)[k-range, n]. op(A)(i, k) is
 // A[i + k·lda] (N) or A[k + i·lda] (T); op(B)(k, j) is B[k + j·ldb] (N) or B[j + k·ldb] (T).
 template <bool kTransA, bool kTransB>
@@ -44,39 +63,13 @@ __global__ void __launch_bounds__(kThreads) tiled_sgemm(int m, int n, int k, int
                                                         float* __restrict__ c) {
   __shared__ __align__(16) float as[kDepth][kTile];
   __shared__ __align__(16) float bs[kDepth][kTile];
-  const int tid = threadIdx.x;
   const int i0 = blockIdx.x * kTile, j0 = blockIdx.y * kTile;
   const int k_begin = blockIdx.z * chunk, k_end = min(k, k_begin + chunk);
-  const int tx = tid % 16, ty = tid / 16;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][4] = {};
   for (int k0 = k_begin; k0 < k_end; k0 += kDepth) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      int kk, i;
-      if (kTransA) {
-        kk = tid % kDepth;
-        i = tid / kDepth + 16 * r;
-      } else {
-        i = tid % kTile;
-        kk = tid / kTile + 4 * r;
-      }
-      const int gi = i0 + i, gk = k0 + kk;
-      float v = 0.0f;
-      if (gi < m && gk < k_end) v = kTransA ? a[gk + static_cast<long>(gi) * lda] : a[gi + static_cast<long>(gk) * lda];
-      as[kk][i] = v;
-      int j;
-      if (kTransB) {
-        j = tid % kTile;
-        kk = tid / kTile + 4 * r;
-      } else {
-        kk = tid % kDepth;
-        j = tid / kDepth + 16 * r;
-      }
-      const int gj = j0 + j, gk2 = k0 + kk;
-      float w = 0.0f;
-      if (gj < n && gk2 < k_end) w = kTransB ? b[gj + static_cast<long>(gk2) * ldb] : b[gk2 + static_cast<long>(gj) * ldb];
-      bs[kk][j] = w;
-    }
+    load_tile<kTransA>(a, lda, m, i0, k0, k_end, as);
+    load_tile<!kTransB>(b, ldb, n, j0, k0, k_end, bs);
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kDepth; ++kk) {
