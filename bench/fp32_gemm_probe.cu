@@ -10,27 +10,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <exception>
 #include <vector>
 
-namespace {
+#include "bench/timing.h"
+#include "runtime/core/check.h"
+#include "runtime/kernels/cuda/cublas_check.h"
 
-#define CHECK_CUDA(x)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));      \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-#define CHECK_CUBLAS(x)                                                                    \
-  do {                                                                                     \
-    cublasStatus_t st_ = (x);                                                              \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                    \
-      std::fprintf(stderr, "%s:%d: cuBLAS status %d\n", __FILE__, __LINE__, static_cast<int>(st_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+namespace ddp::bench {
+namespace {
 
 constexpr int kTile = 64;
 constexpr int kDepth = 16;
@@ -111,44 +99,32 @@ struct Shape {
   const char* name;
   bool ta, tb;
   int m, n, k;
+  int lda() const { return ta ? k : m; }
+  int ldb() const { return tb ? n : k; }
 };
 
+using Kernel = void (*)(int, int, int, int, const float*, int, const float*, int, float*);
+// tiled_sgemm for each [transposed A][transposed B].
+constexpr Kernel kKernels[2][2] = {{tiled_sgemm<false, false>, tiled_sgemm<false, true>},
+                                   {tiled_sgemm<true, false>, tiled_sgemm<true, true>}};
+
 void ours(const Shape& s, int split, const float* a, const float* b, float* parts, float* c, cudaStream_t stream) {
-  const int lda = s.ta ? s.k : s.m, ldb = s.tb ? s.n : s.k;
   const int chunk = ((s.k + split - 1) / split + kDepth - 1) / kDepth * kDepth;
   const dim3 grid((s.m + kTile - 1) / kTile, (s.n + kTile - 1) / kTile, split);
-  float* out = split == 1 ? c : parts;
-  if (s.ta && !s.tb) tiled_sgemm<true, false><<<grid, kThreads, 0, stream>>>(s.m, s.n, s.k, chunk, a, lda, b, ldb, out);
-  if (!s.ta && !s.tb) tiled_sgemm<false, false><<<grid, kThreads, 0, stream>>>(s.m, s.n, s.k, chunk, a, lda, b, ldb, out);
-  if (!s.ta && s.tb) tiled_sgemm<false, true><<<grid, kThreads, 0, stream>>>(s.m, s.n, s.k, chunk, a, lda, b, ldb, out);
-  if (s.ta && s.tb) tiled_sgemm<true, true><<<grid, kThreads, 0, stream>>>(s.m, s.n, s.k, chunk, a, lda, b, ldb, out);
+  kKernels[s.ta][s.tb]<<<grid, kThreads, 0, stream>>>(s.m, s.n, s.k, chunk, a, s.lda(), b, s.ldb(),
+                                                       split == 1 ? c : parts);
   if (split > 1) add_parts<<<264, 256, 0, stream>>>(parts, split, static_cast<long>(s.m) * s.n, c);
 }
 
-template <typename F>
-float time_us(F&& f, int iters, cudaStream_t stream) {
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < 10; ++i) f();
-  float best = 1e30f;
-  for (int r = 0; r < 5; ++r) {
-    CHECK_CUDA(cudaEventRecord(start, stream));
-    for (int i = 0; i < iters; ++i) f();
-    CHECK_CUDA(cudaEventRecord(stop, stream));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    best = std::min(best, ms * 1000.0f / iters);
-  }
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
-  return best;
+// The best of five timings of `iters` calls, after ten calls of warm-up.
+float best_time_us(const std::function<void()>& work, int iters, const Stream& stream) {
+  for (int i = 0; i < 10; ++i) work();
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) best = std::min(best, time_per_call_us(work, iters, stream));
+  return static_cast<float>(best);
 }
 
-}  // namespace
-
-int main() {
+void run() {
   // The big model's wide GEMMs as linear.cu states them (column-major): the forwards of its two hidden layers,
   // the second layer's dw and dx, the first layer's dw.
   const std::vector<Shape> shapes = {{"forward 784->1024", true, false, 1024, 256, 784},
@@ -156,47 +132,48 @@ int main() {
                                      {"dw 1024x1024", false, true, 1024, 1024, 256},
                                      {"dx 1024->1024", false, false, 1024, 256, 1024},
                                      {"dw 1024x784", false, true, 784, 1024, 256}};
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
+  const Stream owned = Stream::create(Device::cuda(0));
+  cudaStream_t stream = owned.handle();
   cublasHandle_t handle;
-  CHECK_CUBLAS(cublasCreate(&handle));
-  CHECK_CUBLAS(cublasSetStream(handle, stream));
-  CHECK_CUBLAS(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));  // FP32 on the SIMT units, no TF32
+  DDP_CUBLAS_CHECK(cublasCreate(&handle));
+  DDP_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  DDP_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));  // FP32 on the SIMT units, no TF32
   const long most = 1024L * 1024L;
   float *a, *b, *c_ref, *c, *parts;
-  CHECK_CUDA(cudaMalloc(&a, most * 4));
-  CHECK_CUDA(cudaMalloc(&b, most * 4));
-  CHECK_CUDA(cudaMalloc(&c_ref, most * 4));
-  CHECK_CUDA(cudaMalloc(&c, most * 4));
-  CHECK_CUDA(cudaMalloc(&parts, 16 * most * 4));
+  DDP_CUDA_CHECK(cudaMalloc(&a, most * 4));
+  DDP_CUDA_CHECK(cudaMalloc(&b, most * 4));
+  DDP_CUDA_CHECK(cudaMalloc(&c_ref, most * 4));
+  DDP_CUDA_CHECK(cudaMalloc(&c, most * 4));
+  DDP_CUDA_CHECK(cudaMalloc(&parts, 16 * most * 4));
   std::vector<float> host(most);
   for (long i = 0; i < most; ++i) host[i] = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
-  CHECK_CUDA(cudaMemcpy(a, host.data(), most * 4, cudaMemcpyHostToDevice));
+  DDP_CUDA_CHECK(cudaMemcpy(a, host.data(), most * 4, cudaMemcpyHostToDevice));
   for (long i = 0; i < most; ++i) host[i] = static_cast<float>((i * 40503u + 7) % 1999) / 999.5f - 1.0f;
-  CHECK_CUDA(cudaMemcpy(b, host.data(), most * 4, cudaMemcpyHostToDevice));
+  DDP_CUDA_CHECK(cudaMemcpy(b, host.data(), most * 4, cudaMemcpyHostToDevice));
+  // A pageable upload may still be in flight when cudaMemcpy returns, and `stream` is non-blocking: wait for it.
+  DDP_CUDA_CHECK(cudaDeviceSynchronize());
   float total_ref = 0.0f, total_ours = 0.0f;
   for (const Shape& s : shapes) {
-    const int lda = s.ta ? s.k : s.m, ldb = s.tb ? s.n : s.k;
     const float one = 1.0f, zero = 0.0f;
     auto reference = [&] {
-      CHECK_CUBLAS(cublasSgemm(handle, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, s.tb ? CUBLAS_OP_T : CUBLAS_OP_N, s.m, s.n,
-                               s.k, &one, a, lda, b, ldb, &zero, c_ref, s.m));
+      DDP_CUBLAS_CHECK(cublasSgemm(handle, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, s.tb ? CUBLAS_OP_T : CUBLAS_OP_N, s.m,
+                                   s.n, s.k, &one, a, s.lda(), b, s.ldb(), &zero, c_ref, s.m));
     };
-    const float t_ref = time_us(reference, 200, stream);
+    const float t_ref = best_time_us(reference, 200, owned);
     const int tiles = ((s.m + kTile - 1) / kTile) * ((s.n + kTile - 1) / kTile);
     float best = 1e30f;
     int best_split = 1;
     for (int split : {1, 2, 4, 8}) {
       if (tiles * split > 4 * 132 || s.k / split < kDepth) continue;
-      const float t = time_us([&] { ours(s, split, a, b, parts, c, stream); }, 200, stream);
+      const float t = best_time_us([&] { ours(s, split, a, b, parts, c, stream); }, 200, owned);
       std::printf("  %-20s split %d: %.1f us\n", s.name, split, t);
       if (t < best) best = t, best_split = split;
     }
     ours(s, best_split, a, b, parts, c, stream);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
+    DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<float> got(static_cast<long>(s.m) * s.n), want(got.size());
-    CHECK_CUDA(cudaMemcpy(got.data(), c, got.size() * 4, cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(want.data(), c_ref, want.size() * 4, cudaMemcpyDeviceToHost));
+    DDP_CUDA_CHECK(cudaMemcpy(got.data(), c, got.size() * 4, cudaMemcpyDeviceToHost));
+    DDP_CUDA_CHECK(cudaMemcpy(want.data(), c_ref, want.size() * 4, cudaMemcpyDeviceToHost));
     double num = 0.0, den = 0.0;
     for (std::size_t i = 0; i < got.size(); ++i) {
       num += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
@@ -208,5 +185,17 @@ int main() {
     total_ours += best;
   }
   std::printf("five GEMMs: cublasSgemm %.1f us, ours %.1f us, %.2fx\n", total_ref, total_ours, total_ref / total_ours);
+}
+
+}  // namespace
+}  // namespace ddp::bench
+
+int main() {
+  try {
+    ddp::bench::run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp32_gemm_probe: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }
