@@ -64,4 +64,5 @@
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/tensor/tensor.h"
+#include "runtime/training/trainer.h"
 #include "runtime/training/training_checkpoint.h"

@@ -96,7 +96,7 @@ Tensor Sequential::forward(const Tensor& x, const Stream& stream) {
 
 MLP::MLP(const std::vector<std::int64_t>& sizes, Activation activation, std::uint64_t seed,
          const Device& device, const Stream& stream)
-    : sizes_(sizes) {
+    : sizes_(sizes), activation_(activation) {
   DDP_CHECK(sizes.size() >= 2, "MLP: needs at least an input and an output size, got " + shape_str(sizes));
   set_device(device);
   std::uint64_t offset = 0;

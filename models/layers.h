@@ -76,9 +76,11 @@ class MLP : public Sequential {
   std::string type_name() const override { return "MLP"; }
   void set_math_mode(MathMode math);
   const std::vector<std::int64_t>& sizes() const { return sizes_; }
+  Activation activation() const { return activation_; }
 
  private:
   std::vector<std::int64_t> sizes_;
+  Activation activation_;
 };
 
 }  // namespace ddp

@@ -1,0 +1,23 @@
+// Progress on rank 0: a bar redrawn in place on a terminal, plain lines otherwise (logs, CI, and under mpirun,
+// which hands ranks a pseudo-terminal but relays their output line by line with a prefix).
+#pragma once
+
+#include <string>
+
+namespace ddp::training {
+
+class Progress {
+ public:
+  explicit Progress(long long total_steps);
+  // A step's line: where the run stands, its mean loss and speed; `hidden` is the share of the all-reduce time
+  // hidden under backward (not measured, < 0, for a graph replay).
+  void step(long long step, long long epoch, double loss, double samples_per_s, double hidden);
+  // Any other line (an evaluation, a warning), below the bar on a terminal.
+  void line(const std::string& text);
+
+ private:
+  long long total_;
+  bool tty_;
+};
+
+}  // namespace ddp::training
