@@ -48,6 +48,7 @@
 #include "runtime/core/phase.h"
 #include "runtime/core/stop_request.h"
 #include "runtime/core/stream.h"
+#include "runtime/data/array_file.h"
 #include "runtime/data/evaluation_shard.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/loader.h"

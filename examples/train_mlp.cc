@@ -21,13 +21,20 @@
 #include <vector>
 
 #include "ddp.h"
+#include "examples/cli_checks.h"
 
 namespace {
 
 using ddp::InvalidArgument;
+using examples::kNonNegativeInteger;
+using examples::kNonNegativeNumber;
+using examples::kPositiveInteger;
+using examples::kPositiveNumber;
 
 struct Flags {
   std::string data = ddp::data::kDefaultFashionMnistDir;
+  std::string test_data;
+  std::string loss;  // default: from the data (cross-entropy for class labels, mse for float targets)
   int hidden = 512;
   int layers = 2;
   std::string activation = "relu";
@@ -61,56 +68,6 @@ struct Flags {
   bool shard_optimizer = false;  // ZeRO stage 1: each rank keeps 1/N of the optimizer state
 };
 
-// Number checks whose messages say what is wrong in words (CLI11's own print its range bounds, ~300 digits for
-// a double) and that refuse NaN and infinity, which compare false with every bound.
-CLI::Validator number_at_least(double low, bool integer) {
-  return CLI::Validator(
-      [low, integer](std::string& text) -> std::string {
-        double value = 0;
-        try {
-          std::size_t used = 0;
-          value = std::stod(text, &used);
-          if (used != text.size()) return "must be a number, got '" + text + "'";
-        } catch (const std::exception&) {
-          return "must be a number, got '" + text + "'";
-        }
-        if (!std::isfinite(value)) return "must be a finite number, got " + text;
-        if (value < low) {
-          char bound[32];
-          std::snprintf(bound, sizeof bound, "%g", low);
-          return std::string("must be at least ") + bound + ", got " + text;
-        }
-        if (integer && value != std::floor(value)) return "must be a whole number, got " + text;
-        return "";
-      },
-      integer ? "INT>=" + std::to_string(static_cast<long long>(low)) : "NUMBER");
-}
-const CLI::Validator kPositiveInteger = number_at_least(1, true);
-const CLI::Validator kNonNegativeInteger = number_at_least(0, true);
-const CLI::Validator kNonNegativeNumber = number_at_least(0, false);
-// Above zero: the smallest positive double, so 0 itself is refused.
-const CLI::Validator kPositiveNumber = number_at_least(std::numeric_limits<double>::denorm_min(), false);
-
-// What CLI11 did not take, in the order given, and the flag the first unknown one most likely meant: one whose
-// name starts with it (--batch for --batch-size) or that it starts with.
-std::string unknown_arguments(const CLI::App& app, const std::vector<std::string>& extras) {
-  std::string text = extras.size() == 1 ? "unknown argument" : "unknown arguments";
-  for (const std::string& e : extras) text += " '" + e + "'";
-  for (const std::string& e : extras) {
-    if (e.rfind("--", 0) != 0) continue;
-    const std::string name = e.substr(2, e.find('=', 2) - 2);  // up to '=' or the end (npos - 2 stays past it)
-    for (const CLI::Option* option : app.get_options()) {
-      for (const std::string& known : option->get_lnames()) {
-        if (!name.empty() && known != name && (known.rfind(name, 0) == 0 || name.rfind(known, 0) == 0)) {
-          return text + "; did you mean --" + known + "?";
-        }
-      }
-    }
-    break;
-  }
-  return text;
-}
-
 // Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
 Flags parse_flags(int argc, char** argv, int rank) {
   Flags f;
@@ -119,10 +76,16 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.allow_extras();
   // A flag given twice takes its last value, as most command lines do (scripts append overrides).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--data", f.data, "directory with the Fashion-MNIST IDX gzip files")->capture_default_str();
+  app.add_option("--data", f.data,
+                 "training data: a directory of Fashion-MNIST's IDX files, a directory with features.npy and "
+                 "targets.npy, or a .safetensors file with 'features' and 'targets'")->capture_default_str();
+  app.add_option("--test-data", f.test_data, "test data for your own --data, in the same forms (Fashion-MNIST has its own)");
+  app.add_option("--loss", f.loss, "cross-entropy or mse (default: cross-entropy for class labels, mse for float targets)")
+      ->check(CLI::IsMember({"cross-entropy", "mse"}));
   app.add_option("--hidden", f.hidden, "units per hidden layer")->capture_default_str()->check(kPositiveInteger);
   app.add_option("--layers", f.layers, "hidden layers")->capture_default_str()->check(kNonNegativeInteger);
-  app.add_option("--activation", f.activation, "relu or gelu")->capture_default_str()->check(CLI::IsMember({"relu", "gelu"}));
+  app.add_option("--activation", f.activation, "relu, gelu, tanh or sigmoid")
+      ->capture_default_str()->check(CLI::IsMember({"relu", "gelu", "tanh", "sigmoid"}));
   CLI::Option* per_rank = app.add_option("--batch-size", f.batch_size, "samples per rank per step")
                               ->capture_default_str()
                               ->check(kPositiveInteger);
@@ -178,7 +141,7 @@ Flags parse_flags(int argc, char** argv, int rank) {
   } catch (const CLI::ParseError& e) {
     throw InvalidArgument(std::string(e.what()) + " (see --help)");
   }
-  if (!app.remaining().empty()) throw InvalidArgument(unknown_arguments(app, app.remaining()) + " (see --help)");
+  if (!app.remaining().empty()) throw InvalidArgument(examples::unknown_arguments(app, app.remaining()) + " (see --help)");
   if (f.schedule == "cosine" && f.warmup_epochs > f.epochs) {
     char text[160];
     std::snprintf(text, sizeof text, "--warmup-epochs %g is longer than the run (--epochs %d); make the warmup shorter",
@@ -188,15 +151,23 @@ Flags parse_flags(int argc, char** argv, int rank) {
   return f;
 }
 
-// The data set's two splits, read on threads of their own while MPI, the device and NCCL start: both take a
+// Fashion-MNIST (an IDX directory) or one's own arrays (array_file.h).
+bool own_data(const Flags& f) { return ddp::data::is_array_dataset(f.data); }
+
+// The training and test sets, read on threads of their own while MPI, the device and NCCL start: both take a
 // good part of a second, and neither needs the other.
-std::pair<std::future<ddp::data::Dataset>, std::future<ddp::data::Dataset>> read_in_background(const std::string& dir) {
-  auto read_split = [dir](ddp::data::Split split) { return ddp::data::load_fashion_mnist(dir, split); };
+std::pair<std::future<ddp::data::Dataset>, std::future<ddp::data::Dataset>> read_in_background(const Flags& f) {
+  using ddp::data::Dataset;
+  if (own_data(f)) {
+    auto read = [](std::string path) { return path.empty() ? Dataset{} : ddp::data::load_array_dataset(path); };
+    return {std::async(std::launch::async, read, f.data), std::async(std::launch::async, read, f.test_data)};
+  }
+  auto read_split = [dir = f.data](ddp::data::Split split) { return ddp::data::load_fashion_mnist(dir, split); };
   return {std::async(std::launch::async, read_split, ddp::data::Split::kTrain),
           std::async(std::launch::async, read_split, ddp::data::Split::kTest)};
 }
 
-// Both splits once read, or every rank ends with the first error.
+// Both sets once read, or every rank ends with the first error.
 std::pair<ddp::data::Dataset, ddp::data::Dataset> wait_for_data(const Flags& f, const ddp::Session& session,
                                                                 std::future<ddp::data::Dataset> train_file,
                                                                 std::future<ddp::data::Dataset> test_file) {
@@ -205,7 +176,7 @@ std::pair<ddp::data::Dataset, ddp::data::Dataset> wait_for_data(const Flags& f, 
   try {
     train_set = train_file.get();
     test_set = test_file.get();
-    if (train_set.size < test_set.size) {
+    if (!own_data(f) && train_set.size < test_set.size) {
       error = "the training set of " + f.data + " has " + std::to_string(train_set.size) +
               " samples and the test set " + std::to_string(test_set.size) +
               ": are the train-* and t10k-* files swapped?";
@@ -261,14 +232,17 @@ ddp::TrainerOptions trainer_options(const Flags& f) {
 }
 
 ddp::Activation activation_of(const Flags& f) {
-  return f.activation == "gelu" ? ddp::Activation::kGelu : ddp::Activation::kRelu;
+  if (f.activation == "gelu") return ddp::Activation::kGelu;
+  if (f.activation == "tanh") return ddp::Activation::kTanh;
+  if (f.activation == "sigmoid") return ddp::Activation::kSigmoid;
+  return ddp::Activation::kRelu;
 }
 
-// The model's layer sizes: Fashion-MNIST's pixels, --layers hidden layers of --hidden, its classes.
-std::vector<std::int64_t> layer_sizes(const Flags& f) {
-  std::vector<std::int64_t> sizes = {ddp::data::kFashionMnistFeatures};
+// The model's layer sizes: the data's features, --layers hidden layers of --hidden, its classes or target width.
+std::vector<std::int64_t> layer_sizes(const Flags& f, std::int64_t features, std::int64_t outputs) {
+  std::vector<std::int64_t> sizes = {features};
   for (int l = 0; l < f.layers; ++l) sizes.push_back(f.hidden);
-  sizes.push_back(ddp::data::kFashionMnistClasses);
+  sizes.push_back(outputs);
   return sizes;
 }
 
@@ -287,7 +261,7 @@ int train(int argc, char** argv) {
   } catch (const InvalidArgument& e) {
     flag_error = e.what();
   }
-  auto [train_file, test_file] = read_in_background(flags.data);
+  auto [train_file, test_file] = read_in_background(flags);
   ddp::Session session(&argc, &argv, session_options(flags));
   if (flag_error.empty() && flags.global_batch_size > 0) {
     try {
@@ -297,10 +271,16 @@ int train(int argc, char** argv) {
     }
   }
   session.agree(flag_error, "bad command line");
-  const ddp::TrainerOptions options = trainer_options(flags);
-  ddp::warm_up_device(session, layer_sizes(flags), activation_of(flags), options);  // while the data set is read
+  ddp::TrainerOptions options = trainer_options(flags);
+  if (!own_data(flags)) {  // the sizes are known before the data set is read: warm the device up meanwhile
+    const auto sizes = layer_sizes(flags, ddp::data::kFashionMnistFeatures, ddp::data::kFashionMnistClasses);
+    ddp::warm_up_device(session, sizes, activation_of(flags), options);
+  }
   const auto [train_set, test_set] = wait_for_data(flags, session, std::move(train_file), std::move(test_file));
-  ddp::MLP model(layer_sizes(flags), activation_of(flags), flags.seed, session.device(), session.stream());
+  const bool regression = train_set.regression();
+  options.loss = !flags.loss.empty() ? ddp::parse_loss(flags.loss) : regression ? ddp::Loss::kMse : ddp::Loss::kCrossEntropy;
+  const auto sizes = layer_sizes(flags, train_set.feature_count, regression ? train_set.target_width : train_set.num_classes);
+  ddp::MLP model(sizes, activation_of(flags), flags.seed, session.device(), session.stream());
   ddp::Trainer trainer(session, model, options);
   return trainer.fit(train_set, test_set);
 }

@@ -111,6 +111,10 @@ Tensor forward_bf16(const Sequential& model, const Bf16Weights& weights, const T
               "forward_bf16: only Linear and activation layers are supported, got " + kids[i].second->type_name());
     DDP_CHECK(linear != nullptr, "forward_bf16: an activation must follow a Linear (it is fused into it)");
     auto* act = i + 1 < kids.size() ? dynamic_cast<ActivationLayer*>(kids[i + 1].second.get()) : nullptr;
+    if (act != nullptr && !fused_activation(act->activation())) {
+      throw InvalidArgument("bf16 training takes ReLU and GELU activations, not " + act->type_name() +
+                            "; train in fp32 or tf32, or use relu or gelu");
+    }
     const Tensor& w = linear->weight();
     const Tensor& b = linear->bias();
     const Tensor b_copy = b.defined() ? weights.copy(weights.index_of(b)) : Tensor();

@@ -43,6 +43,10 @@ std::string ActivationLayer::type_name() const {
       return "ReLU";
     case Activation::kGelu:
       return "GELU";
+    case Activation::kTanh:
+      return "Tanh";
+    case Activation::kSigmoid:
+      return "Sigmoid";
     case Activation::kNone:
       break;
   }
@@ -58,9 +62,10 @@ Tensor Sequential::forward(const Tensor& x, const Stream& stream) {
   Tensor h = x;
   const auto& kids = children();
   auto child = [&kids](std::size_t i) { return i < kids.size() ? kids[i].second.get() : nullptr; };
+  // The activation at i that a Linear before it can fuse; Tanh and Sigmoid run as layers of their own.
   auto activation_at = [&child](std::size_t i) {
     auto* layer = dynamic_cast<ActivationLayer*>(child(i));
-    return layer != nullptr ? layer->activation() : Activation::kNone;
+    return layer != nullptr && fused_activation(layer->activation()) ? layer->activation() : Activation::kNone;
   };
   for (std::size_t i = 0; i < kids.size(); ++i) {
     auto* linear = dynamic_cast<Linear*>(kids[i].second.get());
@@ -84,7 +89,8 @@ Tensor Sequential::forward(const Tensor& x, const Stream& stream) {
         continue;
       }
     }
-    if (linear != nullptr && act != nullptr && act->activation() != Activation::kNone) {
+    if (linear != nullptr && act != nullptr && act->activation() != Activation::kNone &&
+        fused_activation(act->activation())) {
       h = linear->forward_fused(h, act->activation(), stream);
       ++i;
       continue;

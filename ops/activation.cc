@@ -16,7 +16,11 @@ Tensor activation(const Tensor& x, Activation act, const Stream& stream) {
   Tensor y = Tensor::empty(x.shape(), DType::kFloat32, device, stream);
   DDP_DISPATCH(device, activation_forward, act, x.data<float>(), y.data<float>(), x.numel(), stream.handle());
   if (autograd::should_record({&x})) {
-    const char* name = act == Activation::kRelu ? "relu" : act == Activation::kGelu ? "gelu" : "identity";
+    const char* name = act == Activation::kRelu      ? "relu"
+                       : act == Activation::kGelu    ? "gelu"
+                       : act == Activation::kTanh    ? "tanh"
+                       : act == Activation::kSigmoid ? "sigmoid"
+                                                     : "identity";
     autograd::record(name, {x}, {y}, [x, y, act, device](const Stream& s) {
       Tensor dy = autograd::grad_of(y, s);
       if (!dy.defined()) return;

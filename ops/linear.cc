@@ -23,6 +23,10 @@ struct SavedLinear {
 // What one Linear's backward will need, with its outputs allocated (y, and pre for GELU).
 SavedLinear saved_linear(const Tensor& x, const Tensor& w, const Tensor& w_target, const Tensor& b_target,
                          Activation act, DType out_dtype, const Stream& stream, MathMode math) {
+  if (!fused_activation(act)) {
+    throw InvalidArgument("linear: only ReLU and GELU fuse into a Linear; apply ops::activation (tanh, sigmoid) to "
+                          "its output instead");
+  }
   const std::int64_t out = w.size(0), in = w.size(1);
   SavedLinear l{x, w, w_target, b_target, Tensor(), Tensor(), act, math, kernels::LinearShape{x.size(0), in, out},
                 kernels::LinearTypes(x.dtype(), out_dtype, w_target.dtype())};

@@ -25,7 +25,7 @@ EvaluationShard::EvaluationShard(const Dataset& data, int rank, int ranks, const
   for (std::int64_t begin = 0; begin < rows_; begin += chunk_rows) {
     const std::int64_t n = std::min(chunk_rows, rows_ - begin);
     DeviceBatch chunk{Tensor::empty({n, data.feature_count}, DType::kFloat32, device, stream),
-                      Tensor::empty({n}, DType::kInt32, device, stream)};
+                      resident.empty_y(n, stream)};
     resident.gather(begin, chunk.features, chunk.labels, stream);
     chunks_.push_back(std::move(chunk));
   }

@@ -35,23 +35,37 @@ std::vector<uint8_t> gunzip(const uint8_t* bytes, size_t size, const std::string
 // Reads a gzip-compressed IDX file (zlib's gzread also reads an uncompressed file as is).
 IdxArray read_idx_file(const std::string& path);
 
-// A labelled data set in host memory: features float32 [size, features], labels int32 [size].
+// A data set in host memory: features float32 [size, feature_count], and what each row is trained towards:
+// a class (labels int32 [size], classification), or float targets of any width (targets [size, target_width],
+// regression). target_width 0 means labels.
 struct Dataset {
   std::vector<float> features;
   std::vector<int32_t> labels;
   int64_t size = 0;
   int64_t feature_count = 0;
   int num_classes = 0;
+  std::vector<float> targets;
+  int64_t target_width = 0;
+  bool regression() const { return target_width > 0; }
 };
 
 // Non-owning view of a Dataset, what the loader gathers rows from (a user's own data fits it as well).
 struct DatasetView {
   const float* features = nullptr;  // [size, feature_count]
-  const int32_t* labels = nullptr;  // [size]
+  const int32_t* labels = nullptr;  // [size]; null for regression
   int64_t size = 0;
   int64_t feature_count = 0;
+  const float* targets = nullptr;  // [size, target_width]; regression only
+  int64_t target_width = 0;
+  bool regression() const { return target_width > 0; }
+  // A row's label or targets, as bytes: 4 for a label, 4·target_width for targets.
+  int64_t y_row_bytes() const { return regression() ? target_width * 4 : 4; }
+  const void* y_rows() const { return regression() ? static_cast<const void*>(targets) : labels; }
 };
-inline DatasetView view(const Dataset& d) { return {d.features.data(), d.labels.data(), d.size, d.feature_count}; }
+inline DatasetView view(const Dataset& d) {
+  return {d.features.data(), d.regression() ? nullptr : d.labels.data(), d.size, d.feature_count,
+          d.regression() ? d.targets.data() : nullptr, d.target_width};
+}
 
 // Fashion-MNIST as the training job uses it.
 constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";

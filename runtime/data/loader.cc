@@ -10,11 +10,22 @@
 
 namespace ddp {
 namespace data {
+namespace {
+
+// The batch's label or target buffer, whichever the data set has.
+void* y_buffer(const Batch& b) {
+  return b.targets != nullptr ? static_cast<void*>(b.targets) : static_cast<void*>(b.labels);
+}
+
+}  // namespace
 
 DeviceBatch to_device(const Batch& batch, const Device& device, const Stream& stream) {
-  return DeviceBatch{
-      Tensor::from_host(batch.features, {batch.size, batch.feature_count}, DType::kFloat32, device, stream),
-      Tensor::from_host(batch.labels, {batch.size}, DType::kInt32, device, stream)};
+  Tensor x = Tensor::from_host(batch.features, {batch.size, batch.feature_count}, DType::kFloat32, device, stream);
+  if (batch.target_width > 0) {
+    return DeviceBatch{std::move(x), Tensor::from_host(batch.targets, {batch.size, batch.target_width},
+                                                       DType::kFloat32, device, stream)};
+  }
+  return DeviceBatch{std::move(x), Tensor::from_host(batch.labels, {batch.size}, DType::kInt32, device, stream)};
 }
 
 HostAllocator default_host_allocator() {
@@ -27,7 +38,7 @@ HostAllocator default_host_allocator() {
 BatchLoader::BatchLoader(DatasetView data, DistributedSampler sampler, LoaderOptions options)
     : data_(data), sampler_(std::move(sampler)), options_(std::move(options)) {
   const SamplerOptions& so = sampler_.options();
-  if (data_.size <= 0 || data_.feature_count <= 0 || data_.features == nullptr || data_.labels == nullptr) {
+  if (data_.size <= 0 || data_.feature_count <= 0 || data_.features == nullptr || data_.y_rows() == nullptr) {
     throw InvalidArgument("BatchLoader: the data set is empty");
   }
   if (so.dataset_size != data_.size) {
@@ -43,20 +54,26 @@ BatchLoader::BatchLoader(DatasetView data, DistributedSampler sampler, LoaderOpt
             "BatchLoader: the allocator needs both allocate and deallocate");
   batches_per_epoch_ = sampler_.batches_per_epoch(options_.batch_size, options_.drop_last_batch);
   feature_bytes_ = static_cast<size_t>(options_.batch_size * data_.feature_count) * sizeof(float);
-  label_bytes_ = static_cast<size_t>(options_.batch_size) * sizeof(int32_t);
+  label_bytes_ = static_cast<size_t>(options_.batch_size * data_.y_row_bytes());
   slots_.resize(static_cast<size_t>(options_.buffers));
   try {
     for (Slot& slot : slots_) {
       slot.batch.features = static_cast<float*>(options_.allocator.allocate(feature_bytes_));
-      slot.batch.labels = static_cast<int32_t*>(options_.allocator.allocate(label_bytes_));
-      DDP_CHECK(slot.batch.features && slot.batch.labels, "BatchLoader: the allocator returned null");
+      void* y = options_.allocator.allocate(label_bytes_);
+      if (data_.regression()) {
+        slot.batch.targets = static_cast<float*>(y);
+      } else {
+        slot.batch.labels = static_cast<int32_t*>(y);
+      }
+      DDP_CHECK(slot.batch.features && y, "BatchLoader: the allocator returned null");
       slot.batch.feature_count = data_.feature_count;
+      slot.batch.target_width = data_.target_width;
       slot.indices.reserve(static_cast<size_t>(options_.batch_size));
     }
   } catch (...) {
     for (Slot& slot : slots_) {
       if (slot.batch.features) options_.allocator.deallocate(slot.batch.features, feature_bytes_);
-      if (slot.batch.labels) options_.allocator.deallocate(slot.batch.labels, label_bytes_);
+      if (void* y = y_buffer(slot.batch)) options_.allocator.deallocate(y, label_bytes_);
     }
     throw;
   }
@@ -67,7 +84,7 @@ BatchLoader::~BatchLoader() {
   stop();
   for (Slot& slot : slots_) {
     options_.allocator.deallocate(slot.batch.features, feature_bytes_);
-    options_.allocator.deallocate(slot.batch.labels, label_bytes_);
+    options_.allocator.deallocate(y_buffer(slot.batch), label_bytes_);
   }
 }
 
@@ -108,7 +125,9 @@ void BatchLoader::fill(Slot& slot) {
     DDP_CHECK(i >= 0 && i < data_.size, "BatchLoader: sample index " + std::to_string(i) + " out of range");
     std::memcpy(b.features + k * static_cast<size_t>(data_.feature_count),
                 data_.features + static_cast<size_t>(i) * static_cast<size_t>(data_.feature_count), row_bytes);
-    b.labels[k] = data_.labels[i];
+    const size_t y_bytes = static_cast<size_t>(data_.y_row_bytes());
+    std::memcpy(static_cast<char*>(y_buffer(b)) + k * y_bytes,
+                static_cast<const char*>(data_.y_rows()) + static_cast<size_t>(i) * y_bytes, y_bytes);
   }
   b.sample_indices = &slot.indices;
 }

@@ -39,7 +39,9 @@ HostAllocator default_host_allocator();
 
 struct Batch {
   float* features = nullptr;  // [size, feature_count], in the caller's allocator's memory
-  int32_t* labels = nullptr;  // [size]
+  int32_t* labels = nullptr;  // [size] (classification)
+  float* targets = nullptr;   // [size, target_width] (regression: a data set with targets)
+  int64_t target_width = 0;
   int64_t size = 0;
   int64_t feature_count = 0;
   int64_t epoch = 0;
@@ -54,7 +56,7 @@ struct Batch {
 // A batch as tensors on a device, what a training step consumes.
 struct DeviceBatch {
   Tensor features;  // [size, feature_count] float32
-  Tensor labels;    // [size] int32
+  Tensor labels;    // [size] int32, or the targets [size, target_width] float32 of a regression
 };
 
 // Copies `batch` to `device` on `stream` (asynchronously through pinned staging on a GPU): the batch's buffers

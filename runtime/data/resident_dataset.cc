@@ -33,13 +33,13 @@ int64_t rows_per_piece(int64_t feature_count) {
 }  // namespace
 
 ResidentDataset::ResidentDataset(DatasetView data, const Device& device, const Stream& stream)
-    : device_(device), size_(data.size), feature_count_(data.feature_count) {
+    : device_(device), size_(data.size), feature_count_(data.feature_count), target_width_(data.target_width) {
   DDP_CHECK(data.size > 0 && data.feature_count > 0,
             "ResidentDataset: empty data set (" + std::to_string(data.size) + " rows of " +
                 std::to_string(data.feature_count) + " features)");
   const Stream& s = device.is_cuda() ? stream : cpu_stream();
   features_ = Tensor::empty({size_, feature_count_}, DType::kFloat32, device, s);
-  labels_ = Tensor::empty({size_}, DType::kInt32, device, s);
+  labels_ = empty_y(size_, s);
   // The epoch order's buffer, at its largest from the start: a CUDA graph that captured gather_next keeps
   // reading this address, so a later, longer epoch (after a resume mid-epoch) must not move it.
   order_ = Tensor::empty({size_}, DType::kInt64, device, s);
@@ -54,8 +54,17 @@ ResidentDataset::ResidentDataset(DatasetView data, const Device& device, const S
   for (int64_t begin = 0; begin < size_; begin += piece) {
     const int64_t end = std::min(size_, begin + piece);
     upload_rows(data.features, feature_count_, begin, end, DType::kFloat32, features_, s);
-    upload_rows(data.labels, 1, begin, end, DType::kInt32, labels_.view({size_, 1}), s);
+    if (data.regression()) {
+      upload_rows(data.targets, target_width_, begin, end, DType::kFloat32, labels_, s);
+    } else {
+      upload_rows(data.labels, 1, begin, end, DType::kInt32, labels_.view({size_, 1}), s);
+    }
   }
+}
+
+Tensor ResidentDataset::empty_y(int64_t n, const Stream& stream) const {
+  if (target_width_ > 0) return Tensor::empty({n, target_width_}, DType::kFloat32, device_, stream);
+  return Tensor::empty({n}, DType::kInt32, device_, stream);
 }
 
 void ResidentDataset::set_order(const std::vector<int64_t>& order, const Stream& stream) {
@@ -96,9 +105,15 @@ int64_t ResidentDataset::check_batch(const Tensor& x, const Tensor& y) const {
   DDP_CHECK(n >= 0 && x.size(1) == feature_count_ && x.dtype() == DType::kFloat32 && x.device() == device_,
             "ResidentDataset: the batch's x must be float32 [n, " + std::to_string(feature_count_) + "] on " +
                 device_.str() + ", got " + x.describe());
-  DDP_CHECK(y.numel() == n && y.dtype() == DType::kInt32 && y.device() == device_,
-            "ResidentDataset: the batch's y must be int32 [" + std::to_string(n) + "] on " + device_.str() +
-                ", got " + y.describe());
+  if (target_width_ > 0) {
+    DDP_CHECK(y.numel() == n * target_width_ && y.dtype() == DType::kFloat32 && y.device() == device_,
+              "ResidentDataset: the batch's y must be float32 [" + std::to_string(n) + ", " +
+                  std::to_string(target_width_) + "] on " + device_.str() + ", got " + y.describe());
+  } else {
+    DDP_CHECK(y.numel() == n && y.dtype() == DType::kInt32 && y.device() == device_,
+              "ResidentDataset: the batch's y must be int32 [" + std::to_string(n) + "] on " + device_.str() +
+                  ", got " + y.describe());
+  }
   return n;
 }
 
@@ -110,7 +125,7 @@ void ResidentDataset::gather(int64_t begin, const Tensor& x, const Tensor& y, co
                 ") of an epoch order of " + std::to_string(order_size_));
   const int64_t* positions = order_.data<int64_t>() + begin;
   const auto s = device_.is_cuda() ? stream.handle() : nullptr;
-  DDP_DISPATCH(device_, gather_batch, features_.data_ptr(), feature_count_ * 4, labels_.data_ptr(), 4, positions,
+  DDP_DISPATCH(device_, gather_batch, features_.data_ptr(), feature_count_ * 4, labels_.data_ptr(), y_row_bytes(), positions,
                nullptr, n, x.data_ptr(), y.data_ptr(), s);
 }
 
@@ -160,7 +175,7 @@ bool ResidentDataset::take_prefetched(int64_t n) {
 
 void ResidentDataset::enqueue_gather_next(int64_t n, const Tensor& x, const Tensor& y, StreamHandle stream) const {
   auto* cursor = static_cast<kernels::GatherCursor*>(cursor_.data_ptr());
-  DDP_DISPATCH(device_, gather_batch, features_.data_ptr(), feature_count_ * 4, labels_.data_ptr(), 4,
+  DDP_DISPATCH(device_, gather_batch, features_.data_ptr(), feature_count_ * 4, labels_.data_ptr(), y_row_bytes(),
                order_.data<int64_t>(), cursor, n, x.data_ptr(), y.data_ptr(), stream);
 }
 

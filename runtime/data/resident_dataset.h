@@ -23,6 +23,7 @@ namespace data {
 class ResidentDataset {
  public:
   // Copies `data` to `device` (in pieces, so the pinned staging stays small). `data` may go away afterwards.
+  // With targets (data.target_width > 0), y is float32 [n, target_width] where it is int32 [n] for labels.
   ResidentDataset(DatasetView data, const Device& device, const Stream& stream);
 
   // The epoch's order: row numbers of the data set (a sampler's indices()). Throws InvalidArgument naming the
@@ -30,8 +31,8 @@ class ResidentDataset {
   void set_order(const std::vector<int64_t>& order, const Stream& stream);
   int64_t order_size() const { return order_size_; }
 
-  // Rows order[begin, begin + n) of the data set into x ([n, feature_count] float32) and y ([n] int32), both on
-  // the device, n = x's rows; begin + n must not pass order_size(). Two launches on `stream`, nothing else.
+  // Rows order[begin, begin + n) of the data set into x ([n, feature_count] float32) and y (labels: [n] int32;
+  // targets: [n, target_width] float32), both on the device, n = x's rows; begin + n must not pass order_size(). Two launches on `stream`, nothing else.
   void gather(int64_t begin, const Tensor& x, const Tensor& y, const Stream& stream) const;
 
   // The same from a cursor kept in device memory, which then moves on by n: the batch's place is read on the
@@ -59,9 +60,13 @@ class ResidentDataset {
 
   int64_t size() const { return size_; }
   int64_t feature_count() const { return feature_count_; }
+  int64_t target_width() const { return target_width_; }  // 0: labels
+  // An empty y of n rows of this data set's kind (int32 labels, or float targets).
+  Tensor empty_y(int64_t n, const Stream& stream) const;
   const Device& device() const { return device_; }
 
  private:
+  int64_t y_row_bytes() const { return target_width_ > 0 ? target_width_ * 4 : 4; }
   // The rows of a batch (x's), after checking x and y's types, shapes and device.
   int64_t check_batch(const Tensor& x, const Tensor& y) const;
   // The gather kernel from the device-side cursor, on `stream`.
@@ -70,8 +75,9 @@ class ResidentDataset {
   Device device_;
   int64_t size_ = 0;
   int64_t feature_count_ = 0;
+  int64_t target_width_ = 0;
   Tensor features_;  // [size, feature_count] float32
-  Tensor labels_;    // [size] int32
+  Tensor labels_;    // [size] int32, or the targets [size, target_width] float32
   Tensor order_;     // [capacity] int64: the epoch's order, order_size_ of them valid
   int64_t order_size_ = 0;
   Tensor cursor_;    // a kernels::GatherCursor on the device (3 int64): where gather_next reads, the order's end

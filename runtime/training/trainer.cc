@@ -74,7 +74,14 @@ std::string optimizer_name(const TrainerOptions& o) {
 double peak_lr(const TrainerOptions& o) {
   return std::visit([](const auto& options) { return options.lr; }, o.optimizer);
 }
-std::string activation_name(Activation a) { return a == Activation::kGelu ? "gelu" : "relu"; }
+std::string activation_name(Activation a) {
+  switch (a) {
+    case Activation::kGelu: return "gelu";
+    case Activation::kTanh: return "tanh";
+    case Activation::kSigmoid: return "sigmoid";
+    default: return "relu";
+  }
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainerOptions& o, MLP& mlp, const Stream& stream) {
   if (const auto* sgd = std::get_if<SgdOptions>(&o.optimizer)) return std::make_unique<Sgd>(mlp, *sgd, stream);
@@ -236,6 +243,7 @@ class Trainer::Run {
   // training set, and the batch buffers each step gathers into (allocated once; the last, shorter batch of an
   // epoch goes into their first rows).
   void load_data(const data::Dataset& train_set, const data::Dataset& test_set) {
+    session_.agree(data_problem(train_set, test_set), "the data does not fit the model");
     sampler_options_ = data::SamplerOptions{
         .dataset_size = train_set.size, .num_replicas = session_.size(), .rank = session_.rank(), .seed = o_.seed};
     sampler_ = std::make_unique<data::DistributedSampler>(sampler_options_);
@@ -253,7 +261,7 @@ class Trainer::Run {
                                                       stream_);
     }
     batch_x_ = Tensor::empty({o_.batch_size, train_set.feature_count}, DType::kFloat32, session_.device(), stream_);
-    batch_y_ = Tensor::empty({o_.batch_size}, DType::kInt32, session_.device(), stream_);
+    batch_y_ = train_->empty_y(o_.batch_size, stream_);
   }
 
   // The model in the run's precision under DistributedDataParallel, with its optimizer and schedule.
@@ -380,6 +388,44 @@ class Trainer::Run {
     bool replayed = false;
   };
 
+  // Why the data sets cannot train this model with this loss, or "".
+  std::string data_problem(const data::Dataset& train_set, const data::Dataset& test_set) const {
+    const std::int64_t in = mlp_.sizes().front(), out = mlp_.sizes().back();
+    if (train_set.size <= 0) return "the training set is empty";
+    if (o_.precision == Precision::kBFloat16 && !fused_activation(mlp_.activation())) {
+      return "bf16 precision takes relu or gelu activations; train " + activation_name(mlp_.activation()) +
+             " in fp32 or tf32";
+    }
+    for (const data::Dataset* d : {&train_set, &test_set}) {
+      const std::string which = d == &train_set ? "training" : "test";
+      if (d->size == 0) continue;
+      if (d->feature_count != in) {
+        return "the " + which + " set has " + std::to_string(d->feature_count) + " features per sample, the model's " +
+               "input has " + std::to_string(in) + "; make the model's first size " + std::to_string(d->feature_count);
+      }
+      if (d->regression() != train_set.regression() || d->target_width != train_set.target_width) {
+        return "the test set's targets are not of the training set's kind or width";
+      }
+      if (o_.loss == Loss::kMse && !d->regression()) {
+        return "the loss is mse but the " + which + " set has class labels; use the cross-entropy loss, or float targets";
+      }
+      if (o_.loss == Loss::kCrossEntropy && d->regression()) {
+        return "the loss is cross-entropy but the " + which + " set has float targets; use the mse loss, or integer " +
+               "class labels";
+      }
+      if (d->regression() && d->target_width != out) {
+        return "the " + which + " set's targets have width " + std::to_string(d->target_width) + ", the model's " +
+               "output has " + std::to_string(out) + " units; make the model's last size " +
+               std::to_string(d->target_width);
+      }
+      if (!d->regression() && d->num_classes > out) {
+        return "the " + which + " set has " + std::to_string(d->num_classes) + " classes, the model's output has " +
+               std::to_string(out) + " units; make the model's last size " + std::to_string(d->num_classes);
+      }
+    }
+    return "";
+  }
+
   void print_run() const {
     if (!session_.is_lead()) return;
     std::printf("%s: %d rank(s) on %s, backend %s, MLP", o_.name.c_str(), session_.size(),
@@ -504,9 +550,15 @@ class Trainer::Run {
 
   Tensor forward_backward(const Tensor& x, const Tensor& y) {
     mlp_.zero_grad(stream_);
-    Tensor loss = ops::cross_entropy(model_->forward(x, stream_), y, stream_);
+    Tensor loss = loss_of(x, y);
     ddp_->backward(loss);
     return loss;
+  }
+
+  // The run's loss of the model's output for x against y (float32 outputs for a regression's mse).
+  Tensor loss_of(const Tensor& x, const Tensor& y) const {
+    if (o_.loss == Loss::kMse) return ops::mse_loss(model_->forward(x, stream_, DType::kFloat32), y, stream_);
+    return ops::cross_entropy(model_->forward(x, stream_), y, stream_);
   }
 
   // A full batch replays one CUDA graph of the whole step: forward, backward with its all-reduces, the update
@@ -597,19 +649,24 @@ class Trainer::Run {
     PhaseGuard evaluating(Phase::kEvaluation);  // what a hang report says of a rank stuck here
     autograd::NoGradGuard no_grad;
     mlp_.eval();
+    const bool classes = o_.loss == Loss::kCrossEntropy;
     std::vector<std::pair<Tensor, Tensor>> parts;  // (mean loss, correct count) per chunk, on the device
     for (const data::DeviceBatch& c : test_->chunks()) {
-      const Tensor logits = model_->forward(c.features, stream_, DType::kFloat32);
-      parts.emplace_back(ops::cross_entropy(logits, c.labels, stream_), ops::count_correct(logits, c.labels, stream_));
+      const Tensor out = model_->forward(c.features, stream_, DType::kFloat32);
+      if (classes) {
+        parts.emplace_back(ops::cross_entropy(out, c.labels, stream_), ops::count_correct(out, c.labels, stream_));
+      } else {
+        parts.emplace_back(ops::mse_loss(out, c.labels, stream_), Tensor());
+      }
     }
     std::vector<double> sums = {0, 0, static_cast<double>(test_->rows())};  // loss * n, correct, n
     for (std::size_t k = 0; k < parts.size(); ++k) {  // the first read waits for them all
-      sums[0] += parts[k].first.item(stream_) * test_->chunks()[k].labels.numel();
-      sums[1] += parts[k].second.item(stream_);
+      sums[0] += parts[k].first.item(stream_) * test_->chunks()[k].labels.size(0);
+      if (classes) sums[1] += parts[k].second.item(stream_);
     }
     sums = session_.sum(sums);
     mlp_.train();
-    return EvaluationResult{.loss = sums[0] / sums[2], .accuracy = sums[1] / sums[2]};
+    return EvaluationResult{.loss = sums[0] / sums[2], .accuracy = classes ? sums[1] / sums[2] : -1.0};
   }
 
   void evaluate_epoch(long long epoch, bool epoch_finished) {
@@ -621,11 +678,14 @@ class Trainer::Run {
     if (hooks_.on_evaluation) hooks_.on_evaluation(last_eval_);
     if (!session_.is_lead() || !test_) return;
     char line[160];
-    std::snprintf(line, sizeof line, "epoch %lld%s test_loss=%.4f test_accuracy=%.4f", epoch,
-                  epoch_finished ? "" : " (partial)", last_eval_.loss, last_eval_.accuracy);
+    int used = std::snprintf(line, sizeof line, "epoch %lld%s test_loss=%.4f", epoch, epoch_finished ? "" : " (partial)",
+                             last_eval_.loss);
+    if (last_eval_.accuracy >= 0) std::snprintf(line + used, sizeof line - used, " test_accuracy=%.4f", last_eval_.accuracy);
     progress_->line(line);
     if (metrics_) {
-      metrics_->write({{"epoch", epoch}, {"test_loss", last_eval_.loss}, {"test_accuracy", last_eval_.accuracy}});
+      nlohmann::json record = {{"epoch", epoch}, {"test_loss", last_eval_.loss}};
+      if (last_eval_.accuracy >= 0) record["test_accuracy"] = last_eval_.accuracy;
+      metrics_->write(record);
     }
   }
 
@@ -695,9 +755,14 @@ void warm_up_device(const Session& session, const std::vector<std::int64_t>& siz
   const std::unique_ptr<Optimizer> optimizer = make_optimizer(options, mlp, stream);
   model.attach(*optimizer, stream);
   const Tensor x = Tensor::zeros({options.batch_size, sizes.front()}, DType::kFloat32, session.device(), stream);
-  const Tensor y = Tensor::zeros({options.batch_size}, DType::kInt32, session.device(), stream);
   mlp.zero_grad(stream);
-  autograd::backward(ops::cross_entropy(model.forward(x, stream), y, stream), stream);
+  if (options.loss == Loss::kMse) {
+    const Tensor y = Tensor::zeros({options.batch_size, sizes.back()}, DType::kFloat32, session.device(), stream);
+    autograd::backward(ops::mse_loss(model.forward(x, stream, DType::kFloat32), y, stream), stream);
+  } else {
+    const Tensor y = Tensor::zeros({options.batch_size}, DType::kInt32, session.device(), stream);
+    autograd::backward(ops::cross_entropy(model.forward(x, stream), y, stream), stream);
+  }
   optimizer->step(stream);
   stream.synchronize();
 }

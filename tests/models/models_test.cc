@@ -31,6 +31,21 @@ TEST(Models, StateDictNamesMatchNnSequential) {
   EXPECT_EQ(model.num_parameters(), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
 }
 
+TEST(Models, TanhAndSigmoidMlpsRunTheirActivationsAsLayersOfTheirOwn) {
+  for (Activation act : {Activation::kTanh, Activation::kSigmoid}) {
+    MLP model({3, 5, 2}, act, 4);
+    EXPECT_EQ(model[1].type_name(), act == Activation::kTanh ? "Tanh" : "Sigmoid");
+    const Tensor x = Tensor::from_vector({0.5f, -1.0f, 2.0f, 0.25f, 0.0f, -0.75f}, {2, 3}, Device::cpu(), S());
+    autograd::NoGradGuard no_grad;
+    const auto& l0 = dynamic_cast<Linear&>(model[0]);
+    const auto& l2 = dynamic_cast<Linear&>(model[2]);
+    const Tensor by_hand = ops::linear(ops::activation(ops::linear(x, l0.weight(), l0.bias(), Activation::kNone, S()),
+                                                       act, S()),
+                                       l2.weight(), l2.bias(), Activation::kNone, S());
+    EXPECT_EQ(model.forward(x, S()).to_vector<float>(S()), by_hand.to_vector<float>(S()));
+  }
+}
+
 TEST(Models, LinearUsesPytorchDefaultInit) {
   Linear layer(100, 30, true, 5);
   const float bound = 1.0f / std::sqrt(100.0f);

@@ -339,6 +339,28 @@ TEST(Activation, ReluAndGeluGradients) {
   }
 }
 
+TEST(Activation, TanhAndSigmoidGradientsAndValuesAsTorch) {
+  for (Activation act : {Activation::kTanh, Activation::kSigmoid}) {
+    Tensor x = leaf({3, 7}, 41, -3.0f, 3.0f);
+    Tensor t = target_like({3, 7});
+    gradcheck([&] { return ops::mse_loss(ops::activation(x, act, S()), t, S()); }, {x},
+              act == Activation::kTanh ? "tanh" : "sigmoid");
+    autograd::NoGradGuard g;
+    std::vector<float> y = ops::activation(x, act, S()).to_vector<float>(S());
+    const float* xp = x.data<float>();
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const double v = xp[i];
+      const double ref = act == Activation::kTanh ? std::tanh(v) : 1.0 / (1.0 + std::exp(-v));
+      EXPECT_NEAR(y[i], ref, 1e-6);
+    }
+  }
+}
+
+TEST(Linear, RefusesToFuseTanhOrSigmoid) {
+  Tensor x = leaf({2, 3}, 42, -1.0f, 1.0f), w = leaf({4, 3}, 43, -1.0f, 1.0f);
+  EXPECT_THROW(ops::linear(x, w, Tensor(), Activation::kTanh, S()), InvalidArgument);
+}
+
 TEST(Losses, CrossEntropyValueAndGradient) {
   Tensor logits = leaf({4, 5}, 50, -3.0f, 3.0f);
   Tensor y = Tensor::from_int32({0, 4, 2, 2}, {4}, Device::cpu(), S());

@@ -20,12 +20,27 @@ inline float gelu_grad(float x) {
   return cdf + x * pdf;
 }
 
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// Both derivatives from the input x, as the standalone backward gets it.
+inline float tanh_grad(float x) {
+  const float t = std::tanh(x);
+  return 1.0f - t * t;
+}
+inline float sigmoid_grad(float x) {
+  const float s = sigmoid(x);
+  return s * (1.0f - s);
+}
+
 inline float activate(Activation act, float z) {
   switch (act) {
     case Activation::kRelu:
       return z > 0.0f ? z : 0.0f;
     case Activation::kGelu:
       return gelu(z);
+    case Activation::kTanh:
+      return std::tanh(z);
+    case Activation::kSigmoid:
+      return sigmoid(z);
     case Activation::kNone:
       break;
   }

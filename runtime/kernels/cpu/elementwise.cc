@@ -24,6 +24,10 @@ void activation_forward(Activation act, const float* x, float* y, std::int64_t n
     case Activation::kGelu:
       for (std::int64_t i = 0; i < n; ++i) y[i] = detail::gelu(x[i]);
       return;
+    case Activation::kTanh:
+    case Activation::kSigmoid:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = detail::activate(act, x[i]);
+      return;
   }
 }
 
@@ -51,6 +55,15 @@ void activation_backward(Activation act, const float* x, const float* dy, float*
         for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * detail::gelu_grad(x[i]);
       }
       return;
+    case Activation::kTanh:
+    case Activation::kSigmoid: {
+      const bool tanh = act == Activation::kTanh;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float g = dy[i] * (tanh ? detail::tanh_grad(x[i]) : detail::sigmoid_grad(x[i]));
+        dx[i] = accumulate ? dx[i] + g : g;
+      }
+      return;
+    }
   }
 }
 

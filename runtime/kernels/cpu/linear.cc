@@ -108,6 +108,8 @@ void linear_forward_f32(const LinearShape& s, const float* x, const float* w, co
     case Activation::kGelu:
       for (std::int64_t i = 0; i < n; ++i) y[i] = detail::gelu(z[i]);
       break;
+    default:
+      DDP_ASSERT(false, "linear_forward: a fused activation is kNone, kRelu or kGelu");
   }
 }
 
@@ -125,6 +127,8 @@ const float* activation_grad(Activation act, std::int64_t n, const float* dy, co
       DDP_ASSERT(pre != nullptr, "linear_backward: GELU needs pre_activation");
       for (std::int64_t i = 0; i < n; ++i) dz[i] = dy[i] * detail::gelu_grad(pre[i]);
       return dz;
+    default:
+      DDP_ASSERT(false, "linear_backward: a fused activation is kNone, kRelu or kGelu");
   }
   return dy;
 }

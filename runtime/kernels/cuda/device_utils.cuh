@@ -111,12 +111,17 @@ __device__ __forceinline__ float gelu_grad(float z) {
   const float pdf = 0.39894228040143268f * expf(-0.5f * z * z);
   return cdf + z * pdf;
 }
+__device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 __device__ __forceinline__ float apply_activation(Activation act, float z) {
   switch (act) {
     case Activation::kRelu:
       return relu(z);
     case Activation::kGelu:
       return gelu(z);
+    case Activation::kTanh:
+      return tanhf(z);
+    case Activation::kSigmoid:
+      return sigmoid(z);
     default:
       return z;
   }
@@ -129,6 +134,14 @@ __device__ __forceinline__ float activation_grad(Activation act, float saved) {
       return saved > 0.0f ? 1.0f : 0.0f;
     case Activation::kGelu:
       return gelu_grad(saved);
+    case Activation::kTanh: {  // standalone only: `saved` is the input
+      const float t = tanhf(saved);
+      return 1.0f - t * t;
+    }
+    case Activation::kSigmoid: {
+      const float s = sigmoid(saved);
+      return s * (1.0f - s);
+    }
     default:
       return 1.0f;
   }

@@ -1,0 +1,64 @@
+// Command-line checks the examples share, over CLI11: numbers with their bounds said in words, and the unknown
+// arguments of a command line with the flag most likely meant.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace examples {
+
+// Number checks whose messages say what is wrong in words (CLI11's own print its range bounds, ~300 digits for
+// a double) and that refuse NaN and infinity, which compare false with every bound.
+inline CLI::Validator number_at_least(double low, bool integer) {
+  return CLI::Validator(
+      [low, integer](std::string& text) -> std::string {
+        double value = 0;
+        try {
+          std::size_t used = 0;
+          value = std::stod(text, &used);
+          if (used != text.size()) return "must be a number, got '" + text + "'";
+        } catch (const std::exception&) {
+          return "must be a number, got '" + text + "'";
+        }
+        if (!std::isfinite(value)) return "must be a finite number, got " + text;
+        if (value < low) {
+          char bound[32];
+          std::snprintf(bound, sizeof bound, "%g", low);
+          return std::string("must be at least ") + bound + ", got " + text;
+        }
+        if (integer && value != std::floor(value)) return "must be a whole number, got " + text;
+        return "";
+      },
+      integer ? "INT>=" + std::to_string(static_cast<long long>(low)) : "NUMBER");
+}
+inline const CLI::Validator kPositiveInteger = number_at_least(1, true);
+inline const CLI::Validator kNonNegativeInteger = number_at_least(0, true);
+inline const CLI::Validator kNonNegativeNumber = number_at_least(0, false);
+// Above zero: the smallest positive double, so 0 itself is refused.
+inline const CLI::Validator kPositiveNumber = number_at_least(std::numeric_limits<double>::denorm_min(), false);
+
+// What CLI11 did not take, in the order given, and the flag the first unknown one most likely meant: one whose
+// name starts with it (--batch for --batch-size) or that it starts with.
+inline std::string unknown_arguments(const CLI::App& app, const std::vector<std::string>& extras) {
+  std::string text = extras.size() == 1 ? "unknown argument" : "unknown arguments";
+  for (const std::string& e : extras) text += " '" + e + "'";
+  for (const std::string& e : extras) {
+    if (e.rfind("--", 0) != 0) continue;
+    const std::string name = e.substr(2, e.find('=', 2) - 2);  // up to '=' or the end (npos - 2 stays past it)
+    for (const CLI::Option* option : app.get_options()) {
+      for (const std::string& known : option->get_lnames()) {
+        if (!name.empty() && known != name && (known.rfind(name, 0) == 0 || name.rfind(known, 0) == 0)) {
+          return text + "; did you mean --" + known + "?";
+        }
+      }
+    }
+    break;
+  }
+  return text;
+}
+
+}  // namespace examples

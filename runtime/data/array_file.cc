@@ -1,0 +1,302 @@
+// .npy and safetensors data sets (see array_file.h).
+#include "runtime/data/array_file.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "runtime/core/check.h"
+#include "runtime/io/atomic_file.h"
+#include "runtime/io/safetensors.h"
+
+namespace ddp {
+namespace data {
+namespace {
+
+constexpr char kNpyMagic[] = "\x93NUMPY";
+constexpr size_t kNpyMagicBytes = 6;
+
+// NumPy's type strings this reader takes, little-endian ('<') or byte-sized ('|').
+bool parse_npy_descr(const std::string& descr, DType* dtype) {
+  static const std::pair<const char*, DType> kKnown[] = {
+      {"<f4", DType::kFloat32}, {"<f8", DType::kFloat64}, {"<i4", DType::kInt32}, {"<i8", DType::kInt64},
+      {"<i2", DType::kInt16},   {"|i1", DType::kInt8},    {"|u1", DType::kUInt8}, {"|b1", DType::kBool}};
+  for (const auto& [name, type] : kKnown) {
+    if (descr == name) {
+      *dtype = type;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* npy_descr(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "<f4";
+    case DType::kFloat64: return "<f8";
+    case DType::kInt32: return "<i4";
+    case DType::kInt64: return "<i8";
+    case DType::kInt16: return "<i2";
+    case DType::kInt8: return "|i1";
+    case DType::kUInt8: return "|u1";
+    default: throw InvalidArgument(std::string("write_npy: dtype ") + dtype_name(dtype) + " is not written");
+  }
+}
+
+// The value of 'key' in NumPy's header dict ("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }"),
+// up to the next top-level comma; "" when absent.
+std::string header_value(const std::string& header, const std::string& key) {
+  const std::size_t at = header.find("'" + key + "'");
+  if (at == std::string::npos) return "";
+  std::size_t begin = header.find(':', at);
+  if (begin == std::string::npos) return "";
+  ++begin;
+  while (begin < header.size() && header[begin] == ' ') ++begin;
+  std::size_t end = begin;
+  int depth = 0;
+  for (; end < header.size(); ++end) {
+    const char c = header[end];
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if ((c == ',' && depth == 0) || (c == '}' && depth == 0)) break;
+  }
+  return header.substr(begin, end - begin);
+}
+
+std::vector<int64_t> parse_shape(const std::string& text, const std::string& source) {
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')') {
+    throw InvalidArgument(source + ": the .npy header's shape '" + text + "' is not a tuple");
+  }
+  std::vector<int64_t> shape;
+  std::size_t i = 1;
+  while (i + 1 < text.size()) {
+    while (i + 1 < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
+    if (i + 1 >= text.size()) break;
+    std::size_t used = 0;
+    long long d = -1;
+    try {
+      d = std::stoll(text.substr(i), &used);
+    } catch (const std::exception&) {
+    }
+    if (used == 0 || d < 0) throw InvalidArgument(source + ": the .npy header's shape '" + text + "' is not a tuple of sizes");
+    shape.push_back(d);
+    i += used;
+  }
+  return shape;
+}
+
+int64_t checked_count(const std::vector<int64_t>& shape, std::size_t element_bytes, const std::string& source) {
+  uint64_t count = 1;
+  for (int64_t d : shape) {
+    if (d != 0 && count > kMaxArrayBytes / element_bytes / static_cast<uint64_t>(d)) {
+      throw InvalidArgument(source + ": the array's shape " + shape_str(shape) + " is larger than " +
+                            std::to_string(kMaxArrayBytes >> 30) + " GiB");
+    }
+    count *= static_cast<uint64_t>(d);
+  }
+  return static_cast<int64_t>(count);
+}
+
+bool is_directory(const std::string& path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_integer(DType d) {
+  return d == DType::kInt32 || d == DType::kInt64 || d == DType::kInt16 || d == DType::kInt8 || d == DType::kUInt8;
+}
+
+// Element i of an array as a double (any dtype this file reads).
+double element(const HostArray& a, int64_t i) {
+  const uint8_t* p = a.bytes.data() + static_cast<std::size_t>(i) * dtype_size(a.dtype);
+  switch (a.dtype) {
+    case DType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::kInt16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case DType::kInt8: return static_cast<int8_t>(*p);
+    case DType::kUInt8: return *p;
+    default: break;
+  }
+  throw InvalidArgument(std::string("unsupported dtype ") + dtype_name(a.dtype));
+}
+
+// The array's values as float32, refusing integers where floats are wanted only by the caller.
+std::vector<float> as_floats(const HostArray& a, const std::string& what) {
+  std::vector<float> out(static_cast<std::size_t>(a.count()));
+  for (int64_t i = 0; i < a.count(); ++i) {
+    const double v = element(a, i);
+    if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max()) {
+      throw InvalidArgument(what + ": element " + std::to_string(i) + " is " + std::to_string(v) +
+                            ", not a finite float32; clean the data first");
+    }
+    out[static_cast<std::size_t>(i)] = static_cast<float>(v);
+  }
+  return out;
+}
+
+HostArray safetensors_array(const io::SafetensorsFile& file, const std::string& name) {
+  const io::TensorEntry& entry = file.at(name);
+  HostArray a;
+  a.dtype = entry.dtype;
+  a.shape = entry.shape;
+  const uint8_t* data = file.data(entry);
+  a.bytes.assign(data, data + entry.bytes());
+  return a;
+}
+
+}  // namespace
+
+int64_t HostArray::count() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+HostArray parse_npy(const uint8_t* bytes, size_t size, const std::string& source) {
+  if (size < 10 || std::memcmp(bytes, kNpyMagic, kNpyMagicBytes) != 0) {
+    throw InvalidArgument(source + ": not a NumPy .npy file (no \\x93NUMPY magic); save arrays with numpy.save");
+  }
+  const int major = bytes[6];
+  if (major < 1 || major > 3) {
+    throw InvalidArgument(source + ": .npy format version " + std::to_string(major) + " is not one of 1, 2, 3");
+  }
+  const size_t length_bytes = major == 1 ? 2 : 4;
+  size_t header_length = 0;
+  for (size_t k = 0; k < length_bytes; ++k) header_length |= static_cast<size_t>(bytes[8 + k]) << (8 * k);
+  const size_t data_start = 8 + length_bytes + header_length;
+  if (data_start > size) {
+    throw InvalidArgument(source + ": the .npy header claims " + std::to_string(header_length) +
+                          " bytes, more than the file holds; the file is truncated");
+  }
+  const std::string header(reinterpret_cast<const char*>(bytes) + 8 + length_bytes, header_length);
+  std::string descr = header_value(header, "descr");
+  if (descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"')) descr = descr.substr(1, descr.size() - 2);
+  HostArray a;
+  if (!parse_npy_descr(descr, &a.dtype)) {
+    throw InvalidArgument(source + ": dtype '" + descr + "' is not read; expected little-endian float32, float64 " +
+                          "or an integer type (numpy: array.astype('<f4'))");
+  }
+  if (header_value(header, "fortran_order") != "False") {
+    throw InvalidArgument(source + ": a Fortran-ordered array; save a C-ordered one (numpy.ascontiguousarray)");
+  }
+  a.shape = parse_shape(header_value(header, "shape"), source);
+  const int64_t count = checked_count(a.shape, dtype_size(a.dtype), source);
+  const size_t expected = static_cast<size_t>(count) * dtype_size(a.dtype);
+  if (size - data_start != expected) {
+    throw InvalidArgument(source + ": shape " + shape_str(a.shape) + " of " + dtype_name(a.dtype) + " needs " +
+                          std::to_string(expected) + " bytes of data, the file has " +
+                          std::to_string(size - data_start) + (size - data_start < expected ? " (truncated)" : ""));
+  }
+  a.bytes.assign(bytes + data_start, bytes + size);
+  return a;
+}
+
+HostArray read_npy(const std::string& path) {
+  const std::string contents = io::read_file(path);
+  return parse_npy(reinterpret_cast<const uint8_t*>(contents.data()), contents.size(), path);
+}
+
+void write_npy(const std::string& path, const HostArray& array) {
+  DDP_CHECK(static_cast<size_t>(array.count()) * dtype_size(array.dtype) == array.bytes.size(),
+            "write_npy: the bytes do not match shape " + shape_str(array.shape));
+  std::string shape = "(";
+  for (int64_t d : array.shape) shape += std::to_string(d) + ", ";
+  if (array.shape.size() > 1) shape.resize(shape.size() - 2);
+  if (array.shape.size() == 1) shape.resize(shape.size() - 1);
+  shape += ")";
+  std::string header = std::string("{'descr': '") + npy_descr(array.dtype) + "', 'fortran_order': False, 'shape': " +
+                       shape + ", }";
+  // The data starts on a 64-byte boundary; the header ends with a newline.
+  const size_t unpadded = kNpyMagicBytes + 4 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string out(kNpyMagic, kNpyMagicBytes);
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(array.bytes.data()), array.bytes.size());
+  io::write_file_atomically(path, out);
+}
+
+bool is_array_dataset(const std::string& path) {
+  if (ends_with(path, ".safetensors")) return true;
+  struct stat info;
+  return is_directory(path) && ::stat((path + "/features.npy").c_str(), &info) == 0;
+}
+
+Dataset load_array_dataset(const std::string& path) {
+  if (ends_with(path, ".safetensors")) {
+    const io::SafetensorsFile file = io::load_safetensors(path);
+    for (const char* name : {"features", "targets"}) {
+      if (file.find(name) == nullptr) {
+        throw InvalidArgument(path + ": no tensor '" + name + "'; a data set file holds 'features' [N, F] and " +
+                              "'targets' ([N] integer class labels, or [N] / [N, W] float targets)");
+      }
+    }
+    return make_array_dataset(safetensors_array(file, "features"), safetensors_array(file, "targets"), path);
+  }
+  if (!is_directory(path)) {
+    throw InvalidArgument(path + ": no such data set; pass a directory with features.npy and targets.npy, a " +
+                          ".safetensors file, or a directory with the Fashion-MNIST IDX files");
+  }
+  const std::string features = path + "/features.npy", targets = path + "/targets.npy";
+  return make_array_dataset(read_npy(features), read_npy(targets), features + " and " + targets);
+}
+
+Dataset make_array_dataset(const HostArray& features, const HostArray& targets, const std::string& source) {
+  const std::string x = source + ": features", y = source + ": targets";
+  if (features.shape.empty() || features.shape.size() > 2 || features.count() == 0) {
+    throw InvalidArgument(x + " have shape " + shape_str(features.shape) + "; expected [N, F] or [N] with N, F > 0");
+  }
+  if (!is_integer(features.dtype) && features.dtype != DType::kFloat32 && features.dtype != DType::kFloat64) {
+    throw InvalidArgument(x + " are " + dtype_name(features.dtype) + "; expected float32, float64 or integers");
+  }
+  const int64_t n = features.shape[0];
+  if (targets.shape.empty() || targets.shape.size() > 2 || targets.shape[0] != n) {
+    throw InvalidArgument(y + " have shape " + shape_str(targets.shape) + "; expected [" + std::to_string(n) +
+                          "] or [" + std::to_string(n) + ", W], one row per row of the features");
+  }
+  Dataset d;
+  d.size = n;
+  d.feature_count = features.shape.size() == 2 ? features.shape[1] : 1;
+  d.features = as_floats(features, x);
+  if (is_integer(targets.dtype)) {
+    if (targets.shape.size() != 1) {
+      throw InvalidArgument(y + " are integers of shape " + shape_str(targets.shape) + "; class labels are [" +
+                            std::to_string(n) + "] (for regression store float targets)");
+    }
+    d.labels.resize(static_cast<std::size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const double label = element(targets, i);
+      if (label < 0 || label > std::numeric_limits<int32_t>::max() - 1) {
+        throw InvalidArgument(y + ": label " + std::to_string(static_cast<long long>(label)) + " at row " +
+                              std::to_string(i) + " is not a class index 0, 1, ...");
+      }
+      d.labels[static_cast<std::size_t>(i)] = static_cast<int32_t>(label);
+      d.num_classes = std::max(d.num_classes, static_cast<int>(label) + 1);
+    }
+    return d;
+  }
+  if (targets.dtype != DType::kFloat32 && targets.dtype != DType::kFloat64) {
+    throw InvalidArgument(y + " are " + dtype_name(targets.dtype) + "; expected integer class labels or float32 / " +
+                          "float64 regression targets");
+  }
+  d.target_width = targets.shape.size() == 2 ? targets.shape[1] : 1;
+  if (d.target_width == 0) throw InvalidArgument(y + " have width 0");
+  d.targets = as_floats(targets, y);
+  return d;
+}
+
+}  // namespace data
+}  // namespace ddp

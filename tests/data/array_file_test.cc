@@ -1,0 +1,190 @@
+// A user's own data from .npy and safetensors files: arrays round-trip, data sets of class labels and of float
+// targets of any width are built from them, and every file that is not what it claims is refused with its name,
+// the array and what was expected. Float targets then travel the whole data path: the loader's batches,
+// to_device, the resident data set's gathers and the evaluation shard's chunks.
+#include "runtime/data/array_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "runtime/core/check.h"
+#include "runtime/data/evaluation_shard.h"
+#include "runtime/data/loader.h"
+#include "runtime/data/resident_dataset.h"
+#include "runtime/io/safetensors.h"
+#include "tests/scratch.h"
+
+namespace ddp {
+namespace data {
+namespace {
+
+template <typename T>
+HostArray array_of(DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
+  HostArray a;
+  a.dtype = dtype;
+  a.shape = std::move(shape);
+  a.bytes.resize(values.size() * sizeof(T));
+  std::memcpy(a.bytes.data(), values.data(), a.bytes.size());
+  return a;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+TEST(Npy, WrittenArraysReadBackWithTheirDtypeShapeAndBytes) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("npy_round_trip");
+  const HostArray f = array_of<float>(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6.5f});
+  const HostArray i = array_of<int64_t>(DType::kInt64, {4}, {0, 3, 1, 2});
+  write_npy(dir + "/f.npy", f);
+  write_npy(dir + "/i.npy", i);
+  for (const auto& [path, a] : {std::pair{dir + "/f.npy", f}, std::pair{dir + "/i.npy", i}}) {
+    const HostArray back = read_npy(path);
+    EXPECT_EQ(back.dtype, a.dtype);
+    EXPECT_EQ(back.shape, a.shape);
+    EXPECT_EQ(back.bytes, a.bytes);
+  }
+}
+
+TEST(Npy, NotWhatItClaimsIsRefusedWithTheFileAndTheReason) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("npy_bad");
+  write_npy(dir + "/good.npy", array_of<float>(DType::kFloat32, {2, 2}, {1, 2, 3, 4}));
+  std::string good;
+  {
+    std::ifstream in(dir + "/good.npy", std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  write_bytes(dir + "/magic.npy", "PK\x03\x04 not numpy at all");
+  EXPECT_NE(message_of([&] { read_npy(dir + "/magic.npy"); }).find("magic.npy: not a NumPy .npy file"), std::string::npos);
+  write_bytes(dir + "/truncated.npy", good.substr(0, good.size() - 3));
+  EXPECT_NE(message_of([&] { read_npy(dir + "/truncated.npy"); }).find("(truncated)"), std::string::npos);
+  std::string big_endian = good;
+  big_endian.replace(big_endian.find("<f4"), 3, ">f4");
+  write_bytes(dir + "/be.npy", big_endian);
+  EXPECT_NE(message_of([&] { read_npy(dir + "/be.npy"); }).find("dtype '>f4' is not read"), std::string::npos);
+  std::string fortran = good;
+  fortran.replace(fortran.find("False"), 5, "True ");
+  write_bytes(dir + "/fortran.npy", fortran);
+  EXPECT_NE(message_of([&] { read_npy(dir + "/fortran.npy"); }).find("Fortran-ordered"), std::string::npos);
+}
+
+TEST(ArrayDataset, IntegerTargetsAreClassesAndFloatTargetsRegressionOfTheirWidth) {
+  const HostArray x = array_of<double>(DType::kFloat64, {3, 2}, {1, 2, 3, 4, 5, 6});
+  const Dataset classes = make_array_dataset(x, array_of<uint8_t>(DType::kUInt8, {3}, {2, 0, 4}), "mem");
+  EXPECT_FALSE(classes.regression());
+  EXPECT_EQ(classes.num_classes, 5);
+  EXPECT_EQ(classes.labels, (std::vector<int32_t>{2, 0, 4}));
+  EXPECT_EQ(classes.features, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  const Dataset one = make_array_dataset(x, array_of<float>(DType::kFloat32, {3}, {0.5f, 1, 2}), "mem");
+  EXPECT_EQ(one.target_width, 1);
+  const Dataset wide = make_array_dataset(x, array_of<double>(DType::kFloat64, {3, 2}, {1, 2, 3, 4, 5, 6}), "mem");
+  EXPECT_EQ(wide.target_width, 2);
+  EXPECT_EQ(wide.targets, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(ArrayDataset, MismatchedOrBadArraysAreRefusedNamingTheArray) {
+  const HostArray x = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  EXPECT_NE(message_of([&] { make_array_dataset(x, array_of<float>(DType::kFloat32, {2}, {1, 2}), "d"); })
+                .find("d: targets have shape [2]; expected [3] or [3, W]"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { make_array_dataset(x, array_of<int32_t>(DType::kInt32, {3}, {0, -1, 2}), "d"); })
+                .find("label -1 at row 1"),
+            std::string::npos);
+  const HostArray nan = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, NAN, 4, 5, 6});
+  EXPECT_NE(message_of([&] { make_array_dataset(nan, array_of<float>(DType::kFloat32, {3}, {1, 2, 3}), "d"); })
+                .find("d: features: element 2"),
+            std::string::npos);
+}
+
+TEST(ArrayDataset, ReadFromANpyDirectoryOrASafetensorsFile) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("array_dataset");
+  const std::vector<float> xs = {1, 2, 3, 4}, ys = {0.25f, 0.5f};
+  write_npy(dir + "/features.npy", array_of<float>(DType::kFloat32, {2, 2}, xs));
+  write_npy(dir + "/targets.npy", array_of<float>(DType::kFloat32, {2, 1}, ys));
+  ASSERT_TRUE(is_array_dataset(dir));
+  const Dataset from_npy = load_array_dataset(dir);
+  EXPECT_EQ(from_npy.targets, ys);
+  const std::string file = dir + "/data.safetensors";
+  io::save_safetensors(file,
+                       {{.name = "features", .dtype = DType::kFloat32, .shape = {2, 2}, .data = xs.data(), .bytes = 16},
+                        {.name = "targets", .dtype = DType::kFloat32, .shape = {2, 1}, .data = ys.data(), .bytes = 8}},
+                       {});
+  const Dataset from_file = load_array_dataset(file);
+  EXPECT_EQ(from_file.features, xs);
+  EXPECT_EQ(from_file.targets, ys);
+  const std::string no_targets = dir + "/x.safetensors";
+  io::save_safetensors(no_targets,
+                       {{.name = "features", .dtype = DType::kFloat32, .shape = {2, 2}, .data = xs.data(), .bytes = 16}},
+                       {});
+  EXPECT_NE(message_of([&] { load_array_dataset(no_targets); }).find("x.safetensors: no tensor 'targets'"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { load_array_dataset(dir + "/missing"); }).find("no such data set"), std::string::npos);
+}
+
+// Rows 0..n-1 with features (i, -i) and targets (i/10, i/100, i/1000).
+Dataset float_target_set(int64_t n) {
+  Dataset d;
+  d.size = n;
+  d.feature_count = 2;
+  d.target_width = 3;
+  for (int64_t i = 0; i < n; ++i) {
+    d.features.insert(d.features.end(), {static_cast<float>(i), -static_cast<float>(i)});
+    d.targets.insert(d.targets.end(), {i / 10.0f, i / 100.0f, i / 1000.0f});
+  }
+  return d;
+}
+
+TEST(FloatTargets, TravelTheLoaderTheResidentDataSetAndTheEvaluationShard) {
+  const Dataset d = float_target_set(23);
+  const SamplerOptions so{.dataset_size = d.size, .num_replicas = 2, .rank = 1, .seed = 3};
+  BatchLoader loader(view(d), DistributedSampler(so), LoaderOptions{.batch_size = 4});
+  ResidentDataset resident(view(d), Device::cpu(), cpu_stream());
+  DistributedSampler sampler(so);
+  sampler.set_epoch(0);
+  resident.set_order(sampler.indices(), cpu_stream());
+  loader.start_epoch(0);
+  int64_t position = 0;
+  while (const Batch* b = loader.next()) {
+    ASSERT_EQ(b->target_width, 3);
+    const DeviceBatch on_device = to_device(*b, Device::cpu(), cpu_stream());
+    EXPECT_EQ(on_device.labels.shape(), (Shape{b->size, 3}));
+    Tensor x = Tensor::empty({b->size, 2}, DType::kFloat32, Device::cpu(), cpu_stream());
+    Tensor y = resident.empty_y(b->size, cpu_stream());
+    resident.gather(position, x, y, cpu_stream());
+    position += b->size;
+    const std::vector<float> gathered = y.to_vector<float>(cpu_stream());
+    for (int64_t k = 0; k < b->size; ++k) {
+      const int64_t row = (*b->sample_indices)[static_cast<std::size_t>(k)];
+      for (int64_t j = 0; j < 3; ++j) {
+        const float expected = d.targets[static_cast<std::size_t>(row * 3 + j)];
+        EXPECT_EQ(b->targets[k * 3 + j], expected);
+        EXPECT_EQ(gathered[static_cast<std::size_t>(k * 3 + j)], expected);
+      }
+    }
+  }
+  const EvaluationShard shard(d, 0, 2, Device::cpu(), cpu_stream(), 5);
+  int64_t rows = 0;
+  for (const DeviceBatch& chunk : shard.chunks()) {
+    EXPECT_EQ(chunk.labels.dtype(), DType::kFloat32);
+    const std::vector<float> t = chunk.labels.to_vector<float>(cpu_stream());
+    for (int64_t k = 0; k < chunk.labels.size(0); ++k) {
+      EXPECT_EQ(t[static_cast<std::size_t>(k * 3)], static_cast<float>(2 * (rows + k)) / 10.0f);  // rank 0: rows 0, 2, 4, ...
+    }
+    rows += chunk.labels.size(0);
+  }
+  EXPECT_EQ(rows, 12);
+}
+
+}  // namespace
+}  // namespace data
+}  // namespace ddp
