@@ -54,6 +54,12 @@ bool stop_requested() { return g_stop_requested.load(); }
 
 int stop_signal() { return g_stop_signal.load(); }
 
+void clear_stop_request() {
+  g_stop_requested.store(false);
+  g_stop_signal.store(0);
+  g_requested_at_ns.store(0);
+}
+
 void request_stop() {
   if (!g_stop_requested.exchange(true)) g_requested_at_ns.store(monotonic_ns());
 }

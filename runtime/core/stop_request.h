@@ -20,6 +20,9 @@ bool stop_requested();
 int stop_signal();
 // Asks for a stop as the first signal would (a program's own reasons; tests).
 void request_stop();
+// Forgets a stop that was asked for and honoured, for a program that goes on afterwards (another run in the same
+// process; tests). A signal after it asks again, as the first one did.
+void clear_stop_request();
 // Seconds since the stop was asked for (0 when it was not): what a program reports as its time to stop.
 double seconds_since_stop_request();
 

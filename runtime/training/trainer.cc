@@ -369,8 +369,9 @@ class Trainer::Run {
     }
     if (session_.is_lead()) {
       std::printf("%s\n", times_.summary(session_.world().startup(), step_ - start_.step).c_str());
-      std::printf("final step=%lld test_loss=%.4f", step_, last_eval_.loss);
-      if (last_eval_.accuracy >= 0) std::printf(" test_accuracy=%.4f", last_eval_.accuracy);
+      std::printf("final step=%lld", step_);
+      if (test_) std::printf(" test_loss=%.4f", last_eval_.loss);
+      if (test_ && last_eval_.accuracy >= 0) std::printf(" test_accuracy=%.4f", last_eval_.accuracy);
       std::printf("\n");
       std::fflush(stdout);
     }

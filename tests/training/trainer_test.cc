@@ -1,0 +1,133 @@
+// The Trainer as a user's program drives it, at 1 and 2 ranks (own main: the Trainer needs a Session):
+//   - hooks run after every step and every epoch's evaluation with the step count, the logged loss and the
+//     evaluation; a regression on float targets learns;
+//   - a stop asked for from a hook ends fit() with kStoppedExitStatus and a checkpoint at that step, and a new
+//     trainer resumed from it ends with bitwise the parameters of a run never stopped;
+//   - data that does not fit the model, or a loss that does not fit the targets, is refused before any step
+//     with a message that says what to change.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ddp.h"
+#include "tests/scratch.h"
+
+namespace ddp {
+namespace {
+
+Session* g_session = nullptr;
+
+// y = (x0·x1, sin(x2)) over n rows of 3 features in [-1, 1], the same on every rank.
+data::Dataset regression_set(int64_t n, uint64_t salt) {
+  data::Dataset d;
+  d.size = n;
+  d.feature_count = 3;
+  d.target_width = 2;
+  for (int64_t i = 0; i < n; ++i) {
+    float x[3];
+    for (int j = 0; j < 3; ++j) x[j] = std::sin(static_cast<float>(i * 3 + j + salt) * 12.9898f);
+    d.features.insert(d.features.end(), x, x + 3);
+    d.targets.insert(d.targets.end(), {x[0] * x[1], std::sin(2 * x[2])});
+  }
+  return d;
+}
+
+TrainerOptions quiet_options() {
+  return TrainerOptions{.batch_size = 16, .epochs = 3, .loss = Loss::kMse,
+                        .optimizer = AdamWOptions{.lr = 1e-2, .weight_decay = 0}, .log_every = 10,
+                        .name = "trainer_test"};
+}
+
+std::vector<float> parameters(const MLP& model) {
+  std::vector<float> all;
+  for (const auto& [name, t] : model.state_dict()) {
+    const std::vector<float> v = t.to_vector<float>(g_session->stream());
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+TEST(Trainer, HooksSeeEveryStepAndEveryEvaluationAndTheRegressionLearns) {
+  Session& s = *g_session;
+  const data::Dataset train = regression_set(256, 0), test = regression_set(64, 1000);
+  MLP model({3, 32, 2}, Activation::kTanh, 1, s.device(), s.stream());
+  std::vector<int64_t> steps;
+  std::vector<double> logged, evaluated;
+  TrainerHooks hooks{
+      .on_step_end = [&](const StepEnd& e) {
+        steps.push_back(e.step);
+        if (e.logged) logged.push_back(e.loss);
+      },
+      .on_evaluation = [&](const EvaluationResult& r) { evaluated.push_back(r.loss); }};
+  Trainer trainer(s, model, quiet_options(), hooks);
+  ASSERT_EQ(trainer.fit(train, test), 0);
+  const int64_t per_epoch = (256 / s.size() + 15) / 16;
+  ASSERT_EQ(static_cast<int64_t>(steps.size()), 3 * per_epoch);
+  for (std::size_t k = 0; k < steps.size(); ++k) EXPECT_EQ(steps[k], static_cast<int64_t>(k) + 1);
+  ASSERT_EQ(evaluated.size(), 3u);
+  EXPECT_LT(evaluated.back(), evaluated.front());
+  EXPECT_LT(evaluated.back(), 0.1);
+  EXPECT_EQ(trainer.last_evaluation().accuracy, -1.0);  // a regression has no accuracy
+  EXPECT_FALSE(logged.empty());
+}
+
+TEST(Trainer, AStopFromAHookCheckpointsThereAndTheResumedRunEndsAsOneNeverStopped) {
+  Session& s = *g_session;
+  const data::Dataset train = regression_set(200, 7), test;
+  const std::string dir = testing::scratch_path("trainer_stop_" + std::to_string(s.size()));
+  if (s.is_lead()) testing::fresh_scratch_dir("trainer_stop_" + std::to_string(s.size()));
+  s.agree("", "scratch");  // the directory is fresh before any rank looks
+
+  MLP straight({3, 16, 2}, Activation::kRelu, 2, s.device(), s.stream());
+  ASSERT_EQ(Trainer(s, straight, quiet_options()).fit(train, test), 0);
+
+  MLP stopped({3, 16, 2}, Activation::kRelu, 2, s.device(), s.stream());
+  TrainerOptions o = quiet_options();
+  o.checkpoint_dir = dir;
+  TrainerHooks stop_at_5{.on_step_end = [](const StepEnd& e) {
+    if (e.step == 5) request_stop();
+  }};
+  ASSERT_EQ(Trainer(s, stopped, o, stop_at_5).fit(train, test), kStoppedExitStatus);
+  clear_stop_request();
+  const auto saved = io::list_checkpoints(dir);
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved.back().step, 5);
+
+  MLP resumed({3, 16, 2}, Activation::kRelu, 99, s.device(), s.stream());  // another init: the checkpoint wins
+  o.resume_dir = dir;
+  Trainer again(s, resumed, o);
+  ASSERT_EQ(again.fit(train, test), 0);
+  EXPECT_EQ(parameters(resumed), parameters(straight));
+}
+
+TEST(Trainer, DataOrALossThatDoesNotFitTheModelIsRefusedBeforeAnyStep) {
+  Session& s = *g_session;
+  const data::Dataset train = regression_set(64, 3);
+  auto refusal = [&](const std::vector<int64_t>& sizes, Loss loss) -> std::string {
+    MLP model(sizes, Activation::kRelu, 0, s.device(), s.stream());
+    TrainerOptions o = quiet_options();
+    o.loss = loss;
+    try {
+      Trainer(s, model, o).fit(train, data::Dataset{});
+    } catch (const CollectiveError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_NE(refusal({4, 8, 2}, Loss::kMse).find("3 features per sample, the model's input has 4"), std::string::npos);
+  EXPECT_NE(refusal({3, 8, 5}, Loss::kMse).find("targets have width 2, the model's output has 5"), std::string::npos);
+  EXPECT_NE(refusal({3, 8, 2}, Loss::kCrossEntropy).find("use the mse loss"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddp
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ddp::Session session(&argc, &argv);
+  ddp::g_session = &session;
+  const int local = RUN_ALL_TESTS();
+  return session.max(local) > 0 ? 1 : 0;
+}
