@@ -1,7 +1,7 @@
 // A user's own training program on the library's Trainer: the main job's recipe (784-512-512-10, AdamW, cosine
 // schedule, 30 epochs of Fashion-MNIST) at the main job's speed, with its checkpoints, resume and graceful stop.
 //
-//   ddprun -np 2 -- bazel-bin/examples/fit [CHECKPOINT_DIR [MAX_STEPS]]
+//   ddprun -np 2 -- bazel-bin/examples/fit [CHECKPOINT_DIR [MAX_STEPS [DATA_DIR]]]
 //
 // At the same seed its checkpoints are train_mlp's, bit for bit (tests/examples/fit_test.sh).
 #include <cstdio>
@@ -14,8 +14,8 @@ int main(int argc, char** argv) {
     ddp::install_stop_handlers();                // SIGTERM/SIGINT/SIGUSR1: stop after the same step, checkpoint
     ddp::Session session(&argc, &argv);          // MPI, rank, GPU, stream, backend
     using namespace ddp::data;
-    const Dataset train = load_fashion_mnist(kDefaultFashionMnistDir, Split::kTrain);
-    const Dataset test = load_fashion_mnist(kDefaultFashionMnistDir, Split::kTest);
+    const char* dir = argc > 3 ? argv[3] : kDefaultFashionMnistDir;
+    const Dataset train = load_fashion_mnist(dir, Split::kTrain), test = load_fashion_mnist(dir, Split::kTest);
 
     ddp::MLP model({784, 512, 512, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device(), session.stream());
     ddp::TrainerOptions options{

@@ -6,7 +6,7 @@
 #   PREFIX/lib/cmake/ddp/ddpConfig.cmake        find_package(ddp) gives the imported target ddp::ddp
 #   PREFIX/bin/ddprun, the launcher.
 # Both ddp.pc and ddp::ddp carry the CUDA, NCCL, MPI (Open MPI, through pkg-config's mpi-c or CMake's FindMPI)
-# and OpenBLAS include and link flags, and C++17.
+# and OpenBLAS include and link flags, and C++20.
 #
 #   tools/install.sh PREFIX                     builds //:libddp and //launcher:ddprun with Bazel, then installs
 #   tools/install.sh --prebuilt DIR PREFIX      installs from DIR without building: DIR holds ddp.h and the
@@ -44,7 +44,7 @@ for f in "$src/ddp.h" "$bin/libddp.so" "$bin/launcher/ddprun"; do
 done
 
 # The public headers: ddp.h and every header of the runtime it reaches, as the compiler sees them.
-headers=$("${CXX:-c++}" -std=c++17 -MM -MT ddp -I"$src" "$src/ddp.h" | tr ' \\' '\n\n' | grep -v -e '^$' -e '^ddp:$')
+headers=$("${CXX:-c++}" -std=c++20 -MM -MT ddp -I"$src" "$src/ddp.h" | tr ' \\' '\n\n' | grep -v -e '^$' -e '^ddp:$')
 mkdir -p "$prefix/include/ddp" "$prefix/lib/pkgconfig" "$prefix/lib/cmake/ddp" "$prefix/bin"
 count=0
 while read -r header; do
@@ -79,7 +79,7 @@ EOF
 # CMake: the imported target ddp::ddp, found relative to this file.
 cat >"$prefix/lib/cmake/ddp/ddpConfig.cmake" <<EOF
 # find_package(ddp) gives the imported target ddp::ddp: the runtime's shared library, ddp.h on the include path,
-# C++17, and the CUDA, NCCL, MPI and OpenBLAS flags. Written by tools/install.sh.
+# C++20, and the CUDA, NCCL, MPI and OpenBLAS flags. Written by tools/install.sh.
 include(CMakeFindDependencyMacro)
 get_filename_component(_ddp_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
 set(_ddp_cuda "$cuda_home")
@@ -110,7 +110,7 @@ if(NOT TARGET ddp::ddp)
     IMPORTED_SONAME "libddp.so"
     INTERFACE_INCLUDE_DIRECTORIES "\${_ddp_prefix}/include;\${_ddp_prefix}/include/ddp;\${_ddp_cuda}/include"
     INTERFACE_COMPILE_DEFINITIONS "OMPI_SKIP_MPICXX=1"
-    INTERFACE_COMPILE_FEATURES "cxx_std_17"
+    INTERFACE_COMPILE_FEATURES "cxx_std_20"
     INTERFACE_LINK_LIBRARIES "MPI::MPI_CXX;\${_ddp_libraries};\${DDP_openblas_LIBRARY};ZLIB::ZLIB;Threads::Threads")
 endif()
 EOF

@@ -50,7 +50,7 @@ DDP_HOST_DEVICE inline double dmul(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dmul_rn(a, b);
 #else
-  return a * b;  // g++ -std=c++17 (ISO mode) does not contract across statements; x86-64 SSE2 has no excess precision
+  return a * b;  // g++ in an ISO mode (-std=c++20) does not contract across statements; x86-64 SSE2 has no excess precision
 #endif
 }
 DDP_HOST_DEVICE inline double dadd(double a, double b) {

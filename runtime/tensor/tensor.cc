@@ -404,10 +404,10 @@ AutogradMeta& Tensor::autograd_meta() const {
 
 bool Tensor::requires_grad() const { return has_autograd_meta() && impl_->autograd->requires_grad; }
 
-Tensor& Tensor::set_requires_grad(bool requires) {
-  DDP_CHECK(!requires || dtype() == DType::kFloat32 || dtype() == DType::kBFloat16,
+Tensor& Tensor::set_requires_grad(bool on) {
+  DDP_CHECK(!on || dtype() == DType::kFloat32 || dtype() == DType::kBFloat16,
             "set_requires_grad: only float tensors have gradients, got " + describe());
-  autograd_meta().requires_grad = requires;
+  autograd_meta().requires_grad = on;
   return *this;
 }
 

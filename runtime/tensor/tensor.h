@@ -158,7 +158,7 @@ class Tensor {
 
   // ---- Autograd ----
   bool requires_grad() const;
-  Tensor& set_requires_grad(bool requires);
+  Tensor& set_requires_grad(bool on);
   // The gradient (undefined until a backward wrote it, or until set_grad).
   Tensor grad() const;
   // Makes `grad` (same shape, device) this tensor's gradient storage, e.g. a view of a flat gradient buffer.

@@ -21,7 +21,7 @@ internal=$(cd "$prefix/include" && find . -name 'world_mpi.h' -o -name 'nccl_com
   -o -name 'comm_check.h' -o -name 'dispatch.h' -o -path '*/cpu/*' -o -name '*.cuh')
 [ -z "$internal" ] || fail "internal headers were installed: $internal"
 printf '#include <ddp.h>\nint main() { return 0; }\n' >"$work/only_ddp.cc"
-"${CXX:-c++}" -std=c++17 -fsyntax-only -I"$prefix/include" -I"$prefix/include/ddp" "$work/only_ddp.cc" ||
+"${CXX:-c++}" -std=c++20 -fsyntax-only -I"$prefix/include" -I"$prefix/include/ddp" "$work/only_ddp.cc" ||
   fail "the installed ddp.h does not compile without MPI/NCCL/CUDA include paths"
 
 # CMake.

@@ -17,10 +17,10 @@ int main(int argc, char** argv) {
   });
 }
 CC
-"$cxx" -std=c++17 -fsyntax-only -I"$root" "$tu" 2>"$TEST_TMPDIR/compile.log" ||
+"$cxx" -std=c++20 -fsyntax-only -I"$root" "$tu" 2>"$TEST_TMPDIR/compile.log" ||
   fail "ddp.h does not compile without MPI/NCCL/CUDA include paths: $(head -20 "$TEST_TMPDIR/compile.log")"
 # Every file the translation unit reads, system headers included.
-files=$("$cxx" -std=c++17 -M -I"$root" "$tu" | tr ' \\' '\n\n' | grep -v '^$')
+files=$("$cxx" -std=c++20 -M -I"$root" "$tu" | tr ' \\' '\n\n' | grep -v '^$')
 forbidden=$(grep -E '(^|/)(mpi|mpi-ext|mpi_portable_platform|nccl|nccl_net)\.h$|/cuda[^/]*\.h$|/cublas|/usr/local/cuda|openmpi' <<<"$files")
 [ -z "$forbidden" ] || fail "ddp.h reaches headers a user must not need: $forbidden"
 echo "public header: compiles alone, reads $(grep -c "^$root" <<<"$files" || true) runtime headers and no MPI/NCCL/CUDA header"

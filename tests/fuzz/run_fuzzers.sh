@@ -21,7 +21,7 @@ if ! "$cxx" -fsanitize=fuzzer,address "$probe" -o "$out/probe" 2>"$out/probe.log
   exit 2
 fi
 
-flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I. -I/usr/local/cuda/include -I/usr/local/cuda/include/cccl -I/usr/lib/x86_64-linux-gnu/openmpi/include
        -DOMPI_SKIP_MPICXX)
 # runtime/core (errors, element types) links the CUDA runtime only; the readers need zlib and libdeflate.
