@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     // Hooks run on every rank after each step and each evaluation: add what the loop should do there.
     bool reached = false;
     ddp::TrainerHooks hooks{.on_evaluation = [&](const ddp::EvaluationResult& r) {
-      if (session.is_lead() && !reached && r.accuracy >= 0.9) std::printf("fit: 0.90 in epoch %lld\n", r.epoch);
+      if (session.is_lead() && !reached && r.accuracy >= 0.9) std::printf("fit: 0.90 in epoch %ld\n", r.epoch);
       reached = reached || r.accuracy >= 0.9;
     }};
     ddp::Trainer trainer(session, model, options, hooks);

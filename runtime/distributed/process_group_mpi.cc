@@ -294,7 +294,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp 
   // With a CUDA-aware MPI the sum lands in device memory, and the division follows it there.
   const bool device_average = b.device.is_cuda() && cuda_aware_;
   const int size = size_;
-  return enqueue(issue("MPI_Allreduce", b, -1, op), stream, [=](Staging& staging) {
+  return enqueue(issue("MPI_Allreduce", b, -1, op), stream, [=, this](Staging& staging) {
     void* data = b.data;
     if (stage) {
       data = staging.reserve(b.bytes());
@@ -312,7 +312,7 @@ std::shared_ptr<Work> ProcessGroupMpi::broadcast(const CommBuffer& b, int root, 
   DDP_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " is not a rank");
   if (size_ == 1) return std::make_shared<CompletedWork>();
   const bool stage = b.device.is_cuda() && !mpi_takes_device_pointers_;
-  return enqueue(issue("MPI_Bcast", b, root), stream, [=](Staging& staging) {
+  return enqueue(issue("MPI_Bcast", b, root), stream, [=, this](Staging& staging) {
     void* data = b.data;
     if (stage) {
       data = staging.reserve(b.bytes());
@@ -333,7 +333,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_gather(const CommBuffer& in, const Co
   // (Staged, the two are separate host copies.)
   const bool in_place = is_own_slice(in, out, rank_, "all_gather") && !stage;
   if (size_ == 1 && in.data == out.data) return std::make_shared<CompletedWork>();
-  return enqueue(issue("MPI_Allgather", in), stream, [=](Staging& staging) {
+  return enqueue(issue("MPI_Allgather", in), stream, [=, this](Staging& staging) {
     staging.on_host(stage, in, out, [&](const void* send, void* recv) {
       DDP_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, mpi_type(in.dtype), recv, count,
                                   mpi_type(in.dtype), comm_));
@@ -355,7 +355,7 @@ std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, cons
   if (size == 1 && in.data == out.data) return std::make_shared<CompletedWork>();
   // MPI_Reduce_scatter with equal counts, not MPI_Reduce_scatter_block: the same result, but Open MPI 4.1 runs
   // the block form as a reduce followed by a scatter, far slower than this one, which takes an all-reduce's time.
-  return enqueue(issue("MPI_Reduce_scatter", out, -1, op), stream, [=](Staging& staging) {
+  return enqueue(issue("MPI_Reduce_scatter", out, -1, op), stream, [=, this](Staging& staging) {
     const std::vector<int> counts(static_cast<std::size_t>(size), count);
     staging.on_host(stage, in, out, [&](const void* send, void* recv) {
       if (in_place) {
@@ -382,7 +382,7 @@ std::shared_ptr<Work> ProcessGroupMpi::send_recv(const std::vector<PeerBuffer>& 
     }
   }
   const bool stage_device_buffers = !mpi_takes_device_pointers_;
-  return enqueue(what, stream, [=](Staging& staging) {
+  return enqueue(what, stream, [=, this](Staging& staging) {
     // Where MPI reads and writes each buffer: the buffer itself, or its slice of the pinned staging area.
     auto staged = [&](const CommBuffer& b) { return b.device.is_cuda() && stage_device_buffers; };
     std::size_t staged_bytes = 0;

@@ -166,8 +166,9 @@ void World::bind_device(const WorldOptions& options) {
     case DeviceRequest::kAuto:
       use_cuda = all_have_gpu == 1;
       if (!use_cuda && rank_ == 0) {
-        std::fprintf(stderr, "ddp: running on the CPU: %s\n",
-                     gpus == 0 ? cuda.reason.c_str() : "not every rank has a GPU");
+        // One short line: the driver's own words are what --device cuda reports.
+        std::fprintf(stderr, "ddp: running on the CPU (%s; --device cuda says why)\n",
+                     gpus == 0 ? "no usable GPU" : "not every rank has a GPU");
       }
       break;
     case DeviceRequest::kCuda:

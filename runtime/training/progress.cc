@@ -3,19 +3,47 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
 namespace ddp::training {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// 75 s as "75s", 3723 s as "1h02m".
+std::string duration(double s) {
+  char text[32];
+  const long long t = static_cast<long long>(s + 0.5);
+  if (t < 100) {
+    std::snprintf(text, sizeof text, "%.1fs", s);
+  } else if (t < 3600) {
+    std::snprintf(text, sizeof text, "%lldm%02llds", t / 60, t % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", t / 3600, t / 60 % 60);
+  }
+  return text;
+}
+
+}  // namespace
 
 Progress::Progress(long long total_steps)
     : total_(total_steps), tty_(isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
 
 void Progress::step(long long step, long long epoch, double loss, double samples_per_s, double hidden) {
+  const double now = now_s();
+  if (first_step_ < 0) {
+    first_step_ = step;
+    started_ = now;
+  }
+  // The ETA: the steps left at the pace of the steps since the first line (none yet at the first line).
+  const double pace = step > first_step_ ? (now - started_) / static_cast<double>(step - first_step_) : 0;
+  const std::string eta = step > first_step_ ? duration(pace * static_cast<double>(total_ - step)) : "?";
   char line[256];
-  int used = std::snprintf(line, sizeof line, "epoch %lld step %lld/%lld loss %.4f samples/s %.0f", epoch, step,
-                           total_, loss, samples_per_s);
-  if (hidden >= 0) std::snprintf(line + used, sizeof line - used, " comm_hidden %.0f%%", hidden * 100.0);
+  int used = std::snprintf(line, sizeof line, "epoch=%lld step=%lld/%lld loss=%.4f samples/s=%.0f elapsed=%s eta=%s",
+                           epoch, step, total_, loss, samples_per_s, duration(now - started_).c_str(), eta.c_str());
+  if (hidden >= 0) std::snprintf(line + used, sizeof line - used, " comm_hidden=%.0f%%", hidden * 100.0);
   if (tty_) {
     const int width = 30;
     const int filled = total_ > 0 ? static_cast<int>(width * static_cast<double>(step) / total_) : 0;

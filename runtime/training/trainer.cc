@@ -63,6 +63,10 @@ using Clock = std::chrono::steady_clock;
 // The process's start, as near as a library can see it: the time line of a run counts from here.
 const Clock::time_point kProcessStart = Clock::now();
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// Seconds since the epoch, as the metrics' "time" (what TensorBoard and plots put on a wall-clock axis).
+double wall_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 // The recipe keys of a checkpoint keep the names that checkpoints of the main job have always carried, so that
 // those resume too.
@@ -625,14 +629,15 @@ class Trainer::Run {
   void log_step(long long epoch, const StepFigures& figures) {
     const double seconds = std::chrono::duration<double>(Clock::now() - window_start_).count();
     const ReducerStats& stats = ddp_->last_stats();  // of the last eager step: a replay has no timings
-    const double hidden = figures.replayed || !stats.timed ? -1.0
+    const double hidden = figures.replayed || !stats.timed || session_.size() == 1 ? -1.0
                           : stats.allreduce_ms > 0 ? std::clamp(1.0 - stats.exposed_comm_ms / stats.allreduce_ms, 0.0, 1.0)
                                                    : 1.0;
     if (session_.is_lead()) {
       const double rate = window_samples_ / std::max(seconds, 1e-9);
       progress_->step(step_, epoch, figures.mean_loss, rate, hidden);
       if (metrics_) {
-        nlohmann::json line = {{"step", step_}, {"epoch", epoch}, {"loss", figures.mean_loss}, {"samples_per_s", rate}};
+        nlohmann::json line = {{"step", step_}, {"epoch", epoch}, {"loss", figures.mean_loss},
+                               {"samples_per_s", rate}, {"time", wall_time()}};
         if (hidden >= 0) line["comm_hidden"] = hidden;
         line["lr"] = optimizer_->lr();
         if (o_.clip_grad_norm > 0) line["grad_norm"] = figures.grad_norm;  // before clipping
@@ -679,12 +684,12 @@ class Trainer::Run {
     if (hooks_.on_evaluation) hooks_.on_evaluation(last_eval_);
     if (!session_.is_lead() || !test_) return;
     char line[160];
-    int used = std::snprintf(line, sizeof line, "epoch %lld%s test_loss=%.4f", epoch, epoch_finished ? "" : " (partial)",
-                             last_eval_.loss);
+    int used = std::snprintf(line, sizeof line, "epoch=%lld%s test_loss=%.4f", epoch,
+                             epoch_finished ? "" : " (partial)", last_eval_.loss);
     if (last_eval_.accuracy >= 0) std::snprintf(line + used, sizeof line - used, " test_accuracy=%.4f", last_eval_.accuracy);
     progress_->line(line);
     if (metrics_) {
-      nlohmann::json record = {{"epoch", epoch}, {"test_loss", last_eval_.loss}};
+      nlohmann::json record = {{"epoch", epoch}, {"test_loss", last_eval_.loss}, {"time", wall_time()}};
       if (last_eval_.accuracy >= 0) record["test_accuracy"] = last_eval_.accuracy;
       metrics_->write(record);
     }
@@ -701,7 +706,9 @@ class Trainer::Run {
     // both of which the checkpoint holds.
     m.seed = o_.seed;
     m.extra = recipe(o_, mlp_, session_.size());
-    training::save_training_checkpoint(session_, o_.checkpoint_dir, mlp_, *optimizer_, m, o_.keep_checkpoints);
+    const std::string path =
+        training::save_training_checkpoint(session_, o_.checkpoint_dir, mlp_, *optimizer_, m, o_.keep_checkpoints);
+    if (session_.is_lead()) progress_->line("checkpoint=" + path + " step=" + std::to_string(step_));
     last_saved_step_ = step_;
     times_.checkpoint_s += since(save_start);
   }

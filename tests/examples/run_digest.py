@@ -30,6 +30,7 @@ def output_lines(path):
     for line in open(path, errors="replace"):
         line = re.sub(r"^\[rank \d+\] ", "", line.rstrip("\n"))
         line = re.sub(r"\(\d+(\.\d+)? s after the request\)", "", line)
+        line = re.sub(r"\bepoch[= ](\d+)", r"epoch \1", line)  # the facts, in either output style
         if RESULT_LINE.search(line):
             # Paths differ between the runs compared: keep only their last part.
             yield "output " + re.sub(r"\S*/(ckpt-\d+\.safetensors)", r"\1", line)

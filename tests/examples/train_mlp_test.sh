@@ -155,7 +155,7 @@ expect_error "fresh run in a used directory" "already holds another run's checkp
   "${small[@]}" --max-steps 5 --checkpoint-dir "$work/resume"
 "$ddprun" -np 1 -- "$train" "${small[@]}" --max-steps 1000000 --log-every 1 --checkpoint-dir "$work/busy" >"$work/busy.log" 2>&1 &
 holder=$!
-for _ in $(seq 100); do grep -q "epoch 0 step" "$work/busy.log" && break; sleep 0.2; done
+for _ in $(seq 100); do grep -q "epoch=0 step=" "$work/busy.log" && break; sleep 0.2; done
 expect_error "second job on a directory in use" "is in use by another job (pid" "${small[@]}" --max-steps 5 --checkpoint-dir "$work/busy"
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 

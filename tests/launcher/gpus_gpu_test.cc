@@ -18,7 +18,9 @@ TEST(GpusOnAGpuMachine, TheLaunchersListIsCudasNumbering) {
   for (int gpu = 0; gpu < cuda_device_count(); ++gpu) cuda.push_back(cuda_pci_address(gpu));
   EXPECT_EQ(local_gpu_addresses(), cuda);
   // Where the driver lists its GPUs and they are all one model, that listing is what the launcher used.
-  if (const auto listed = gpus_listed_by_driver("/proc/driver/nvidia/gpus")) EXPECT_EQ(*listed, cuda);
+  if (const auto listed = gpus_listed_by_driver("/proc/driver/nvidia/gpus")) {
+    EXPECT_EQ(*listed, cuda);
+  }
 }
 
 }  // namespace
