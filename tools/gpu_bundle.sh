@@ -24,7 +24,7 @@ echo "$tests" | sed -e 's|.*:||' >.gpu/tests.txt
 
 # Libraries from Debian that the GPU machine's image may lack; CUDA, NCCL and Open MPI come from that machine.
 for bin in .gpu/bin/*; do
-  ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'libopenblas|libgfortran|libquadmath|libfmt|libgtest|libdeflate' || true
+  ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'libopenblas|libgfortran|libquadmath|libfmt|libgtest|libdeflate|libprotobuf|libonnx' || true
 done | sort -u | while read -r lib; do cp -L "$lib" .gpu/lib/; done
 # The transfer to the GPU machine is capped (64 MiB): OpenBLAS alone is 36 MB, 4 MB compressed, and the
 # binaries about 50 MB, 5 MB compressed (tools/gpu_run.sh unpacks both).
