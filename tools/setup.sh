@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev                                       # tests
   dataset-fashion-mnist                                           # the training example's data
   python3-torch python3-numpy                                     # PyTorch 1.13 for CPU comparisons and checks
+  protobuf-compiler libprotobuf-dev python3-protobuf              # TensorBoard events: protoc, libprotobuf, the test's decoder
 )
 
 missing=()
