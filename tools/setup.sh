@@ -16,6 +16,7 @@ packages=(
   python3-torch python3-numpy                                     # PyTorch 1.13 for CPU comparisons and checks
   protobuf-compiler libprotobuf-dev python3-protobuf              # TensorBoard events: protoc, libprotobuf, the test's decoder
   libonnx-dev python3-onnx                                        # ONNX export (C++ ModelProto + checker); Python's checker
+  python3-matplotlib                                              # tools/plot_run.py: pictures of a run's metrics
 )
 
 missing=()
