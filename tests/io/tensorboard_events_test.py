@@ -72,6 +72,21 @@ def read_records(path):
     return records
 
 
+def tensorboard_reads(path):
+    """TensorBoard's own loader, where TensorBoard is installed (it is not a Debian package)."""
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        print("tensorboard_events_test: TensorBoard is not installed: its own reader not run")
+        return
+    accumulator = EventAccumulator(path)
+    accumulator.Reload()
+    tags = sorted(accumulator.Tags()["scalars"])
+    assert tags == ["test/accuracy", "train/loss"], tags
+    assert [e.step for e in accumulator.Scalars("train/loss")] == list(range(1, 21))
+    print("tensorboard_events_test: TensorBoard's EventAccumulator reads the file")
+
+
 def main():
     assert crc32c(b"123456789") == 0xE3069283, "the test's own CRC32C is wrong"
     writer = os.path.abspath(sys.argv[1])
@@ -86,6 +101,7 @@ def main():
             e = Event()
             e.ParseFromString(body)
             events.append(e)
+        tensorboard_reads(files[0])
 
     assert events[0].file_version == "brain.Event:2", events[0]
     assert events[0].wall_time > 1.6e9, events[0].wall_time
