@@ -4,7 +4,6 @@
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -111,10 +110,10 @@ class GraphBuilder {
         node("Sigmoid", "Sigmoid_" + prefix, {value}, out);
         break;
       case Activation::kGelu: {
-        // 0.5 · x · (1 + erf(x · 1/√2)), in the order the runtime's kernel evaluates it.
+        // 0.5 · x · (1 + erf(x · 1/√2)) with the kernels' float 1/√2; multiplying by 0.5 last rounds the same.
         const std::string scaled = fresh("gelu_scaled"), erf = fresh("gelu_erf"), plus = fresh("gelu_plus"),
                           times = fresh("gelu_times");
-        node("Mul", "GELU_" + prefix + "_scale", {value, scalar_constant(static_cast<float>(M_SQRT1_2))}, scaled);
+        node("Mul", "GELU_" + prefix + "_scale", {value, scalar_constant(0.70710678118654752440f)}, scaled);
         node("Erf", "GELU_" + prefix + "_erf", {scaled}, erf);
         node("Add", "GELU_" + prefix + "_add", {erf, scalar_constant(1.0f)}, plus);
         node("Mul", "GELU_" + prefix + "_mul", {value, plus}, times);
