@@ -1,0 +1,65 @@
+// Writes the models ONNX's checker (onnx_checker_test.py) and ONNX Runtime (onnx_runtime_test.sh) are run on,
+// with the runtime's own outputs for them: for each case NAME, DIR/NAME.onnx and DIR/NAME.json holding
+// {"input": [...], "input_shape": [N, F], "output": [...], "output_shape": [N, O]} (row-major float32 values,
+// written with enough digits to read back exactly).
+//
+//   onnx_reference DIR
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/layers.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/training/onnx_export.h"
+
+namespace {
+
+using ddp::Activation;
+
+const ddp::Stream& S() { return ddp::cpu_stream(); }
+
+void write_case(const std::string& dir, const std::string& name, ddp::Sequential& model, std::int64_t rows,
+                std::int64_t features) {
+  ddp::export_onnx(model, dir + "/" + name + ".onnx", S(), {.doc_string = name});
+  // Inputs of a spread a normalised data set has, with a few large ones where the activations saturate.
+  ddp::Tensor x = ddp::Tensor::normal({rows, features}, 0.0f, 1.5f, 1234, 0, ddp::Device::cpu(), S());
+  ddp::autograd::NoGradGuard no_grad;
+  const ddp::Tensor y = model.forward(x, S());
+  const nlohmann::json record = {{"input", x.to_vector<float>(S())},
+                                 {"input_shape", x.shape()},
+                                 {"output", y.to_vector<float>(S())},
+                                 {"output_shape", y.shape()}};
+  std::ofstream(dir + "/" + name + ".json") << record.dump() << "\n";
+  std::printf("%s/%s.onnx\n", dir.c_str(), name.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR (an existing directory the models and outputs are written to)\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  const std::vector<std::pair<std::string, Activation>> activations = {
+      {"relu", Activation::kRelu}, {"gelu", Activation::kGelu}, {"tanh", Activation::kTanh},
+      {"sigmoid", Activation::kSigmoid}};
+  for (const auto& [name, act] : activations) {
+    ddp::MLP model({6, 16, 12, 4}, act, 11);
+    write_case(dir, "mlp_" + name, model, 64, 6);
+  }
+  // The main job's shape: Fashion-MNIST's 784 features, hidden widths 256 and 128, 10 classes.
+  ddp::MLP wide({784, 256, 128, 10}, Activation::kRelu, 3);
+  write_case(dir, "mlp_784_256_128_10", wide, 32, 784);
+  // A regression stack ending in an activation, one Linear without bias.
+  ddp::Sequential regression;
+  regression.add(std::make_shared<ddp::Linear>(5, 8, true, 5));
+  regression.add(std::make_shared<ddp::ActivationLayer>(Activation::kTanh));
+  regression.add(std::make_shared<ddp::Linear>(8, 2, false, 5, 1000));
+  regression.add(std::make_shared<ddp::ActivationLayer>(Activation::kSigmoid));
+  write_case(dir, "regression_tanh_sigmoid", regression, 16, 5);
+  return 0;
+}
