@@ -38,7 +38,7 @@ struct Flags {
   int hidden = 512;
   int layers = 2;
   std::string activation = "relu";
-  long long batch_size = 128;  // per rank
+  long long batch_size = 128;       // per rank
   long long global_batch_size = 0;  // 0: --batch-size per rank; else split over the ranks (batch_size derived)
   int epochs = 30;
   long long max_steps = 0;  // 0: no limit
@@ -59,10 +59,12 @@ struct Flags {
   std::string resume;
   std::string metrics_file;
   std::string trace_file;
+  std::string tensorboard_dir;
+  std::string onnx;
   long long log_every = 50;
   bool skip_nonfinite = false;
   long long skip_nonfinite_limit = 10;  // steps skipped in a row before the run stops
-  double clip_grad_norm = 0;  // 0: no clipping
+  double clip_grad_norm = 0;            // 0: no clipping
   int threads = 0;
   bool no_cuda_graph = false;
   bool shard_optimizer = false;  // ZeRO stage 1: each rank keeps 1/N of the optimizer state
@@ -78,14 +80,18 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", f.data,
                  "training data: a directory of Fashion-MNIST's IDX files, a directory with features.npy and "
-                 "targets.npy, or a .safetensors file with 'features' and 'targets'")->capture_default_str();
-  app.add_option("--test-data", f.test_data, "test data for your own --data, in the same forms (Fashion-MNIST has its own)");
-  app.add_option("--loss", f.loss, "cross-entropy or mse (default: cross-entropy for class labels, mse for float targets)")
+                 "targets.npy, or a .safetensors file with 'features' and 'targets'")
+      ->capture_default_str();
+  app.add_option("--test-data", f.test_data,
+                 "test data for your own --data, in the same forms (Fashion-MNIST has its own)");
+  app.add_option("--loss", f.loss,
+                 "cross-entropy or mse (default: cross-entropy for class labels, mse for float targets)")
       ->check(CLI::IsMember({"cross-entropy", "mse"}));
   app.add_option("--hidden", f.hidden, "units per hidden layer")->capture_default_str()->check(kPositiveInteger);
   app.add_option("--layers", f.layers, "hidden layers")->capture_default_str()->check(kNonNegativeInteger);
   app.add_option("--activation", f.activation, "relu, gelu, tanh or sigmoid")
-      ->capture_default_str()->check(CLI::IsMember({"relu", "gelu", "tanh", "sigmoid"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"relu", "gelu", "tanh", "sigmoid"}));
   CLI::Option* per_rank = app.add_option("--batch-size", f.batch_size, "samples per rank per step")
                               ->capture_default_str()
                               ->check(kPositiveInteger);
@@ -95,35 +101,58 @@ Flags parse_flags(int argc, char** argv, int rank) {
       ->excludes(per_rank);
   app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str()->check(kPositiveInteger);
   app.add_option("--max-steps", f.max_steps, "stop after this many optimizer steps since the run began (0: none)")
-      ->capture_default_str()->check(kNonNegativeInteger);
+      ->capture_default_str()
+      ->check(kNonNegativeInteger);
   app.add_option("--lr", f.lr, "peak learning rate")->capture_default_str()->check(kPositiveNumber);
   app.add_option("--weight-decay", f.weight_decay, "weight decay")->capture_default_str()->check(kNonNegativeNumber);
-  app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str()->check(kNonNegativeNumber & CLI::Range(0.0, 0.9999));
-  app.add_option("--optimizer", f.optimizer, "sgd or adamw")->capture_default_str()->check(CLI::IsMember({"sgd", "adamw"}));
+  app.add_option("--momentum", f.momentum, "SGD momentum")
+      ->capture_default_str()
+      ->check(kNonNegativeNumber & CLI::Range(0.0, 0.9999));
+  app.add_option("--optimizer", f.optimizer, "sgd or adamw")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_option("--schedule", f.schedule, "constant or cosine (with linear warmup)")
-      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"constant", "cosine"}));
   app.add_option("--warmup-epochs", f.warmup_epochs, "linear warmup length for --schedule cosine")
-      ->capture_default_str()->check(kNonNegativeNumber);
-  app.add_option("--device", f.device, "auto, cpu or cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+      ->capture_default_str()
+      ->check(kNonNegativeNumber);
+  app.add_option("--device", f.device, "auto, cpu or cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--precision", f.precision,
                  "fp32, tf32 (GPU matmuls on TF32 tensor cores) or bf16 (bf16 GEMMs, FP32 master weights)")
-      ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   app.add_option("--backend", f.backend, "nccl or mpi (default: nccl on CUDA, mpi on the CPU)")
       ->check(CLI::IsMember({"nccl", "mpi"}));
-  app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket cap in MB")->capture_default_str()->check(kPositiveNumber);
+  app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket cap in MB")
+      ->capture_default_str()
+      ->check(kPositiveNumber);
   app.add_option("--seed", f.seed, "seed of the initialisation and the data order")->capture_default_str();
   app.add_option("--checkpoint-dir", f.checkpoint_dir, "write checkpoints here (and at the end of the run)");
   app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints (0: only at the end)")
-      ->capture_default_str()->check(kNonNegativeInteger);
-  app.add_option("--keep-checkpoints", f.keep_checkpoints, "newest checkpoints kept")->capture_default_str()->check(kPositiveInteger);
+      ->capture_default_str()
+      ->check(kNonNegativeInteger);
+  app.add_option("--keep-checkpoints", f.keep_checkpoints, "newest checkpoints kept")
+      ->capture_default_str()
+      ->check(kPositiveInteger);
   app.add_option("--resume", f.resume, "continue from the newest complete checkpoint in this directory");
   app.add_option("--metrics-file", f.metrics_file, "JSON lines: one per logged step and one per epoch");
-  app.add_option("--trace-file", f.trace_file, "Chrome trace JSON of backward and the all-reduces (rank 0)");
-  app.add_option("--log-every", f.log_every, "steps between progress lines")->capture_default_str()->check(kPositiveInteger);
+  app.add_option(
+      "--trace-file", f.trace_file,
+      "Chrome trace JSON of backward and the all-reduces (rank 0's; rank r's beside it as FILE.rank<r>.json)");
+  app.add_option("--tensorboard-dir", f.tensorboard_dir,
+                 "TensorBoard event files here (rank 0): losses, LR, speed, tests");
+  app.add_option("--onnx", f.onnx, "write the trained model here as ONNX at the end of the run");
+  app.add_option("--log-every", f.log_every, "steps between progress lines")
+      ->capture_default_str()
+      ->check(kPositiveInteger);
   app.add_flag("--skip-nonfinite", f.skip_nonfinite, "skip a step whose loss is NaN or infinite instead of stopping");
   app.add_option("--skip-nonfinite-limit", f.skip_nonfinite_limit,
                  "with --skip-nonfinite: stop when this many steps in a row were skipped")
-      ->capture_default_str()->check(kPositiveInteger);
+      ->capture_default_str()
+      ->check(kPositiveInteger);
   app.add_option("--clip-grad-norm", f.clip_grad_norm,
                  "clip the averaged gradients to this total L2 norm before each update (0: no clipping)")
       ->capture_default_str()
@@ -132,7 +161,8 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_flag("--shard-optimizer", f.shard_optimizer,
                "shard the optimizer state over the ranks (ZeRO stage 1): reduce-scatter, update 1/N, all-gather");
   app.add_option("--threads", f.threads, "OpenBLAS threads per rank (0: cores / ranks on this node)")
-      ->capture_default_str()->check(kNonNegativeInteger);
+      ->capture_default_str()
+      ->check(kNonNegativeInteger);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -141,7 +171,8 @@ Flags parse_flags(int argc, char** argv, int rank) {
   } catch (const CLI::ParseError& e) {
     throw InvalidArgument(std::string(e.what()) + " (see --help)");
   }
-  if (!app.remaining().empty()) throw InvalidArgument(examples::unknown_arguments(app, app.remaining()) + " (see --help)");
+  if (!app.remaining().empty())
+    throw InvalidArgument(examples::unknown_arguments(app, app.remaining()) + " (see --help)");
   if (f.schedule == "cosine" && f.warmup_epochs > f.epochs) {
     char text[160];
     std::snprintf(text, sizeof text, "--warmup-epochs %g is longer than the run (--epochs %d); make the warmup shorter",
@@ -221,6 +252,8 @@ ddp::TrainerOptions trainer_options(const Flags& f) {
       .log_every = f.log_every,
       .metrics_file = f.metrics_file,
       .trace_file = f.trace_file,
+      .tensorboard_dir = f.tensorboard_dir,
+      .onnx_file = f.onnx,
       .name = "train_mlp",
   };
   if (f.optimizer == "sgd") {
@@ -278,8 +311,11 @@ int train(int argc, char** argv) {
   }
   const auto [train_set, test_set] = wait_for_data(flags, session, std::move(train_file), std::move(test_file));
   const bool regression = train_set.regression();
-  options.loss = !flags.loss.empty() ? ddp::parse_loss(flags.loss) : regression ? ddp::Loss::kMse : ddp::Loss::kCrossEntropy;
-  const auto sizes = layer_sizes(flags, train_set.feature_count, regression ? train_set.target_width : train_set.num_classes);
+  options.loss = !flags.loss.empty() ? ddp::parse_loss(flags.loss)
+                 : regression        ? ddp::Loss::kMse
+                                     : ddp::Loss::kCrossEntropy;
+  const auto sizes =
+      layer_sizes(flags, train_set.feature_count, regression ? train_set.target_width : train_set.num_classes);
   ddp::MLP model(sizes, activation_of(flags), flags.seed, session.device(), session.stream());
   ddp::Trainer trainer(session, model, options);
   return trainer.fit(train_set, test_set);

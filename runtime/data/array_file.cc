@@ -35,14 +35,22 @@ bool parse_npy_descr(const std::string& descr, DType* dtype) {
 
 const char* npy_descr(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "<f4";
-    case DType::kFloat64: return "<f8";
-    case DType::kInt32: return "<i4";
-    case DType::kInt64: return "<i8";
-    case DType::kInt16: return "<i2";
-    case DType::kInt8: return "|i1";
-    case DType::kUInt8: return "|u1";
-    default: throw InvalidArgument(std::string("write_npy: dtype ") + dtype_name(dtype) + " is not written");
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kFloat64:
+      return "<f8";
+    case DType::kInt32:
+      return "<i4";
+    case DType::kInt64:
+      return "<i8";
+    case DType::kInt16:
+      return "<i2";
+    case DType::kInt8:
+      return "|i1";
+    case DType::kUInt8:
+      return "|u1";
+    default:
+      throw InvalidArgument(std::string("write_npy: dtype ") + dtype_name(dtype) + " is not written");
   }
 }
 
@@ -81,7 +89,8 @@ std::vector<int64_t> parse_shape(const std::string& text, const std::string& sou
       d = std::stoll(text.substr(i), &used);
     } catch (const std::exception&) {
     }
-    if (used == 0 || d < 0) throw InvalidArgument(source + ": the .npy header's shape '" + text + "' is not a tuple of sizes");
+    if (used == 0 || d < 0)
+      throw InvalidArgument(source + ": the .npy header's shape '" + text + "' is not a tuple of sizes");
     shape.push_back(d);
     i += used;
   }
@@ -117,14 +126,37 @@ bool is_integer(DType d) {
 double element(const HostArray& a, int64_t i) {
   const uint8_t* p = a.bytes.data() + static_cast<std::size_t>(i) * dtype_size(a.dtype);
   switch (a.dtype) {
-    case DType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DType::kInt16: { int16_t v; std::memcpy(&v, p, 2); return v; }
-    case DType::kInt8: return static_cast<int8_t>(*p);
-    case DType::kUInt8: return *p;
-    default: break;
+    case DType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::kFloat64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    case DType::kInt16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case DType::kInt8:
+      return static_cast<int8_t>(*p);
+    case DType::kUInt8:
+      return *p;
+    default:
+      break;
   }
   throw InvalidArgument(std::string("unsupported dtype ") + dtype_name(a.dtype));
 }
@@ -213,8 +245,8 @@ void write_npy(const std::string& path, const HostArray& array) {
   if (array.shape.size() > 1) shape.resize(shape.size() - 2);
   if (array.shape.size() == 1) shape.resize(shape.size() - 1);
   shape += ")";
-  std::string header = std::string("{'descr': '") + npy_descr(array.dtype) + "', 'fortran_order': False, 'shape': " +
-                       shape + ", }";
+  std::string header =
+      std::string("{'descr': '") + npy_descr(array.dtype) + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // The data starts on a 64-byte boundary; the header ends with a newline.
   const size_t unpadded = kNpyMagicBytes + 4 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');

@@ -28,16 +28,15 @@ std::string duration(double s) {
 
 }  // namespace
 
-Progress::Progress(long long total_steps)
-    : total_(total_steps), tty_(isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
+Progress::Progress(long long total_steps, long long first_step)
+    : total_(total_steps),
+      tty_(isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr),
+      first_step_(first_step),
+      started_(now_s()) {}
 
 void Progress::step(long long step, long long epoch, double loss, double samples_per_s, double hidden) {
   const double now = now_s();
-  if (first_step_ < 0) {
-    first_step_ = step;
-    started_ = now;
-  }
-  // The ETA: the steps left at the pace of the steps since the first line (none yet at the first line).
+  // The ETA: the steps left at the pace of the steps taken so far.
   const double pace = step > first_step_ ? (now - started_) / static_cast<double>(step - first_step_) : 0;
   const std::string eta = step > first_step_ ? duration(pace * static_cast<double>(total_ - step)) : "?";
   char line[256];

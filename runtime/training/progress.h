@@ -8,7 +8,8 @@ namespace ddp::training {
 
 class Progress {
  public:
-  explicit Progress(long long total_steps);
+  // Training starts now, at `first_step` (a resumed run's step) of `total_steps`.
+  Progress(long long total_steps, long long first_step);
   // A step's line: where the run stands, its mean loss, speed, the time since training began and the time left
   // at the recent speed; `hidden` is the share of the all-reduce time hidden under backward (< 0: not measured,
   // for a graph replay or a single rank, and not shown).
@@ -19,8 +20,8 @@ class Progress {
  private:
   long long total_;
   bool tty_;
-  long long first_step_ = -1;  // the step count at the first line: a resumed run's ETA counts from there
-  double started_ = 0;         // seconds (steady clock) at the first line
+  long long first_step_;  // a resumed run's ETA counts from its own first step
+  double started_;        // seconds (steady clock) when training started
 };
 
 }  // namespace ddp::training

@@ -25,9 +25,11 @@
 #include "runtime/io/atomic_file.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/io/metrics.h"
+#include "runtime/io/tensorboard.h"
 #include "runtime/io/trace.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/training/fault_injection.h"
+#include "runtime/training/onnx_export.h"
 #include "runtime/training/precision_model.h"
 #include "runtime/training/progress.h"
 #include "runtime/training/training_checkpoint.h"
@@ -43,9 +45,12 @@ Precision parse_precision(const std::string& name) {
 
 std::string precision_name(Precision precision) {
   switch (precision) {
-    case Precision::kTF32: return "tf32";
-    case Precision::kBFloat16: return "bf16";
-    default: return "fp32";
+    case Precision::kTF32:
+      return "tf32";
+    case Precision::kBFloat16:
+      return "bf16";
+    default:
+      return "fp32";
   }
 }
 
@@ -80,10 +85,14 @@ double peak_lr(const TrainerOptions& o) {
 }
 std::string activation_name(Activation a) {
   switch (a) {
-    case Activation::kGelu: return "gelu";
-    case Activation::kTanh: return "tanh";
-    case Activation::kSigmoid: return "sigmoid";
-    default: return "relu";
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kTanh:
+      return "tanh";
+    case Activation::kSigmoid:
+      return "sigmoid";
+    default:
+      return "relu";
   }
 }
 
@@ -104,9 +113,8 @@ struct PhaseTimes {
                   "time: %.2f s from start: start-up %.2f s (MPI, device and NCCL %.2f = %.2f + %.2f + %.2f, "
                   "data, model and DDP %.2f), %lld steps %.2f s (%.0f us each), evaluation %.2f s, checkpoints "
                   "%.2f s",
-                  total, total - train_s - eval_s - checkpoint_s, world_s, world.mpi_s, world.device_s,
-                  world.nccl_s, setup_s, steps, train_s, steps > 0 ? train_s * 1e6 / steps : 0.0, eval_s,
-                  checkpoint_s);
+                  total, total - train_s - eval_s - checkpoint_s, world_s, world.mpi_s, world.device_s, world.nccl_s,
+                  setup_s, steps, train_s, steps > 0 ? train_s * 1e6 / steps : 0.0, eval_s, checkpoint_s);
     return text;
   }
 };
@@ -155,8 +163,8 @@ std::string recipe_mismatch(const io::LoadedCheckpoint& checkpoint, const Traine
     if (key == unchecked || it == m.extra.end() || it->second == value) continue;  // older checkpoints do not say
     std::string flag = "--" + key.substr(p.size());
     std::replace(flag.begin(), flag.end(), '_', '-');
-    std::string message = checkpoint.path + " was written with " + flag + " " + it->second + ", this run has " +
-                          flag + " " + value + "; resume with the same " + flag;
+    std::string message = checkpoint.path + " was written with " + flag + " " + it->second + ", this run has " + flag +
+                          " " + value + "; resume with the same " + flag;
     const auto global = m.extra.find(p + "global_batch_size");
     if (key == p + "batch_size" && global != m.extra.end()) {
       message += " (or --global-batch-size " + global->second + " to keep its global batch on any number of ranks)";
@@ -191,9 +199,10 @@ std::unique_ptr<io::CheckpointDirectoryLock> claim_checkpoint_dir(const TrainerO
   const std::vector<io::CheckpointFile> existing = io::list_checkpoints(o.checkpoint_dir);
   const bool continuing_it = !from.dir.empty() && same_directory(from.dir, o.checkpoint_dir);
   if (!existing.empty() && !continuing_it) {
-    throw InvalidArgument("--checkpoint-dir " + o.checkpoint_dir + " already holds another run's checkpoints (newest: " +
-                          io::basename_of(existing.back().path) + "); to continue that run pass --resume " +
-                          o.checkpoint_dir + ", to start over remove them or choose another --checkpoint-dir");
+    throw InvalidArgument("--checkpoint-dir " + o.checkpoint_dir +
+                          " already holds another run's checkpoints (newest: " + io::basename_of(existing.back().path) +
+                          "); to continue that run pass --resume " + o.checkpoint_dir +
+                          ", to start over remove them or choose another --checkpoint-dir");
   }
   return lock;
 }
@@ -278,9 +287,9 @@ class Trainer::Run {
     optimizer_ = make_optimizer(o_, mlp_, stream_);
     model_->attach(*optimizer_, stream_);
     if (o_.schedule == LrScheduleKind::kCosine) {
-      schedule_ = std::make_unique<CosineWithWarmup>(
-          peak_lr(o_), static_cast<std::int64_t>(o_.warmup_epochs * steps_per_epoch_), steps_per_epoch_ * o_.epochs,
-          0.0);
+      schedule_ = std::make_unique<CosineWithWarmup>(peak_lr(o_),
+                                                     static_cast<std::int64_t>(o_.warmup_epochs * steps_per_epoch_),
+                                                     steps_per_epoch_ * o_.epochs, 0.0);
     } else {
       schedule_ = std::make_unique<ConstantLr>(peak_lr(o_));
     }
@@ -307,13 +316,17 @@ class Trainer::Run {
         metrics_ = std::make_unique<io::MetricsWriter>(o_.metrics_file, start_.resumed);
       }
       if (!o_.trace_file.empty()) io::check_can_write_atomically(trace_path(o_, session_.rank()));
+      if (!o_.onnx_file.empty()) io::check_can_write_atomically(o_.onnx_file);
+      if (session_.is_lead() && !o_.tensorboard_dir.empty()) {
+        tensorboard_ = std::make_unique<io::TensorBoardWriter>(o_.tensorboard_dir);
+      }
     } catch (const std::exception& e) {
       error = e.what();
     }
     session_.agree(error, "cannot write the run's outputs");
     graph_error_ = graph_refusal(o_, session_);
     print_run();
-    progress_ = std::make_unique<training::Progress>(total_steps_);
+    progress_ = std::make_unique<training::Progress>(total_steps_, step_);
     if (graph_error_.empty() && total_steps_ > step_) {
       optimizer_->plan_steps(*schedule_, total_steps_ - step_, stream_);
     }
@@ -356,6 +369,16 @@ class Trainer::Run {
   int finish() {
     // Every rank writes its own track; rank r's file is TRACE.rank<r>.json beside rank 0's TRACE.
     if (trace_) trace_->write(trace_path(o_, session_.rank()));
+    if (!stopped_ && !o_.onnx_file.empty()) {
+      std::string error;
+      try {
+        if (session_.is_lead()) export_onnx(mlp_, o_.onnx_file, stream_);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      session_.agree(error, "cannot write the ONNX model");
+      if (session_.is_lead()) progress_->line("onnx=" + o_.onnx_file);
+    }
     if (stopped_) {
       // The signal and its time as the rank that received it saw them (the others only heard of it).
       const double waited = session_.max(seconds_since_stop_request());
@@ -412,7 +435,8 @@ class Trainer::Run {
         return "the test set's targets are not of the training set's kind or width";
       }
       if (o_.loss == Loss::kMse && !d->regression()) {
-        return "the loss is mse but the " + which + " set has class labels; use the cross-entropy loss, or float targets";
+        return "the loss is mse but the " + which +
+               " set has class labels; use the cross-entropy loss, or float targets";
       }
       if (o_.loss == Loss::kCrossEntropy && d->regression()) {
         return "the loss is cross-entropy but the " + which + " set has float targets; use the mse loss, or integer " +
@@ -436,7 +460,8 @@ class Trainer::Run {
     std::printf("%s: %d rank(s) on %s, backend %s, MLP", o_.name.c_str(), session_.size(),
                 session_.device().str().c_str(), backend_name(session_.backend()).c_str());
     const std::vector<std::int64_t>& sizes = mlp_.sizes();
-    for (std::size_t i = 0; i < sizes.size(); ++i) std::printf("%s%lld", i ? "-" : " ", static_cast<long long>(sizes[i]));
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      std::printf("%s%lld", i ? "-" : " ", static_cast<long long>(sizes[i]));
     std::printf(", batch %lld per rank (%lld global), %lld steps per epoch, %s lr %g, %s",
                 static_cast<long long>(o_.batch_size), static_cast<long long>(o_.batch_size * session_.size()),
                 steps_per_epoch_, optimizer_name(o_).c_str(), peak_lr(o_), precision_name(o_.precision).c_str());
@@ -506,10 +531,11 @@ class Trainer::Run {
       skipped_in_a_row_ = 0;
       training::maybe_inject_fault(step_, session_.rank());
       window_samples_ += n * session_.size();
+      ++window_steps_;
       if (log) log_step(epoch, figures);
       if (hooks_.on_step_end) {
-        hooks_.on_step_end(StepEnd{.step = step_, .epoch = epoch, .logged = log, .loss = figures.mean_loss,
-                                   .lr = optimizer_->lr()});
+        hooks_.on_step_end(
+            StepEnd{.step = step_, .epoch = epoch, .logged = log, .loss = figures.mean_loss, .lr = optimizer_->lr()});
       }
       if (o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0) save(epoch, position);
       if (step_ >= total_steps_) {
@@ -590,7 +616,8 @@ class Trainer::Run {
         graph_error_ = graph_.captured() ? "another rank could not capture it" : graph_.error();
         graph_ = CudaGraph();
         if (session_.is_lead()) {
-          progress_->line("CUDA graph off (" + graph_error_ + "): eager steps from here; --no-cuda-graph skips the attempt");
+          progress_->line("CUDA graph off (" + graph_error_ +
+                          "): eager steps from here; --no-cuda-graph skips the attempt");
         }
         Tensor loss = forward_backward(x, y);
         optimizer_->apply_step(stream_);
@@ -630,14 +657,31 @@ class Trainer::Run {
     const double seconds = std::chrono::duration<double>(Clock::now() - window_start_).count();
     const ReducerStats& stats = ddp_->last_stats();  // of the last eager step: a replay has no timings
     const double hidden = figures.replayed || !stats.timed || session_.size() == 1 ? -1.0
-                          : stats.allreduce_ms > 0 ? std::clamp(1.0 - stats.exposed_comm_ms / stats.allreduce_ms, 0.0, 1.0)
-                                                   : 1.0;
+                          : stats.allreduce_ms > 0
+                              ? std::clamp(1.0 - stats.exposed_comm_ms / stats.allreduce_ms, 0.0, 1.0)
+                              : 1.0;
     if (session_.is_lead()) {
       const double rate = window_samples_ / std::max(seconds, 1e-9);
       progress_->step(step_, epoch, figures.mean_loss, rate, hidden);
+      if (tensorboard_) {
+        std::vector<std::pair<std::string, double>> values = {
+            {"train/loss", figures.mean_loss},
+            {"train/lr", optimizer_->lr()},
+            {"train/samples_per_s", rate},
+            {"train/step_ms", window_steps_ > 0 ? seconds * 1e3 / window_steps_ : 0.0}};
+        if (hidden >= 0) {
+          values.emplace_back("train/comm_hidden", hidden);
+          values.emplace_back("train/exposed_comm_ms", stats.exposed_comm_ms);
+        }
+        if (o_.clip_grad_norm > 0) values.emplace_back("train/grad_norm", figures.grad_norm);
+        tensorboard_->scalars(values, step_);
+      }
       if (metrics_) {
-        nlohmann::json line = {{"step", step_}, {"epoch", epoch}, {"loss", figures.mean_loss},
-                               {"samples_per_s", rate}, {"time", wall_time()}};
+        nlohmann::json line = {{"step", step_},
+                               {"epoch", epoch},
+                               {"loss", figures.mean_loss},
+                               {"samples_per_s", rate},
+                               {"time", wall_time()}};
         if (hidden >= 0) line["comm_hidden"] = hidden;
         line["lr"] = optimizer_->lr();
         if (o_.clip_grad_norm > 0) line["grad_norm"] = figures.grad_norm;  // before clipping
@@ -646,6 +690,7 @@ class Trainer::Run {
     }
     window_start_ = Clock::now();
     window_samples_ = 0;
+    window_steps_ = 0;
   }
 
   // Loss (and accuracy) over the whole test set: a forward per chunk of this rank's shard with the sums kept on
@@ -666,7 +711,7 @@ class Trainer::Run {
       }
     }
     std::vector<double> sums = {0, 0, static_cast<double>(test_->rows())};  // loss * n, correct, n
-    for (std::size_t k = 0; k < parts.size(); ++k) {  // the first read waits for them all
+    for (std::size_t k = 0; k < parts.size(); ++k) {                        // the first read waits for them all
       sums[0] += parts[k].first.item(stream_) * test_->chunks()[k].labels.size(0);
       if (classes) sums[1] += parts[k].second.item(stream_);
     }
@@ -686,12 +731,18 @@ class Trainer::Run {
     char line[160];
     int used = std::snprintf(line, sizeof line, "epoch=%lld%s test_loss=%.4f", epoch,
                              epoch_finished ? "" : " (partial)", last_eval_.loss);
-    if (last_eval_.accuracy >= 0) std::snprintf(line + used, sizeof line - used, " test_accuracy=%.4f", last_eval_.accuracy);
+    if (last_eval_.accuracy >= 0)
+      std::snprintf(line + used, sizeof line - used, " test_accuracy=%.4f", last_eval_.accuracy);
     progress_->line(line);
     if (metrics_) {
       nlohmann::json record = {{"epoch", epoch}, {"test_loss", last_eval_.loss}, {"time", wall_time()}};
       if (last_eval_.accuracy >= 0) record["test_accuracy"] = last_eval_.accuracy;
       metrics_->write(record);
+    }
+    if (tensorboard_) {
+      std::vector<std::pair<std::string, double>> values = {{"test/loss", last_eval_.loss}};
+      if (last_eval_.accuracy >= 0) values.emplace_back("test/accuracy", last_eval_.accuracy);
+      tensorboard_->scalars(values, step_);
     }
   }
 
@@ -736,17 +787,19 @@ class Trainer::Run {
   std::unique_ptr<LrSchedule> schedule_;
   // Outputs and where the run stands.
   std::unique_ptr<io::CheckpointDirectoryLock> checkpoint_lock_;
-  std::unique_ptr<io::MetricsWriter> metrics_;  // rank 0's
+  std::unique_ptr<io::MetricsWriter> metrics_;          // rank 0's
+  std::unique_ptr<io::TensorBoardWriter> tensorboard_;  // rank 0's
   std::unique_ptr<training::Progress> progress_;
   ResumePoint start_;
   long long step_ = 0;
-  bool done_ = false;  // max_steps reached (perhaps by the run resumed), or stopped
+  bool done_ = false;     // max_steps reached (perhaps by the run resumed), or stopped
   bool stopped_ = false;  // a graceful stop (SIGTERM, SIGINT, SIGUSR1 to any rank or to ddprun)
   long long last_saved_step_ = -1;
   long long skipped_in_a_row_ = 0;
   EvaluationResult last_eval_;
   Clock::time_point window_start_;
   long long window_samples_ = 0;
+  long long window_steps_ = 0;
   // The step as a CUDA graph.
   CudaGraph graph_;
   std::string graph_error_;  // why the step is not (or no longer) a graph; "" while it is

@@ -22,7 +22,8 @@
 // - the graceful stop (SIGTERM, SIGINT, SIGUSR1 to any rank or to ddprun): every rank stops after the same
 //   step, writes a checkpoint there and fit() returns kStoppedExitStatus;
 // - an evaluation after every epoch over the whole test set, progress on rank 0, metrics as JSON lines, a Chrome
-//   trace; and hooks after each step, epoch and evaluation for what a program adds.
+//   trace, TensorBoard event files, the trained model as ONNX; and hooks after each step and each epoch's
+//   evaluation for what a program adds.
 //
 // Everything is collective: every rank makes the same calls with the same options (a rank whose options differ
 // is refused at start). Errors end every rank with one message (run_main prints it).
@@ -97,6 +98,12 @@ struct TrainerOptions {
   std::int64_t log_every = 50;
   std::string metrics_file;
   std::string trace_file;
+  // TensorBoard event files in this directory (rank 0): train/loss, train/lr, train/samples_per_s,
+  // train/step_ms, train/comm_hidden and train/exposed_comm_ms (eager steps on several ranks), train/grad_norm
+  // (with clipping), test/loss, test/accuracy.
+  std::string tensorboard_dir;
+  // The trained model as ONNX (rank 0, at the end of a run that was not stopped), for deployment runtimes.
+  std::string onnx_file;
   // The name the run's lines start with ("train_mlp: 2 rank(s) on ...").
   std::string name = "trainer";
 };

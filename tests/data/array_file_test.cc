@@ -65,7 +65,8 @@ TEST(Npy, NotWhatItClaimsIsRefusedWithTheFileAndTheReason) {
     good.assign(std::istreambuf_iterator<char>(in), {});
   }
   write_bytes(dir + "/magic.npy", "PK\x03\x04 not numpy at all");
-  EXPECT_NE(message_of([&] { read_npy(dir + "/magic.npy"); }).find("magic.npy: not a NumPy .npy file"), std::string::npos);
+  EXPECT_NE(message_of([&] { read_npy(dir + "/magic.npy"); }).find("magic.npy: not a NumPy .npy file"),
+            std::string::npos);
   write_bytes(dir + "/truncated.npy", good.substr(0, good.size() - 3));
   EXPECT_NE(message_of([&] { read_npy(dir + "/truncated.npy"); }).find("(truncated)"), std::string::npos);
   std::string big_endian = good;
@@ -94,15 +95,18 @@ TEST(ArrayDataset, IntegerTargetsAreClassesAndFloatTargetsRegressionOfTheirWidth
 
 TEST(ArrayDataset, MismatchedOrBadArraysAreRefusedNamingTheArray) {
   const HostArray x = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, 3, 4, 5, 6});
-  EXPECT_NE(message_of([&] { make_array_dataset(x, array_of<float>(DType::kFloat32, {2}, {1, 2}), "d"); })
-                .find("d: targets have shape [2]; expected [3] or [3, W]"),
+  EXPECT_NE(message_of([&] {
+              make_array_dataset(x, array_of<float>(DType::kFloat32, {2}, {1, 2}), "d");
+            }).find("d: targets have shape [2]; expected [3] or [3, W]"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { make_array_dataset(x, array_of<int32_t>(DType::kInt32, {3}, {0, -1, 2}), "d"); })
-                .find("label -1 at row 1"),
+  EXPECT_NE(message_of([&] {
+              make_array_dataset(x, array_of<int32_t>(DType::kInt32, {3}, {0, -1, 2}), "d");
+            }).find("label -1 at row 1"),
             std::string::npos);
   const HostArray nan = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, NAN, 4, 5, 6});
-  EXPECT_NE(message_of([&] { make_array_dataset(nan, array_of<float>(DType::kFloat32, {3}, {1, 2, 3}), "d"); })
-                .find("d: features: element 2"),
+  EXPECT_NE(message_of([&] {
+              make_array_dataset(nan, array_of<float>(DType::kFloat32, {3}, {1, 2, 3}), "d");
+            }).find("d: features: element 2"),
             std::string::npos);
 }
 
@@ -123,9 +127,9 @@ TEST(ArrayDataset, ReadFromANpyDirectoryOrASafetensorsFile) {
   EXPECT_EQ(from_file.features, xs);
   EXPECT_EQ(from_file.targets, ys);
   const std::string no_targets = dir + "/x.safetensors";
-  io::save_safetensors(no_targets,
-                       {{.name = "features", .dtype = DType::kFloat32, .shape = {2, 2}, .data = xs.data(), .bytes = 16}},
-                       {});
+  io::save_safetensors(
+      no_targets, {{.name = "features", .dtype = DType::kFloat32, .shape = {2, 2}, .data = xs.data(), .bytes = 16}},
+      {});
   EXPECT_NE(message_of([&] { load_array_dataset(no_targets); }).find("x.safetensors: no tensor 'targets'"),
             std::string::npos);
   EXPECT_NE(message_of([&] { load_array_dataset(dir + "/missing"); }).find("no such data set"), std::string::npos);
@@ -178,7 +182,8 @@ TEST(FloatTargets, TravelTheLoaderTheResidentDataSetAndTheEvaluationShard) {
     EXPECT_EQ(chunk.labels.dtype(), DType::kFloat32);
     const std::vector<float> t = chunk.labels.to_vector<float>(cpu_stream());
     for (int64_t k = 0; k < chunk.labels.size(0); ++k) {
-      EXPECT_EQ(t[static_cast<std::size_t>(k * 3)], static_cast<float>(2 * (rows + k)) / 10.0f);  // rank 0: rows 0, 2, 4, ...
+      EXPECT_EQ(t[static_cast<std::size_t>(k * 3)],
+                static_cast<float>(2 * (rows + k)) / 10.0f);  // rank 0: rows 0, 2, 4, ...
     }
     rows += chunk.labels.size(0);
   }

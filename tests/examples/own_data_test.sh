@@ -3,7 +3,8 @@
 #   - a regression (2 float targets per row) from .npy files trains with tanh and mse to a stated test loss;
 #   - stopped at step 30 and resumed, it gives bitwise the losses of a run never stopped; a checkpoint of 2 ranks
 #     resumes on 3 with the same global batch;
-#   - classification from a .safetensors file of integer labels trains with cross-entropy;
+#   - classification from a .safetensors file of integer labels trains with cross-entropy, writing TensorBoard
+#     events and an ONNX model that ONNX's checker takes;
 #   - a damaged data file, mismatched arrays, a loss that does not fit the targets, a fresh run into another
 #     run's checkpoint directory and a resume of another model are each refused with a message that says what
 #     to do, and a non-zero exit.
@@ -92,10 +93,19 @@ grep -q "final step=60" <<<"$out" || fail "resume on 3 ranks did not reach step 
 
 # 3. Classes from a safetensors file.
 out=$("$ddprun" -np 2 -- "$train" --data "$work/classes.safetensors" --test-data "$work/classes_test.safetensors" \
-  --hidden 32 --layers 1 --batch-size 50 --epochs 3 --lr 1e-2 --log-every 20 2>&1) || fail "classification run failed: $out"
+  --hidden 32 --layers 1 --batch-size 50 --epochs 3 --lr 1e-2 --log-every 20 --tensorboard-dir "$work/tb" \
+  --onnx "$work/model.onnx" 2>&1) || fail "classification run failed: $out"
 acc=$(sed -n 's/.*final step=[0-9]* test_loss=[0-9.]* test_accuracy=\([0-9.]*\).*/\1/p' <<<"$out")
 awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.9) }' || fail "classification accuracy $acc below 0.9"
 grep -q "MLP 4-32-4" <<<"$out" || fail "4 features and 4 classes should make a 4-32-4 MLP: $out"
+# Its artefacts: TensorBoard events with the training and test scalars, and an ONNX model ONNX's checker takes.
+events=$(ls "$work"/tb/events.out.tfevents.* 2>/dev/null | head -1)
+[ -n "$events" ] || fail "no TensorBoard events file in $work/tb"
+for tag in train/loss train/lr train/samples_per_s test/loss test/accuracy; do
+  grep -aq "$tag" "$events" 2>/dev/null || fail "the TensorBoard events have no $tag"
+done
+/usr/bin/python3 -c "import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)" \
+  "$work/model.onnx" || fail "ONNX's checker refuses the exported model"
 
 # 4. Refusals.
 expect_error "truncated" "truncated/features.npy" 2 --data "$work/truncated" --max-steps 1
