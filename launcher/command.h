@@ -20,6 +20,9 @@ namespace ddp {
 namespace launcher {
 
 constexpr int kDefaultRankMemoryMib = 400;
+// How long a graceful stop may take before ddprun ends the job: inside Slurm's default KillWait (30 s between
+// SIGTERM and SIGKILL at a time limit); --stop-grace sets another.
+constexpr int kDefaultStopGraceS = 25;
 // More ranks than this per core draws a warning: they would mostly wait for a core (see resource_warnings).
 constexpr int kMaxRanksPerCore = 4;
 
@@ -35,6 +38,9 @@ struct LaunchOptions {
   // A rank's peak memory, for the warning when the ranks would not fit in this node's memory. The default is
   // train_mlp's default model on CPU (about 400 MiB a rank, VmHWM); other programs should pass their own.
   int rank_memory_mib = kDefaultRankMemoryMib;
+  // Seconds from the signal that asks the job to stop to ddprun ending it (the time every rank has to reach
+  // the agreed step and write its checkpoint).
+  int stop_grace_s = kDefaultStopGraceS;
   bool dry_run = false;
   std::vector<std::string> program;  // PROGRAM ARGS...
 };

@@ -155,13 +155,13 @@ std::vector<pid_t> local_rank_wrappers(pid_t root) {
 // Ends the job once asked. SIGTERM, SIGINT or SIGUSR1 first ask for a graceful stop: SIGUSR1 to this node's
 // rank wrappers and to mpirun, which passes it to the ranks of the other nodes (not every build of Open MPI
 // forwards SIGUSR1; a wrapper asked twice passes it on once) (the programs that handle it finish their step, write a checkpoint and exit with
-// ddp::kStoppedExitStatus); if the job is still there kGracefulStopMs later, or at the next signal, it is ended:
+// ddp::kStoppedExitStatus); if the job is still there `graceful_ms` later, or at the next signal, it is ended:
 // SIGTERM to mpirun's process group (mpirun then kills its ranks, in about 2 s), and SIGKILL kStopGraceMs later
 // or at a further signal. Any other signal, or a closed output, ends it at once the same way. A SIGKILLed mpirun
 // does not leave its ranks behind: their wrappers die with it (PR_SET_PDEATHSIG), and the programs with them.
 class JobStopper {
  public:
-  explicit JobStopper(pid_t group) : group_(group) {}
+  JobStopper(pid_t group, int graceful_ms) : group_(group), graceful_ms_(graceful_ms) {}
   // A signal to ddprun: the first stops the job (gracefully when it can be asked to), each further one hurries.
   void on_signal(int sig) {
     if (why_ == 0) signalled_ms_ = monotonic_ms();
@@ -170,7 +170,7 @@ class JobStopper {
       graceful_ = true;
       for (pid_t wrapper : local_rank_wrappers(group_)) ::kill(wrapper, kGracefulStopSignal);
       ::kill(group_, kGracefulStopSignal);  // mpirun alone, not its group: the programs must not get it directly
-      deadline_ms_ = monotonic_ms() + kGracefulStopMs;
+      deadline_ms_ = monotonic_ms() + graceful_ms_;
     } else if (why_ != 0 && !terminating_) {
       terminate();
     } else if (why_ != 0) {
@@ -220,6 +220,7 @@ class JobStopper {
     ::killpg(group_, SIGKILL);
   }
   pid_t group_;
+  int graceful_ms_;
   int why_ = 0;
   bool graceful_ = false;
   bool terminating_ = false;
@@ -359,7 +360,7 @@ void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, Out
 
 }  // namespace
 
-JobResult run_job(const std::vector<std::string>& argv) {
+JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms) {
   DDP_CHECK(!argv.empty(), "run_job: empty command");
   int out_pipe[2], err_pipe[2], signal_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 ||
@@ -386,7 +387,7 @@ JobResult run_job(const std::vector<std::string>& argv) {
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
 
-  JobStopper stopper(child);
+  JobStopper stopper(child, stop_grace_ms);
   Output output(&stopper);
   FailureTracker tracker;
   LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, "", true}, {err_pipe[0], STDERR_FILENO, "", true}};
