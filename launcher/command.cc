@@ -449,7 +449,7 @@ std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
 
 void FailureTracker::observe(const std::string& raw_line, long long arrival_ns) {
   if (const std::optional<ExitMarker> m = parse_exit_marker(raw_line)) {
-    if (m->status == kStoppedExitStatus) ++ranks_stopped_as_asked_;
+    if (m->status == kStoppedExitStatus) ranks_stopped_as_asked_.insert(m->rank);
     if (m->status == 0 || m->stopped) return;
     std::optional<Evidence>& kind = m->status > 128 ? crash_ : exit_;
     if (!kind || m->time_ns < kind->time_ns) kind = Evidence{m->rank, m->time_ns};

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -177,8 +178,9 @@ class FailureTracker {
   // or its connection did; empty when none was.
   const std::string& lost_host() const { return lost_host_; }
   // Ranks whose program stopped as asked (exit status ddp::kStoppedExitStatus, which the wrapper reports in
-  // its marker and turns into 0 for mpirun, so that mpirun does not take it for a failure).
-  int ranks_stopped_as_asked() const { return ranks_stopped_as_asked_; }
+  // its marker and turns into 0 for mpirun, so that mpirun does not take it for a failure). Each rank counts
+  // once, however many times its marker is seen (relayed by mpirun and read from the exit directory).
+  int ranks_stopped_as_asked() const { return static_cast<int>(ranks_stopped_as_asked_.size()); }
   void reset() { *this = FailureTracker(); }
 
  private:
@@ -194,7 +196,7 @@ class FailureTracker {
   std::optional<int> agreed_error_printer_;
   std::optional<int> from_mpirun_;
   std::string lost_host_;
-  int ranks_stopped_as_asked_ = 0;
+  std::set<int> ranks_stopped_as_asked_;
   std::map<int, int> status_of_;  // rank -> status of its first failure marker that was not a stop
 };
 

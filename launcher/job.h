@@ -28,7 +28,9 @@ struct JobResult {
 // Runs `argv` (argv[0] is looked up in PATH) with stdout and stderr through pipes, relaying each line to this
 // process's stdout or stderr (the stream the rank wrote to) after rewrite_tagged_line. Throws ddp::Error when
 // the process cannot be started.
-// Exit markers of the rank wrappers are consumed here, not relayed.
+// Exit markers of the rank wrappers are consumed here, not relayed; the wrappers of this node also leave them
+// in a private directory (DDPRUN_EXIT_DIR in mpirun's environment), read once mpirun has ended, since a
+// signalled mpirun (Slurm signals every process of a job) stops relaying its ranks' output.
 // No process of the job may outlive ddprun: the child runs in a process group of its own. The first SIGTERM,
 // SIGINT or SIGUSR1 asks for a graceful stop: SIGUSR1 to mpirun, which passes it to every rank's wrapper, which
 // passes it to a program that handles it (train_mlp finishes its step on every rank, writes a checkpoint and
