@@ -64,6 +64,10 @@ slurm_node_down() {
 }
 slurm_stop() {
   slurm_node_down
+  # The daemons' logs outlive the cluster for a failed test: Bazel keeps them in test.outputs.
+  if [ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ] && [ -d "$cluster/log" ]; then
+    cp -r "$cluster/log" "$TEST_UNDECLARED_OUTPUTS_DIR/slurm-logs" 2>/dev/null
+  fi
   slurm_kill_pidfile "$cluster/slurmctld.pid"
   slurm_kill_pidfile "$cluster/munged.pid"
   rm -rf "$cluster"
@@ -79,7 +83,7 @@ slurm_on_exit() {
 trap slurm_on_exit EXIT
 
 slurm_start() {
-  mkdir -p "$cluster/munge" "$cluster/ctld" "$cluster/spool" "$cluster/log"
+  mkdir -p "$cluster/munge" "$cluster/ctld" "$cluster/spool" "$cluster/log" "$cluster/tmp"
   chmod 700 "$cluster/munge"
   dd if=/dev/urandom of="$cluster/munge/munge.key" bs=1024 count=1 status=none
   chmod 400 "$cluster/munge/munge.key"
@@ -106,6 +110,9 @@ SlurmctldPidFile=$cluster/slurmctld.pid
 SlurmdPidFile=$cluster/slurmd.pid
 SlurmctldLogFile=$cluster/log/slurmctld.log
 SlurmdLogFile=$cluster/log/slurmd.log
+# The job steps' scratch (the PMIx plugin's spmix_appdir_UID_JOB.STEP) here, not in /tmp: job ids start at 1
+# in every run, and a step that a lost node left behind would block the next run's step of the same id.
+TmpFS=$cluster/tmp
 SlurmctldDebug=info
 SlurmdDebug=info
 # No cgroups (a container may have none to give): processes are tracked by their parent links.
@@ -119,9 +126,10 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
-# Quick to notice a lost node (it is pinged every SlurmdTimeout/3 s), quick to schedule.
-SlurmdTimeout=6
-MessageTimeout=5
+# Quick to notice a lost node (it is pinged every SlurmdTimeout/3 s), quick to schedule; patient with a
+# loaded machine (a step launch on 2 busy cores can take seconds).
+SlurmdTimeout=10
+MessageTimeout=10
 SchedulerParameters=sched_interval=1
 MinJobAge=600
 KillWait=30
@@ -133,6 +141,7 @@ PartitionName=test Nodes=$slurm_node Default=YES MaxTime=INFINITE State=UP
 CONF
   local line
   for line in "$@"; do echo "$line" >>"$SLURM_CONF"; done
+  echo "PMIxCliTmpDirBase=$cluster/tmp" >"$cluster/mpi.conf"
   slurmctld -i -f "$SLURM_CONF" || { echo "slurm_cluster: slurmctld did not start:"; cat "$cluster/log/slurmctld.log"; return 1; }
   slurmd -f "$SLURM_CONF" || { echo "slurm_cluster: slurmd did not start:"; cat "$cluster/log/slurmd.log"; return 1; }
   local i
