@@ -98,12 +98,13 @@ if wait_for_line "$work/preempted.out" "pausing 3 s in forward" 120; then
 else
   fail "preemption: the run never reached step 100"
 fi
-# Slurm holds a requeued batch job for a while (its begin time); let it start again at once.
+# Slurm holds a requeued batch job for two minutes (its begin time); let it start 5 s later instead (in the
+# same second as the requeue, slurmd would take its new credential for the revoked one and refuse it).
 for _ in $(seq 300); do
   scontrol show job "$job" 2>/dev/null | grep -q "Restarts=1" && [ "$(slurm_job_state "$job")" = PENDING ] && break
   sleep 0.1
 done
-scontrol update JobId="$job" StartTime=now
+scontrol update JobId="$job" StartTime=now+5
 slurm_wait_state "$job" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 120
 echo "3. preempted, requeued and resumed: $(slurm_job_state "$job") in $(seconds_since "$t0") s"
 out=$(cat "$work/preempted.out")
