@@ -137,14 +137,15 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
   CLI::App app(
       "ddprun: starts a data-parallel training job, one rank per GPU (or CPU ranks), through mpirun.\n"
       "Usage: ddprun [-np N] [--hosts h1:4,h2:4 | --hostfile F] [--backend nccl|mpi] [--max-restarts K]\n"
-      "              [--min-np N] [--rank-memory-mib M] [--dry-run] -- PROGRAM ARGS...\n"
+      "              [--min-np N] [--rank-memory-mib M] [--stop-grace S] [--dry-run] -- PROGRAM ARGS...\n"
       "       ddprun --dump [PID]   every rank of a running job prints its flight recorder (also: SIGUSR2)\n"
       "Each output line is prefixed with \"[rank R] \". DDP_* and NCCL_* variables are forwarded to every rank.\n"
       "The exit status is the job's; on failure ddprun names the rank that failed first. SIGTERM, SIGINT or\n"
       "SIGUSR1 asks the job to stop gracefully (SIGUSR1 to every rank: train_mlp finishes its step, writes a\n"
-      "checkpoint and exits 75, which ddprun passes on and never restarts); after 25 s, or at a second signal,\n"
-      "the job is ended and ddprun exits 128+S (SIGINT 130, SIGTERM 143; a closed output pipe 141), as it does\n"
-      "at once for other signals.",
+      "checkpoint and exits 75, which ddprun passes on and never restarts); after --stop-grace seconds, or at a\n"
+      "second signal, the job is ended and ddprun exits 128+S (SIGINT 130, SIGTERM 143; a closed output pipe\n"
+      "141), as it does at once for other signals. Inside a Slurm allocation (sbatch, salloc) the nodes, tasks\n"
+      "and the default -np come from the allocation (docs/slurm.md).",
       "ddprun");
   app.add_option("-n,--np", options.np,
                  "number of ranks (also -np); default: the host list's slots, else this node's GPUs, else 2");
@@ -167,6 +168,12 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
                  "memory (0: no check)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--stop-grace", options.stop_grace_s,
+                 "seconds a graceful stop may take (every rank reaching the agreed step and writing its "
+                 "checkpoint) before the job is ended; under Slurm keep it below KillWait, or below N of "
+                 "--signal=B:USR1@N")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_flag("--dry-run", options.dry_run, "print the mpirun command and exit");
   app.footer("Example: ddprun -np 2 -- bazel-bin/examples/train_mlp --epochs 1");
 
@@ -285,7 +292,14 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
   // PSM2, OFI), a quarter of a second or more of every start. Jobs over several hosts keep Open MPI's choice,
   // and a user's own OMPI_MCA_pml wins.
   if (hosts.empty() && facts.env.count("OMPI_MCA_pml") == 0) cmd.insert(cmd.end(), {"--mca", "pml", "ob1"});
-
+  // Inside a Slurm job, a time limit or scancel signals every process of the job at once, mpirun too, which
+  // would end its ranks 1 s later (odls_base_sigkill_timeout) in the middle of the stop the same signal asked
+  // them for. mpirun sends its SIGTERM after that timeout and its SIGKILL, and exits, about as long again
+  // later: half the stop grace each keeps its end inside the grace (and inside Slurm's KillWait, when the
+  // grace is). The price: a failed job under Slurm takes about the grace to be torn down (docs/slurm.md).
+  if (facts.env.count("SLURM_JOB_ID") > 0) {
+    cmd.insert(cmd.end(), {"--mca", "odls_base_sigkill_timeout", std::to_string(std::max(1, options.stop_grace_s / 2))});
+  }
   std::map<std::string, std::string> set = extra_env;  // -x K=V
   if (!options.backend.empty()) set["DDP_BACKEND"] = options.backend;
   // NVLink SHARP (NVLS) multicast is off unless the user asks: it needs fabric support many hosts lack.
@@ -435,7 +449,7 @@ std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
 
 void FailureTracker::observe(const std::string& raw_line, long long arrival_ns) {
   if (const std::optional<ExitMarker> m = parse_exit_marker(raw_line)) {
-    if (m->status == kStoppedExitStatus) ++ranks_stopped_as_asked_;
+    if (m->status == kStoppedExitStatus) ranks_stopped_as_asked_.insert(m->rank);
     if (m->status == 0 || m->stopped) return;
     std::optional<Evidence>& kind = m->status > 128 ? crash_ : exit_;
     if (!kind || m->time_ns < kind->time_ns) kind = Evidence{m->rank, m->time_ns};

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ namespace ddp {
 namespace launcher {
 
 constexpr int kDefaultRankMemoryMib = 400;
+// How long a graceful stop may take before ddprun ends the job: inside Slurm's default KillWait (30 s between
+// SIGTERM and SIGKILL at a time limit); --stop-grace sets another.
+constexpr int kDefaultStopGraceS = 25;
 // More ranks than this per core draws a warning: they would mostly wait for a core (see resource_warnings).
 constexpr int kMaxRanksPerCore = 4;
 
@@ -35,6 +39,9 @@ struct LaunchOptions {
   // A rank's peak memory, for the warning when the ranks would not fit in this node's memory. The default is
   // train_mlp's default model on CPU (about 400 MiB a rank, VmHWM); other programs should pass their own.
   int rank_memory_mib = kDefaultRankMemoryMib;
+  // Seconds from the signal that asks the job to stop to ddprun ending it (the time every rank has to reach
+  // the agreed step and write its checkpoint).
+  int stop_grace_s = kDefaultStopGraceS;
   bool dry_run = false;
   std::vector<std::string> program;  // PROGRAM ARGS...
 };
@@ -171,8 +178,9 @@ class FailureTracker {
   // or its connection did; empty when none was.
   const std::string& lost_host() const { return lost_host_; }
   // Ranks whose program stopped as asked (exit status ddp::kStoppedExitStatus, which the wrapper reports in
-  // its marker and turns into 0 for mpirun, so that mpirun does not take it for a failure).
-  int ranks_stopped_as_asked() const { return ranks_stopped_as_asked_; }
+  // its marker and turns into 0 for mpirun, so that mpirun does not take it for a failure). Each rank counts
+  // once, however many times its marker is seen (relayed by mpirun and read from the exit directory).
+  int ranks_stopped_as_asked() const { return static_cast<int>(ranks_stopped_as_asked_.size()); }
   void reset() { *this = FailureTracker(); }
 
  private:
@@ -188,7 +196,7 @@ class FailureTracker {
   std::optional<int> agreed_error_printer_;
   std::optional<int> from_mpirun_;
   std::string lost_host_;
-  int ranks_stopped_as_asked_ = 0;
+  std::set<int> ranks_stopped_as_asked_;
   std::map<int, int> status_of_;  // rank -> status of its first failure marker that was not a stop
 };
 

@@ -12,6 +12,7 @@
 
 #include "launcher/command.h"
 #include "launcher/job.h"
+#include "launcher/slurm.h"
 #include "runtime/core/check.h"
 #include "runtime/core/stop_request.h"
 
@@ -56,9 +57,34 @@ ddp::launcher::AttemptPlan plan_hosts(const ddp::launcher::LaunchOptions& option
   return plan;
 }
 
-int launch(const ddp::launcher::LaunchOptions& options) {
+std::string this_host() {
+  char name[256] = {0};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "";
+}
+
+// Inside a Slurm allocation: the job the allocation makes of `options` (docs/slurm.md), said on stderr; empty
+// when the allocation cannot hold it (the refusal said).
+std::optional<ddp::launcher::LaunchOptions> within_allocation(const ddp::launcher::LaunchOptions& options,
+                                                              const ddp::launcher::MachineFacts& facts) {
+  using namespace ddp::launcher;
+  const std::optional<SlurmAllocation> allocation = slurm_allocation(facts.env);
+  if (!allocation) return options;
+  const SlurmPlan plan = plan_in_allocation(options, *allocation, this_host());
+  if (!plan.refusal.empty()) {
+    std::fprintf(stderr, "ddprun: error: %s\n", plan.refusal.c_str());
+    return std::nullopt;
+  }
+  std::fprintf(stderr, "%s\n", plan.announcement.c_str());
+  if (!plan.note.empty()) std::fprintf(stderr, "%s\n", plan.note.c_str());
+  return plan.options;
+}
+
+int launch(const ddp::launcher::LaunchOptions& requested) {
   using namespace ddp::launcher;
   MachineFacts facts = current_machine();
+  const std::optional<LaunchOptions> in_allocation = within_allocation(requested, facts);
+  if (!in_allocation) return 1;
+  const LaunchOptions& options = *in_allocation;
   for (const std::string& warning : resource_warnings(options, facts)) {
     std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
   }
@@ -89,10 +115,14 @@ int launch(const ddp::launcher::LaunchOptions& options) {
     }
     std::map<std::string, std::string> extra;
     if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
-    const JobResult result = run_job(build_mpirun_command(run, facts, extra, self));
+    const JobResult result = run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000);
     last_status = result.exit_status;
+    // Every rank stopped as asked: a graceful stop, whatever mpirun says (Slurm's SIGTERM to every process of
+    // the job also reaches mpirun, which then reports the job as aborted).
+    const bool every_rank_stopped = result.ranks_stopped_as_asked >= resolve_np(run, facts);
     const bool stopped_as_asked = result.ranks_stopped_as_asked > 0 &&
-                                  (result.exit_status == 0 || result.exit_status == ddp::kStoppedExitStatus);
+                                  (result.exit_status == 0 || result.exit_status == ddp::kStoppedExitStatus ||
+                                   every_rank_stopped);
     if (stopped_as_asked && (result.stopped_by == 0 || result.stop_only_asked)) {
       // Stopped as asked, by ddprun's signal or by one sent to a rank: not a failure, and not restarted.
       if (result.stopped_by != 0) {

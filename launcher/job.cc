@@ -155,13 +155,13 @@ std::vector<pid_t> local_rank_wrappers(pid_t root) {
 // Ends the job once asked. SIGTERM, SIGINT or SIGUSR1 first ask for a graceful stop: SIGUSR1 to this node's
 // rank wrappers and to mpirun, which passes it to the ranks of the other nodes (not every build of Open MPI
 // forwards SIGUSR1; a wrapper asked twice passes it on once) (the programs that handle it finish their step, write a checkpoint and exit with
-// ddp::kStoppedExitStatus); if the job is still there kGracefulStopMs later, or at the next signal, it is ended:
+// ddp::kStoppedExitStatus); if the job is still there `graceful_ms` later, or at the next signal, it is ended:
 // SIGTERM to mpirun's process group (mpirun then kills its ranks, in about 2 s), and SIGKILL kStopGraceMs later
 // or at a further signal. Any other signal, or a closed output, ends it at once the same way. A SIGKILLed mpirun
 // does not leave its ranks behind: their wrappers die with it (PR_SET_PDEATHSIG), and the programs with them.
 class JobStopper {
  public:
-  explicit JobStopper(pid_t group) : group_(group) {}
+  JobStopper(pid_t group, int graceful_ms) : group_(group), graceful_ms_(graceful_ms) {}
   // A signal to ddprun: the first stops the job (gracefully when it can be asked to), each further one hurries.
   void on_signal(int sig) {
     if (why_ == 0) signalled_ms_ = monotonic_ms();
@@ -170,7 +170,7 @@ class JobStopper {
       graceful_ = true;
       for (pid_t wrapper : local_rank_wrappers(group_)) ::kill(wrapper, kGracefulStopSignal);
       ::kill(group_, kGracefulStopSignal);  // mpirun alone, not its group: the programs must not get it directly
-      deadline_ms_ = monotonic_ms() + kGracefulStopMs;
+      deadline_ms_ = monotonic_ms() + graceful_ms_;
     } else if (why_ != 0 && !terminating_) {
       terminate();
     } else if (why_ != 0) {
@@ -220,6 +220,7 @@ class JobStopper {
     ::killpg(group_, SIGKILL);
   }
   pid_t group_;
+  int graceful_ms_;
   int why_ = 0;
   bool graceful_ = false;
   bool terminating_ = false;
@@ -342,11 +343,40 @@ void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, Out
   }
 }
 
+// A new directory of this user's under TMPDIR (or /tmp) named `prefix`.XXXXXX, or "" when none can be made
+// (the caller then does without).
+std::string private_directory(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/" + prefix + ".XXXXXX";
+  return ::mkdtemp(path.data()) != nullptr ? path : "";
+}
+
+// Where the rank wrappers of this node also leave their exit markers (a file per rank), named to them by this
+// variable in mpirun's environment, which its local ranks inherit: mpirun stops relaying the ranks' output
+// once it is signalled itself (Slurm signals every process of a job at once), and the markers of ranks that
+// then stop as asked would be lost with it.
+constexpr const char* kExitDirVariable = "DDPRUN_EXIT_DIR";
+
+// The markers the wrappers left in `dir`, observed as if relayed; the directory is removed.
+void read_exit_markers(const std::string& dir, FailureTracker* tracker) {
+  if (dir.empty()) return;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored)) {
+    const std::string text = read_text(entry.path().string());
+    size_t start = 0;
+    for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+      tracker->observe(text.substr(start, nl - start), realtime_ns());
+    }
+  }
+  std::filesystem::remove_all(dir, ignored);
+}
+
 // The child's side of fork: its own process group (so a terminal's Ctrl-C reaches ddprun only, and ddprun can
 // signal mpirun without signalling itself), SIGTERM when ddprun dies, then exec.
 [[noreturn]] void exec_child(const std::vector<std::string>& argv, pid_t parent, int out_fd, int err_fd,
-                             const SignalRouting& routing, const sigset_t& unblock) {
+                             const SignalRouting& routing, const sigset_t& unblock, const std::string& exit_dir) {
   ::setpgid(0, 0);
+  if (!exit_dir.empty()) ::setenv(kExitDirVariable, exit_dir.c_str(), 1);
   // Even a SIGKILLed ddprun must not leave the job running: mpirun kills its ranks on SIGTERM.
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != parent) ::_exit(128 + SIGTERM);  // ddprun died before prctl took effect
@@ -359,7 +389,7 @@ void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, Out
 
 }  // namespace
 
-JobResult run_job(const std::vector<std::string>& argv) {
+JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms) {
   DDP_CHECK(!argv.empty(), "run_job: empty command");
   int out_pipe[2], err_pipe[2], signal_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 ||
@@ -367,6 +397,7 @@ JobResult run_job(const std::vector<std::string>& argv) {
     throw Error(std::string("ddprun: pipe failed: ") + std::strerror(errno));
   }
   SignalRouting routing(signal_pipe[1]);
+  const std::string exit_dir = private_directory("ddprun-exits");
 
   // Signals stay blocked across fork until the child has reset its handlers (else a signal in between would run
   // ddprun's handler in the child) and the parent knows the child's pid.
@@ -380,13 +411,13 @@ JobResult run_job(const std::vector<std::string>& argv) {
     ::sigprocmask(SIG_SETMASK, &previous, nullptr);
     throw Error(std::string("ddprun: fork failed: ") + std::strerror(errno));
   }
-  if (child == 0) exec_child(argv, parent, out_pipe[1], err_pipe[1], routing, previous);
+  if (child == 0) exec_child(argv, parent, out_pipe[1], err_pipe[1], routing, previous, exit_dir);
   ::setpgid(child, child);  // also here, so that killpg works even before the child has run
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
 
-  JobStopper stopper(child);
+  JobStopper stopper(child, stop_grace_ms);
   Output output(&stopper);
   FailureTracker tracker;
   LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, "", true}, {err_pipe[0], STDERR_FILENO, "", true}};
@@ -422,6 +453,7 @@ JobResult run_job(const std::vector<std::string>& argv) {
   routing.restore();
   ::close(signal_pipe[0]);
   ::close(signal_pipe[1]);
+  read_exit_markers(exit_dir, &tracker);
 
   JobResult result;
   result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
@@ -463,14 +495,6 @@ HostAnswer read_probe_output(const std::string& output, int status, bool timed_o
     answer.error = first.empty() ? "mpirun's status " + std::to_string(status) : first;
   }
   return answer;
-}
-
-// A new directory of this user's under TMPDIR (or /tmp) named `prefix`.XXXXXX, or "" when none can be made
-// (the caller then does without).
-std::string private_directory(const std::string& prefix) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/" + prefix + ".XXXXXX";
-  return ::mkdtemp(path.data()) != nullptr ? path : "";
 }
 
 }  // namespace
@@ -622,17 +646,28 @@ void route_signals_to_program() {
   exec_or_exit(program, "ddprun: ");
 }
 
+// A program this young that does not catch SIGUSR1 yet may still be starting (train_mlp installs its handlers
+// first thing, but loading it takes a moment): a stop asked meanwhile (Slurm's warning signal can come at any
+// time, up to a minute early) waits until the program is this old before it falls back to SIGTERM.
+constexpr long long kProgramStartupMs = 3000;
+
 // Waits for the program, handing on (once) a graceful stop asked before or meanwhile; its exit code, or 128 +
 // the signal that ended it.
-int wait_for_program(pid_t child) {
+int wait_for_program(pid_t child, long long started_ms) {
   g_program = child;
   if (g_told_to_stop) ::kill(child, SIGTERM);  // told before the program existed
   int status = 0;
   bool handed_on = false;
   for (;;) {
     if (g_asked_to_stop && !handed_on) {
-      handed_on = true;
-      hand_on_stop_request(child);
+      if (catches_signal(child, SIGUSR1) || monotonic_ms() - started_ms >= kProgramStartupMs) {
+        handed_on = true;
+        hand_on_stop_request(child);
+      } else {
+        if (::waitpid(child, &status, WNOHANG) == child) break;
+        ::usleep(20000);  // look again shortly
+        continue;
+      }
     }
     if (::waitpid(child, &status, 0) >= 0 || errno != EINTR) break;
   }
@@ -659,13 +694,14 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
 
   route_signals_to_program();
   const pid_t parent = ::getpid();
+  const long long started_ms = monotonic_ms();
   const pid_t child = ::fork();
   if (child < 0) {
     write_all(STDERR_FILENO, std::string("ddprun: rank wrapper: fork failed: ") + std::strerror(errno) + "\n");
     return 1;
   }
   if (child == 0) exec_program(program, parent);
-  const int code = wait_for_program(child);
+  const int code = wait_for_program(child, started_ms);
   if (code != 0) {
     ExitMarker marker;
     marker.rank = rank;
@@ -674,6 +710,14 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
     // A program that stopped as asked (ddp::kStoppedExitStatus) has not failed either.
     marker.stopped = g_told_to_stop != 0 || code == kStoppedExitStatus;
     write_all(STDERR_FILENO, exit_marker(marker) + "\n");
+    if (const char* dir = std::getenv(kExitDirVariable)) {
+      const std::string path = std::string(dir) + "/rank-" + std::to_string(rank);
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd >= 0) {
+        write_all(fd, exit_marker(marker) + "\n");
+        ::close(fd);
+      }
+    }
   }
   // ddprun learns of the stop from the marker; to mpirun it is a normal end (it would abort the others' ends
   // and print its failure banner for a non-zero status).

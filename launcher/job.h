@@ -28,19 +28,20 @@ struct JobResult {
 // Runs `argv` (argv[0] is looked up in PATH) with stdout and stderr through pipes, relaying each line to this
 // process's stdout or stderr (the stream the rank wrote to) after rewrite_tagged_line. Throws ddp::Error when
 // the process cannot be started.
-// Exit markers of the rank wrappers are consumed here, not relayed.
+// Exit markers of the rank wrappers are consumed here, not relayed; the wrappers of this node also leave them
+// in a private directory (DDPRUN_EXIT_DIR in mpirun's environment), read once mpirun has ended, since a
+// signalled mpirun (Slurm signals every process of a job) stops relaying its ranks' output.
 // No process of the job may outlive ddprun: the child runs in a process group of its own. The first SIGTERM,
 // SIGINT or SIGUSR1 asks for a graceful stop: SIGUSR1 to mpirun, which passes it to every rank's wrapper, which
 // passes it to a program that handles it (train_mlp finishes its step on every rank, writes a checkpoint and
-// exits with ddp::kStoppedExitStatus) or SIGTERM to one that does not. A job still running kGracefulStopMs
-// later, a second signal, any other signal that would end ddprun (SIGHUP, SIGQUIT, SIGALRM, ...), or EPIPE on
+// exits with ddp::kStoppedExitStatus) or SIGTERM to one that does not. A job still running `stop_grace_ms`
+// later (ddprun --stop-grace), a second signal, any other signal that would end ddprun (SIGHUP, SIGQUIT, SIGALRM, ...), or EPIPE on
 // its output (SIGPIPE is ignored) sends SIGTERM to the group, which mpirun answers by killing its ranks; SIGKILL
 // follows after kStopGraceMs or at a further signal. If ddprun itself is SIGKILLed, the child gets SIGTERM by
 // PR_SET_PDEATHSIG. SIGUSR2 goes to mpirun instead, which passes it to every rank (a dump of its flight
 // recorder; the job goes on). run_job returns once the child has been reaped.
-constexpr int kGracefulStopMs = 25000;  // inside Slurm's default 30 s between SIGTERM and SIGKILL
 constexpr int kStopGraceMs = 5000;
-JobResult run_job(const std::vector<std::string>& argv);
+JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms = kDefaultStopGraceS * 1000);
 
 // Asks every host of `hosts` at once what it has, by starting `self` (ddprun's own path) there with kProbeFlag
 // through mpirun (build_probe_command): one answer per host, in order. A host whose probe does not print its

@@ -9,6 +9,8 @@ packages=(
   cmake pkg-config make                                           # building against an installed runtime (tools/install.sh)
   openmpi-bin libopenmpi-dev                                      # MPI bootstrap and the CPU backend
   openssh-client openssh-server                                   # several hosts: Open MPI's ssh launch, tested
+  slurm-wlm slurmctld slurmd slurm-client munge                   # a real Slurm for tests/slurm (started by the test)
+  libpmix2 libpmi2-0                                              # srun --mpi=pmix for Open MPI's ranks
   libopenblas-dev zlib1g-dev libdeflate-dev                       # CPU GEMM; gzip for the dataset and CRC32
   nlohmann-json3-dev libcli11-dev libfmt-dev                      # JSON, flags, formatting
   libgtest-dev libgmock-dev                                       # tests

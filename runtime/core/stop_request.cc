@@ -22,14 +22,22 @@ long long monotonic_ns() {
 
 constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGUSR1};
 
+// A signal this soon after the first is the same stop come by another route, not a second request: Slurm
+// signals every process of a job at once (at a time limit, on scancel), so a rank gets its SIGTERM directly
+// and again through its launcher (ddprun's rank wrapper) a few milliseconds later. A user who insists takes
+// longer than this between two Ctrl-Cs.
+constexpr long long kSameStopWindowNs = 1000000000LL;
+
 void on_stop_signal(int signal) {
+  const long long now = monotonic_ns();
   if (g_stop_requested.exchange(true)) {
+    if (now - g_requested_at_ns.load() < kSameStopWindowNs) return;
     // The second signal: what it would have done without us (end the process), now.
     std::signal(signal, SIG_DFL);
     std::raise(signal);
     return;
   }
-  g_requested_at_ns.store(monotonic_ns());
+  g_requested_at_ns.store(now);
   g_stop_signal.store(signal);
 }
 
@@ -43,7 +51,9 @@ void install_stop_handlers() {
       if (sigaction(signal, nullptr, &previous) == 0 && previous.sa_handler == SIG_IGN) continue;
       struct sigaction action {};
       action.sa_handler = on_stop_signal;
+      // The stop signals wait for each other's handler: the first records its time before a second reads it.
       sigemptyset(&action.sa_mask);
+      for (int blocked : kStopSignals) sigaddset(&action.sa_mask, blocked);
       action.sa_flags = SA_RESTART;  // a checkpoint write in progress goes on instead of failing with EINTR
       sigaction(signal, &action, nullptr);
     }

@@ -2,6 +2,8 @@
 // a user presses Ctrl-C, ddprun forwards SIGUSR1. The first such signal only asks the program to stop at its next
 // step boundary (a flag the training loop polls, and all ranks agree on, so that every rank ends after the same
 // step and a checkpoint can be written); a second one ends the process at once, as the signal itself would.
+// Signals within 1 s of the first count as that first one (Slurm signals every process of a job at once, so a
+// rank gets the same stop directly and through its launcher).
 #pragma once
 
 namespace ddp {

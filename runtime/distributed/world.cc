@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <future>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/nccl_communicator.h"
 #include "runtime/distributed/side_channel.h"
+#include "runtime/distributed/srun_check.h"
 #include "runtime/distributed/world_mpi.h"
 
 namespace ddp {
@@ -81,6 +83,18 @@ void run_host_collective(int rank, const char* operation, int count, DType dtype
   record_collective_completed(seq);
 }
 
+// A start refused before MPI exists: the first task says why and every task exits at once. Not an exception:
+// nothing is there to clean up, and unwinding would wait for whatever the program began meanwhile (train_mlp
+// reads its data set on other threads), while the refusal must come within seconds.
+[[noreturn]] void refuse_start(const std::string& problem, const std::map<std::string, std::string>& env) {
+  const auto task = env.find("SLURM_PROCID");
+  if (task == env.end() || task->second == "0") {
+    std::fprintf(stderr, "ddp: error: %s\n", problem.c_str());
+    std::fflush(stderr);
+  }
+  std::_Exit(1);
+}
+
 }  // namespace
 
 DeviceRequest parse_device_request(const std::string& text) {
@@ -90,8 +104,21 @@ DeviceRequest parse_device_request(const std::string& text) {
   throw InvalidArgument("unknown device '" + text + "': choose one of auto, cpu, cuda");
 }
 
+#ifdef OMPI_MAJOR_VERSION
+constexpr bool kOpenMpi = true;
+#else
+constexpr bool kOpenMpi = false;
+#endif
+
 World::World(int* argc, char*** argv, const WorldOptions& options)
     : uncaught_at_start_(std::uncaught_exceptions()), mpi_(std::make_unique<WorldMpi>()) {
+  // srun without a PMI the MPI library can use: refused before anything starts (srun_check.h).
+  const std::map<std::string, std::string> srun_env = srun_environment();
+  int already = 0;
+  MPI_Initialized(&already);
+  if (const std::string problem = already ? "" : srun_start_problem(srun_env, kOpenMpi); !problem.empty()) {
+    refuse_start(problem, srun_env);
+  }
   std::future<void> device_warm_up = warm_up_device(options.device);
   const auto mpi_start = std::chrono::steady_clock::now();
   MPI_Comm& comm = mpi_->comm;
@@ -115,6 +142,7 @@ World::World(int* argc, char*** argv, const WorldOptions& options)
   DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   DDP_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   DDP_MPI_CHECK(MPI_Comm_size(comm, &size_));
+  if (const std::string problem = singleton_problem(size_, srun_env); !problem.empty()) throw Error(problem);
 
   MPI_Comm node = MPI_COMM_NULL;
   DDP_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));

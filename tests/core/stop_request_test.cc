@@ -1,6 +1,7 @@
 // Stop requests: the first SIGTERM/SIGINT/SIGUSR1 only sets the flag (the process goes on, its syscalls restart),
-// a second one ends the process as the signal would, and a signal the process was started with ignored stays
-// ignored. Each case runs in a child of its own, since handlers are installed once per process.
+// more within 1 s are the same stop (Slurm's signal to every process of the job reaches a rank directly and
+// through its wrapper), a second one later ends the process as the signal would, and a signal the process was
+// started with ignored stays ignored. Each case runs in a child of its own, since handlers are installed once per process.
 #include "runtime/core/stop_request.h"
 
 #include <gtest/gtest.h>
@@ -31,12 +32,24 @@ TEST(StopRequest, TheFirstSignalAsksTheSecondEnds) {
       std::raise(signal);
       if (!stop_requested() || stop_signal() != signal) return false;
       if (seconds_since_stop_request() < 0.0 || seconds_since_stop_request() > 5.0) return false;
+      usleep(1100 * 1000);  // past the window in which a signal counts as the first one again
       std::raise(signal);  // ends the child: the next line is not reached
       return false;
     });
     EXPECT_TRUE(WIFSIGNALED(status)) << "signal " << signal << ": status " << status;
     if (WIFSIGNALED(status)) EXPECT_EQ(WTERMSIG(status), signal);
   }
+}
+
+TEST(StopRequest, SignalsWithinASecondOfTheFirstAreTheSameStop) {
+  const int status = in_child([] {
+    install_stop_handlers();
+    std::raise(SIGTERM);  // Slurm's, to the rank
+    std::raise(SIGTERM);  // the same, through the rank's wrapper
+    std::raise(SIGUSR1);  // ddprun's, through mpirun
+    return stop_requested() && stop_signal() == SIGTERM;
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
 TEST(StopRequest, ASignalIgnoredAtStartStaysIgnored) {

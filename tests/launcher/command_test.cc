@@ -346,6 +346,16 @@ TEST(Failure, StoppedRanksNeverCount) {
   EXPECT_FALSE(only_stopped.first_failed_rank());
 }
 
+TEST(Failure, ARankStoppedAsAskedCountsOnceHoweverOftenItsMarkerIsSeen) {
+  // Relayed by mpirun and read again from the exit directory (job.h), or only from there.
+  FailureTracker t;
+  t.observe(marker_line(0, 75, 1 * kSecond, /*stopped=*/true), 1 * kSecond + 10);
+  t.observe(marker_line(0, 75, 1 * kSecond, /*stopped=*/true), 2 * kSecond);
+  t.observe(marker_line(1, 75, 1 * kSecond + 3, /*stopped=*/true), 2 * kSecond);
+  EXPECT_EQ(t.ranks_stopped_as_asked(), 2);
+  EXPECT_FALSE(t.first_failed_rank());
+}
+
 TEST(Failure, AnExitWellBeforeAnyReportWins) {
   // Rank 0 exits 3 without a word; 5 s later rank 1's watchdog gives up on it.
   FailureTracker t;
