@@ -61,10 +61,30 @@ std::future<void> warm_up_device(DeviceRequest request) {
   });
 }
 
-// Runs the host collective `start` issues (a nonblocking MPI call) as flight-recorder collective `operation` of
-// `count` elements of `dtype`, under the collective deadline (and DDP_DEBUG's comparison).
-void run_host_collective(int rank, const char* operation, int count, DType dtype,
+}  // namespace
+
+DeviceRequest parse_device_request(const std::string& text) {
+  if (text == "auto") return DeviceRequest::kAuto;
+  if (text == "cpu") return DeviceRequest::kCpu;
+  if (text == "cuda") return DeviceRequest::kCuda;
+  throw InvalidArgument("unknown device '" + text + "': choose one of auto, cpu, cuda");
+}
+
+void run_host_collective(const char* operation, std::int64_t count, DType dtype,
                          const std::function<int(MPI_Request*)>& start) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // A DDP_COLLECTIVE_TIMEOUT_S out of bounds ends every rank here, in the first collective, with one message
+  // (ddprun gives every rank the same environment).
+  static const std::string timeout_error = [] {
+    try {
+      default_collective_timeout_s();
+      return std::string();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+  }();
+  if (!timeout_error.empty()) throw CollectiveError(timeout_error, rank);
   const std::int64_t step = current_step();
   const std::int64_t seq = record_collective_issued(operation, count, dtype, -1, 0, step);
   if (collective_check_enabled()) {
@@ -79,15 +99,6 @@ void run_host_collective(int rank, const char* operation, int count, DType dtype
            std::to_string(count) + " " + dtype_name(dtype) + " elements (host)";
   });
   record_collective_completed(seq);
-}
-
-}  // namespace
-
-DeviceRequest parse_device_request(const std::string& text) {
-  if (text == "auto") return DeviceRequest::kAuto;
-  if (text == "cpu") return DeviceRequest::kCpu;
-  if (text == "cuda") return DeviceRequest::kCuda;
-  throw InvalidArgument("unknown device '" + text + "': choose one of auto, cpu, cuda");
 }
 
 World::World(int* argc, char*** argv, const WorldOptions& options)
@@ -223,13 +234,13 @@ double World::sum(double value) const {
 }
 
 void World::sum_in_place(double* values, int count) const {
-  run_host_collective(rank_, "World::sum", count, DType::kFloat64, [&](MPI_Request* request) {
+  run_host_collective("World::sum", count, DType::kFloat64, [&](MPI_Request* request) {
     return MPI_Iallreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, mpi_->comm, request);
   });
 }
 
 double World::max(double value) const {
-  run_host_collective(rank_, "World::max", 1, DType::kFloat64, [&](MPI_Request* request) {
+  run_host_collective("World::max", 1, DType::kFloat64, [&](MPI_Request* request) {
     return MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, mpi_->comm, request);
   });
   return value;
@@ -239,7 +250,7 @@ void World::agree(const std::string& local_error, const std::string& what) const
   const MPI_Comm comm = mpi_->comm;
   int failed = local_error.empty() ? 0 : 1;
   int any_failed = 0;
-  run_host_collective(rank_, "World::agree", 1, DType::kInt32, [&](MPI_Request* request) {
+  run_host_collective("World::agree", 1, DType::kInt32, [&](MPI_Request* request) {
     return MPI_Iallreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm, request);
   });
   if (!any_failed) return;
@@ -247,12 +258,16 @@ void World::agree(const std::string& local_error, const std::string& what) const
   // Gather every rank's message so the report names each failing rank, not only ours.
   const int length = static_cast<int>(local_error.size());
   std::vector<int> lengths(size_);
-  DDP_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
+  run_host_collective("World::agree", size_, DType::kInt32, [&](MPI_Request* request) {
+    return MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm, request);
+  });
   std::vector<int> offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
   std::string all(offsets[size_ - 1] + lengths[size_ - 1], '\0');
-  DDP_MPI_CHECK(MPI_Allgatherv(local_error.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(),
-                               MPI_CHAR, comm));
+  run_host_collective("World::agree", static_cast<std::int64_t>(all.size()), DType::kUInt8, [&](MPI_Request* request) {
+    return MPI_Iallgatherv(local_error.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(), MPI_CHAR,
+                           comm, request);
+  });
   // Ranks that failed the same way share one line: "ranks 0,1,2,3: ...".
   std::vector<std::pair<std::string, std::string>> groups;  // (ranks, message)
   for (int r = 0; r < size_; ++r) {
