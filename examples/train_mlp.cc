@@ -413,12 +413,13 @@ struct ResumePoint {
 // Loads the newest complete checkpoint of `from` into the model and the optimizer, on every rank alike, or
 // starts from scratch where a restart finds none; anything else that is wrong ends every rank with one message.
 ResumePoint resume(const ResumeFrom& from, const Flags& f, ddp::Session& session, PrecisionModel& model,
-                   ddp::Optimizer& optimizer) {
+                   ddp::Optimizer& optimizer, long long dataset_size) {
   if (from.dir.empty()) return {};
   session.agree(from.required ? resume_path_problem(from.dir) : "", "cannot resume");
   const auto restored = ddp::training::restore_latest_training_checkpoint(
       session, from.dir, model.mlp(), optimizer,
-      [&](const ddp::io::LoadedCheckpoint& checkpoint) { return recipe_mismatch(checkpoint, f, session.size()); });
+      [&](const ddp::io::LoadedCheckpoint& checkpoint) { return recipe_mismatch(checkpoint, f, session.size()); },
+      dataset_size);
   session.agree(!restored && from.required ? "no complete checkpoint in " + from.dir : "", "cannot resume");
   if (!restored) {
     if (session.is_lead()) {
@@ -623,7 +624,7 @@ class Run {
       error = e.what();
     }
     session_.agree(error, "cannot use the checkpoint directory");
-    start_ = resume(from, f_, session_, *model_, *optimizer_);
+    start_ = resume(from, f_, session_, *model_, *optimizer_, sampler_options_.dataset_size);
     step_ = start_.step;
     total_steps_ = steps_at_end(sampler_options_, start_, f_, steps_per_epoch_);
     if (f_.max_steps > 0) total_steps_ = std::min(total_steps_, f_.max_steps);
