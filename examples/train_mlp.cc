@@ -979,6 +979,7 @@ int train(int argc, char** argv) {
     }
   }
   session.agree(flag_error, "bad command line");
+  session.agree_same(ddp::command_line_settings(argc, argv), "the ranks were started with different flags");
   times.world_s = PhaseTimes::since(times.start);
   times.world = session.world().startup();
 

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <exception>
 #include <future>
+#include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -284,6 +286,90 @@ void World::agree(const std::string& local_error, const std::string& what) const
   for (const auto& [ranks, text] : groups) {
     message += std::string("\n  rank") + (ranks.find(',') == std::string::npos ? " " : "s ") + ranks + ": " + text;
   }
+  throw CollectiveError(message, rank_);
+}
+
+namespace {
+
+// FNV-1a over the text: the same settings give the same digest on every rank.
+std::uint64_t digest(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+// "0", "0,2,3"
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+void World::agree_same(const std::vector<std::pair<std::string, std::string>>& settings,
+                       const std::string& what) const {
+  std::map<std::string, std::string> mine(settings.begin(), settings.end());
+  std::string text;  // "name\0value\0" in name order
+  for (const auto& [name, value] : mine) text += name + '\0' + value + '\0';
+  std::uint64_t local = digest(text);
+  std::vector<std::uint64_t> digests(static_cast<std::size_t>(size_));
+  run_host_collective("World::agree_same", size_, DType::kInt64, [&](MPI_Request* request) {
+    return MPI_Iallgather(&local, 1, MPI_UINT64_T, digests.data(), 1, MPI_UINT64_T, mpi_->comm, request);
+  });
+  if (std::all_of(digests.begin(), digests.end(), [&](std::uint64_t d) { return d == digests[0]; })) return;
+
+  // They differ: every rank gathers every rank's settings and names the differences, the same on every rank.
+  const int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size_));
+  run_host_collective("World::agree_same", size_, DType::kInt32, [&](MPI_Request* request) {
+    return MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, mpi_->comm, request);
+  });
+  std::vector<int> offsets(static_cast<std::size_t>(size_), 0);
+  for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string all(static_cast<std::size_t>(offsets[size_ - 1] + lengths[size_ - 1]), '\0');
+  run_host_collective("World::agree_same", static_cast<std::int64_t>(all.size()), DType::kUInt8,
+                      [&](MPI_Request* request) {
+                        return MPI_Iallgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                                               offsets.data(), MPI_CHAR, mpi_->comm, request);
+                      });
+  std::vector<std::map<std::string, std::string>> of_rank(static_cast<std::size_t>(size_));
+  std::set<std::string> names;
+  for (int r = 0; r < size_; ++r) {
+    const std::string part = all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lengths[r]));
+    for (std::size_t at = 0; at < part.size();) {
+      const std::size_t name_end = part.find('\0', at);
+      const std::size_t value_end = part.find('\0', name_end + 1);
+      if (name_end == std::string::npos || value_end == std::string::npos) break;
+      of_rank[r][part.substr(at, name_end - at)] = part.substr(name_end + 1, value_end - name_end - 1);
+      names.insert(part.substr(at, name_end - at));
+      at = value_end + 1;
+    }
+  }
+  std::string message = what + ":";
+  for (const std::string& name : names) {
+    std::vector<std::pair<std::string, std::vector<int>>> groups;  // value -> ranks, in order of first rank
+    for (int r = 0; r < size_; ++r) {
+      const auto it = of_rank[r].find(name);
+      const std::string value = it == of_rank[r].end() ? "(not given)" : it->second.empty() ? "given" : it->second;
+      auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == value; });
+      if (same == groups.end()) {
+        groups.push_back({value, {r}});
+      } else {
+        same->second.push_back(r);
+      }
+    }
+    if (groups.size() < 2) continue;
+    // The values of the fewest ranks first: those are most likely the ones started wrong.
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+    message += "\n  " + name + ":";
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      message += std::string(g ? "," : "") + " " + groups[g].first + " on rank" +
+                 (groups[g].second.size() > 1 ? "s " : " ") + rank_list(groups[g].second);
+    }
+  }
+  message += "\nStart every rank with the same settings (ddprun passes the same command line to every rank).";
   throw CollectiveError(message, rank_);
 }
 
