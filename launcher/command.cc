@@ -389,6 +389,116 @@ TaggedLine parse_tagged_line(const std::string& line) {
   return t;
 }
 
+namespace {
+
+// The length of the tag "[J,R]<stream>:" at `at` of `text`; 0 when there is none there; -1 when `text` ends
+// before it could be told (a tag may be cut across two reads).
+long tag_length_at(const std::string& text, size_t at) {
+  size_t i = at;
+  auto more = [&] { return i < text.size(); };
+  if (!more()) return -1;
+  if (text[i++] != '[') return 0;
+  for (int part = 0; part < 2; ++part) {
+    const size_t digits = i;
+    while (more() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    if (!more()) return -1;
+    if (i == digits || i - digits > 9 || text[i++] != (part == 0 ? ',' : ']')) return 0;
+  }
+  if (!more()) return -1;
+  if (text[i++] != '<') return 0;
+  const size_t name = i;
+  while (more() && std::islower(static_cast<unsigned char>(text[i]))) ++i;
+  if (!more()) return -1;
+  if (i == name || i - name > 8 || text[i++] != '>') return 0;
+  if (!more()) return -1;
+  if (text[i++] != ':') return 0;
+  return static_cast<long>(i - at);
+}
+
+}  // namespace
+
+std::vector<std::string> TaggedLineJoiner::feed(const std::string& bytes) {
+  pending_ += bytes;
+  std::vector<std::string> lines;
+  auto line_of = [&](const std::string& tag) -> std::string& {
+    for (auto& [t, line] : partial_) {
+      if (t == tag) return line;
+    }
+    partial_.emplace_back(tag, "");
+    return partial_.back().second;
+  };
+  auto emit_tagged = [&](const std::string& tag) {
+    for (auto it = partial_.begin(); it != partial_.end(); ++it) {
+      if (it->first != tag) continue;
+      lines.push_back(tag + it->second);
+      partial_.erase(it);
+      return;
+    }
+  };
+  size_t i = 0;
+  while (i < pending_.size()) {
+    if (pending_[i] == '[') {
+      const long tag = tag_length_at(pending_, i);
+      if (tag < 0) break;  // perhaps a tag cut in two: wait for the rest
+      if (tag > 0) {
+        if (!untagged_.empty()) {  // mpirun's own text cut by a rank's piece: a line of its own
+          lines.push_back(untagged_);
+          untagged_.clear();
+        }
+        current_tag_ = pending_.substr(i, static_cast<size_t>(tag));
+        line_of(current_tag_);
+        i += static_cast<size_t>(tag);
+        continue;
+      }
+    }
+    // Up to the next newline or the next '[' (which may start a tag), whichever comes first.
+    size_t end = pending_.find_first_of("\n[", i + 1);
+    if (pending_[i] == '\n') end = i;
+    if (end == std::string::npos) end = pending_.size();
+    const bool newline = end < pending_.size() && pending_[end] == '\n';
+    const std::string piece = pending_.substr(i, end - i);
+    if (!current_tag_.empty()) {
+      line_of(current_tag_) += piece;
+      if (newline) {
+        emit_tagged(current_tag_);
+        current_tag_.clear();
+      }
+    } else {
+      untagged_ += piece;
+      if (newline) {
+        lines.push_back(untagged_);
+        untagged_.clear();
+      }
+    }
+    i = newline ? end + 1 : end;
+  }
+  pending_.erase(0, i);
+  return lines;
+}
+
+std::vector<std::string> TaggedLineJoiner::finish() {
+  std::vector<std::string> lines = feed("");
+  if (!pending_.empty()) {
+    // A cut tag at the very end: text, then.
+    if (!current_tag_.empty()) {
+      for (auto& [tag, line] : partial_) {
+        if (tag == current_tag_) line += pending_;
+      }
+    } else {
+      untagged_ += pending_;
+    }
+    pending_.clear();
+  }
+  if (!untagged_.empty()) lines.push_back(untagged_);
+  untagged_.clear();
+  for (const auto& [tag, line] : partial_) {
+    if (!line.empty()) lines.push_back(tag + line);
+  }
+  partial_.clear();
+  current_tag_.clear();
+  return lines;
+}
+
 std::string rewrite_tagged_line(const std::string& line) {
   const TaggedLine t = parse_tagged_line(line);
   return t.tagged ? "[rank " + std::to_string(t.rank) + "] " + t.text : line;

@@ -129,6 +129,27 @@ TaggedLine parse_tagged_line(const std::string& line);
 // "[1,3]<stdout>:text" -> "[rank 3] text"; untagged lines are returned unchanged.
 std::string rewrite_tagged_line(const std::string& line);
 
+// mpirun's tagged output (--tag-output) as whole lines, each of one rank and stream. mpirun tags what a rank
+// writes as it reads it, so a line a rank writes in pieces ("part-one ", then "part-two\n") reaches the pipe in
+// pieces, each tagged, with other ranks' pieces in between:
+//   [1,1]<stdout>:part-one [1,0]<stdout>:part-one [1,1]<stdout>:part-two\n[1,0]<stdout>:part-two\n
+// Fed the bytes of one of mpirun's pipes as they come, this keeps a line under way per rank and stream and
+// returns each line once it is whole, with its tag ("[1,1]<stdout>:part-one part-two"); mpirun's own untagged
+// lines come back as they are.
+class TaggedLineJoiner {
+ public:
+  // The lines that `bytes` completes, in the order they were completed.
+  std::vector<std::string> feed(const std::string& bytes);
+  // At the end of the stream: what is left, lines without their newline.
+  std::vector<std::string> finish();
+
+ private:
+  std::string pending_;         // bytes not yet taken apart (the start of what may be a tag)
+  std::string current_tag_;     // the tag whose piece runs on, or "" between pieces
+  std::string untagged_;        // an untagged line under way
+  std::vector<std::pair<std::string, std::string>> partial_;  // (tag, the line so far), in order of first piece
+};
+
 // The line the rank wrapper prints when its program ends badly (see job.h):
 // "ddprun-exit: rank=R status=S time_ns=T stopped=0|1": S the exit code, or 128 + signal; T a CLOCK_REALTIME
 // time; stopped=1 when the wrapper had been sent SIGINT/SIGTERM before the program ended (mpirun tearing the

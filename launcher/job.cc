@@ -284,11 +284,11 @@ void write_all(int fd, const std::string& text) {
   ::_exit(127);
 }
 
-// Accumulates one pipe's bytes and emits complete lines.
+// One of mpirun's pipes: its bytes joined into whole lines, each of one rank and stream.
 struct LineRelay {
   int fd;
   int default_out;  // where untagged lines from this pipe go
-  std::string pending;
+  TaggedLineJoiner lines;
   bool open = true;
 };
 
@@ -308,18 +308,14 @@ void drain(LineRelay& r, FailureTracker* tracker, Output* output) {
   const ssize_t got = ::read(r.fd, buffer, sizeof buffer);
   if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (got <= 0) {
-    if (!r.pending.empty()) emit(r.pending, r.default_out, tracker, output);
-    r.pending.clear();
+    for (const std::string& line : r.lines.finish()) emit(line, r.default_out, tracker, output);
     r.open = false;
     ::close(r.fd);
     return;
   }
-  r.pending.append(buffer, static_cast<size_t>(got));
-  size_t start = 0;
-  for (size_t nl; (nl = r.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-    emit(r.pending.substr(start, nl - start), r.default_out, tracker, output);
+  for (const std::string& line : r.lines.feed(std::string(buffer, static_cast<size_t>(got)))) {
+    emit(line, r.default_out, tracker, output);
   }
-  r.pending.erase(0, start);
 }
 
 void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, Output* output) {
