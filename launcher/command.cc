@@ -209,6 +209,17 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
   return result;
 }
 
+long long open_files_needed(int ranks_here) { return 32 + 6LL * std::max(ranks_here, 0); }
+
+std::string open_files_refusal(int ranks_here, long long limit) {
+  const long long needed = open_files_needed(ranks_here);
+  if (limit >= needed) return "";
+  return "the open files limit (ulimit -n) is " + std::to_string(limit) + ", too few for mpirun to start " +
+         std::to_string(ranks_here) + " rank" + (ranks_here == 1 ? "" : "s") + " here (it needs about " +
+         std::to_string(needed) + "; it would wait forever): raise it, e.g. ulimit -n " +
+         std::to_string(std::max(1024LL, needed)) + ", or ask for a higher hard limit";
+}
+
 int resolve_np(const LaunchOptions& options, const MachineFacts& facts) {
   if (options.np > 0) return options.np;
   if (!options.hosts.empty()) {
@@ -521,7 +532,8 @@ std::optional<int> number_after(const std::string& text, const std::string& mark
 
 std::string exit_marker(const ExitMarker& m) {
   return "ddprun-exit: rank=" + std::to_string(m.rank) + " status=" + std::to_string(m.status) +
-         " time_ns=" + std::to_string(m.time_ns) + " stopped=" + (m.stopped ? "1" : "0");
+         " time_ns=" + std::to_string(m.time_ns) + " stopped=" + (m.stopped ? "1" : "0") +
+         " asked=" + (m.asked_to_stop ? "1" : "0");
 }
 
 std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
@@ -529,10 +541,11 @@ std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
   if (!starts_with(text, "ddprun-exit: rank=")) return std::nullopt;
   long long r = 0, s = 0, t = 0;
   int stopped = 0;
+  int asked = 0;
   char tail = 0;
-  if (std::sscanf(text.c_str(), "ddprun-exit: rank=%lld status=%lld time_ns=%lld stopped=%d%c", &r, &s, &t,
-                  &stopped, &tail) != 4 ||
-      r < 0 || r > 1000000000 || s < 0 || s > 1000 || (stopped != 0 && stopped != 1)) {
+  if (std::sscanf(text.c_str(), "ddprun-exit: rank=%lld status=%lld time_ns=%lld stopped=%d asked=%d%c", &r, &s,
+                  &t, &stopped, &asked, &tail) != 5 ||
+      r < 0 || r > 1000000000 || s < 0 || s > 1000 || (stopped != 0 && stopped != 1) || (asked != 0 && asked != 1)) {
     return std::nullopt;
   }
   ExitMarker m;
@@ -540,13 +553,15 @@ std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
   m.status = static_cast<int>(s);
   m.time_ns = t;
   m.stopped = stopped == 1;
+  m.asked_to_stop = asked == 1;
   return m;
 }
 
 void FailureTracker::observe(const std::string& raw_line, long long arrival_ns) {
   if (const std::optional<ExitMarker> m = parse_exit_marker(raw_line)) {
     if (m->status == kStoppedExitStatus) ++ranks_stopped_as_asked_;
-    if (m->status == 0 || m->stopped) return;
+    if (m->asked_to_stop) ++ranks_asked_to_stop_;
+    if (m->status == 0 || m->stopped || m->asked_to_stop) return;
     std::optional<Evidence>& kind = m->status > 128 ? crash_ : exit_;
     if (!kind || m->time_ns < kind->time_ns) kind = Evidence{m->rank, m->time_ns};
     status_of_.emplace(m->rank, m->status);

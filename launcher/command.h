@@ -74,6 +74,13 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
 // The number of ranks to start: -np, else the host list's slots, else the node's GPUs, else 2.
 int resolve_np(const LaunchOptions& options, const MachineFacts& facts);
 
+// The open files mpirun needs on this node to start `ranks_here` ranks (its own, and per rank the pipes and
+// sockets of the rank and its wrapper), with some room: below it, mpirun starts no rank and waits forever.
+long long open_files_needed(int ranks_here);
+// Why an open-files limit (ulimit -n) of `limit` cannot start `ranks_here` ranks, naming the limit and what to
+// do; "" when it can.
+std::string open_files_refusal(int ranks_here, long long limit);
+
 // Warnings, printed before the job starts, for a job on this node alone that the node cannot carry: more than
 // kMaxRanksPerCore ranks per core, or ranks whose estimated memory (np x rank_memory_mib) exceeds what is
 // available. Warnings only: the job still runs (a user may know better, e.g. ranks that mostly sleep). Jobs
@@ -160,6 +167,9 @@ struct ExitMarker {
   int status = 0;
   long long time_ns = 0;
   bool stopped = false;
+  // The program itself was asked to stop (a stop signal sent to it, not through its wrapper), or its stop
+  // failed (ddp::kStopFailedExitStatus): a stop, never restarted.
+  bool asked_to_stop = false;
 };
 std::string exit_marker(const ExitMarker& marker);
 // The marker in a line, tagged or not; empty for any other line.
@@ -194,6 +204,8 @@ class FailureTracker {
   // Ranks whose program stopped as asked (exit status ddp::kStoppedExitStatus, which the wrapper reports in
   // its marker and turns into 0 for mpirun, so that mpirun does not take it for a failure).
   int ranks_stopped_as_asked() const { return ranks_stopped_as_asked_; }
+  // Ranks whose marker says the program itself was asked to stop (ExitMarker::asked_to_stop).
+  int ranks_asked_to_stop() const { return ranks_asked_to_stop_; }
   void reset() { *this = FailureTracker(); }
 
  private:
@@ -210,6 +222,7 @@ class FailureTracker {
   std::optional<int> from_mpirun_;
   std::string lost_host_;
   int ranks_stopped_as_asked_ = 0;
+  int ranks_asked_to_stop_ = 0;
   std::map<int, int> status_of_;  // rank -> status of its first failure marker that was not a stop
 };
 

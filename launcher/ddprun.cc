@@ -58,6 +58,8 @@ ddp::launcher::AttemptPlan plan_hosts(const ddp::launcher::LaunchOptions& option
 
 int launch(const ddp::launcher::LaunchOptions& options) {
   using namespace ddp::launcher;
+  // First: a stop asked while the machine and the hosts are looked at, or between attempts, is kept for the job.
+  CaughtSignals signals;
   MachineFacts facts = current_machine();
   for (const std::string& warning : resource_warnings(options, facts)) {
     std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
@@ -71,6 +73,12 @@ int launch(const ddp::launcher::LaunchOptions& options) {
     }
     std::cout << shell_join(build_mpirun_command(options, facts, {}, self)) << "\n";
     return 0;
+  }
+  // Too few open files: mpirun would start no rank and wait forever.
+  const std::string few_files = ensure_open_files(several_hosts ? 1 : resolve_np(options, facts));
+  if (!few_files.empty()) {
+    std::fprintf(stderr, "ddprun: error: %s\n", few_files.c_str());
+    return 1;
   }
   int last_status = 0;
   for (int attempt = 0;; ++attempt) {
@@ -89,7 +97,7 @@ int launch(const ddp::launcher::LaunchOptions& options) {
     }
     std::map<std::string, std::string> extra;
     if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
-    const JobResult result = run_job(build_mpirun_command(run, facts, extra, self));
+    const JobResult result = run_job(build_mpirun_command(run, facts, extra, self), &signals);
     last_status = result.exit_status;
     const bool stopped_as_asked = result.ranks_stopped_as_asked > 0 &&
                                   (result.exit_status == 0 || result.exit_status == ddp::kStoppedExitStatus);
@@ -117,6 +125,12 @@ int launch(const ddp::launcher::LaunchOptions& options) {
       return 128 + result.stopped_by;
     }
     if (result.exit_status == 0) return 0;
+    if (result.ranks_asked_to_stop > 0) {
+      // A rank was asked to stop (a signal to its program) and the job did not stop cleanly: still a stop.
+      std::fprintf(stderr, "ddprun: the job was asked to stop (a signal to a rank) and did not stop cleanly (%s); "
+                   "exit status %d, not restarted\n", rank_text(result).c_str(), result.exit_status);
+      return result.exit_status;
+    }
     if (attempt < options.max_restarts) {
       std::fprintf(stderr, "ddprun: job failed (%s); restart %d of %d\n", rank_text(result).c_str(),
                    attempt + 1, options.max_restarts);

@@ -9,6 +9,10 @@ namespace ddp {
 // The exit status of a program that stopped because it was asked to (sysexits' EX_TEMPFAIL: try again later).
 // ddprun passes it on and does not restart such a job.
 inline constexpr int kStoppedExitStatus = 75;
+// The exit status of a program that was asked to stop and failed on the way (its checkpoint could not be
+// written): run_main returns it for an error that ends a program after a stop was asked for. ddprun does not
+// restart such a job either: a stop is never restarted.
+inline constexpr int kStopFailedExitStatus = 76;
 
 // Installs the handlers for SIGTERM, SIGINT and SIGUSR1 (once per process; later calls do nothing). Signals the
 // process was started with ignored stay ignored (`nohup`).

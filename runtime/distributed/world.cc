@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/core/phase.h"
+#include "runtime/core/stop_request.h"
 #include "runtime/distributed/collective_check.h"
 #include "runtime/distributed/collective_deadline.h"
 #include "runtime/distributed/comm_check.h"
@@ -390,7 +391,8 @@ int run_main(const std::function<int()>& body) {
     // Every rank is here with the same message: rank 0 reports it and all end cleanly.
     if (e.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
     if (mpi_is_running()) MPI_Finalize();
-    return 1;
+    // A stop that failed on the way is still a stop: ddprun must not restart it.
+    return stop_requested() ? kStopFailedExitStatus : 1;
   } catch (const std::exception& e) {
     int rank = 0;
     int size = 1;
@@ -401,8 +403,9 @@ int run_main(const std::function<int()>& body) {
     std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
     std::fflush(stderr);
     // The other ranks may be inside a collective waiting for us: end them too.
-    if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    const int status = stop_requested() ? kStopFailedExitStatus : 1;
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    return status;
   }
 }
 
