@@ -132,7 +132,13 @@ std::vector<pid_t> local_rank_wrappers(pid_t root) {
     const std::string cmdline = read_text("/proc/" + std::to_string(pid) + "/cmdline");
     if (cmdline.find(std::string(kRankWrapperFlag) + '\0') != std::string::npos) wrappers.push_back(pid);
   }
-  return wrappers;
+  // A wrapper's child between its fork and the exec of the program still has the wrapper's command line: it is
+  // not a wrapper (a stop sent to it then would kill it).
+  std::vector<pid_t> outermost;
+  for (pid_t pid : wrappers) {
+    if (std::find(wrappers.begin(), wrappers.end(), parent_of[pid]) == wrappers.end()) outermost.push_back(pid);
+  }
+  return outermost;
 }
 
 // Whether process `pid` catches `sig` (its handler is installed): the SigCgt mask of /proc/PID/status.
@@ -155,11 +161,11 @@ constexpr int kStopRedeliveryToMpirunMs = 1000;
 // write a checkpoint and exit with ddp::kStoppedExitStatus). The request is held until the job can take it: a
 // process gets SIGUSR1 only once it catches it (before, it would die of it), and wrappers that start later
 // (a signal in ddprun's first moments, or right after a restart) get it when they appear; mpirun, for the
-// ranks of other nodes, gets it again every second. If the job is still there kGracefulStopMs after the signal, or at the next signal, it is ended:
-// SIGTERM to mpirun's process group (mpirun then kills its ranks, in about 2 s), and SIGKILL kStopGraceMs
-// later or at a further signal. Any other signal, or a closed output, ends it at once the same way. A SIGKILLed
-// mpirun does not leave its ranks behind: their wrappers die with it (PR_SET_PDEATHSIG), and the programs with
-// them.
+// ranks of other nodes, gets it again every second. If the job is still there kGracefulStopMs after the
+// signal, or at the next signal, it is ended: SIGTERM to mpirun's process group (mpirun then kills its ranks,
+// in about 2 s), and SIGKILL kStopGraceMs later or at a further signal. Any other signal, or a closed output,
+// ends it at once the same way. A SIGKILLed mpirun does not leave its ranks behind: their wrappers die with it
+// (PR_SET_PDEATHSIG), and the programs with them.
 class JobStopper {
  public:
   // `other_hosts`: the job has ranks on other nodes, which only mpirun can reach.
@@ -384,8 +390,8 @@ std::string ensure_open_files(int ranks_here) {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return "";
   const long long needed = open_files_needed(ranks_here);
-  if (limit.rlim_cur != RLIM_INFINITY && static_cast<long long>(limit.rlim_cur) < needed &&
-      (limit.rlim_max == RLIM_INFINITY || static_cast<long long>(limit.rlim_max) > static_cast<long long>(limit.rlim_cur))) {
+  const bool below = limit.rlim_cur != RLIM_INFINITY && static_cast<long long>(limit.rlim_cur) < needed;
+  if (below && (limit.rlim_max == RLIM_INFINITY || limit.rlim_max > limit.rlim_cur)) {
     rlimit raised = limit;
     raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(needed)
                                                       : std::min<rlim_t>(limit.rlim_max, static_cast<rlim_t>(needed));
@@ -682,9 +688,19 @@ void route_signals_to_program() {
   exec_or_exit(program, "ddprun: ");
 }
 
-// How long a graceful stop waits for a program that was just started to catch SIGUSR1 (its stop handlers are
-// installed first thing in main) before it is handed on as SIGTERM, as to a program that does not handle it.
-constexpr int kStopHoldMs = 3000;
+// Whether `child` has exec'ed its program: until then it is a copy of the wrapper, which catches SIGUSR1 with
+// the wrapper's handler (a stop handed to it then would be lost in the exec).
+bool runs_its_program(pid_t child) {
+  char self[4096], exe[4096];
+  const ssize_t a = ::readlink("/proc/self/exe", self, sizeof self);
+  const ssize_t b = ::readlink(("/proc/" + std::to_string(child) + "/exe").c_str(), exe, sizeof exe);
+  return a > 0 && b > 0 && std::string(self, static_cast<size_t>(a)) != std::string(exe, static_cast<size_t>(b));
+}
+
+// How long after its start a program may take to catch SIGUSR1 (its stop handlers are installed first thing
+// in main, but loading it can take seconds on a loaded node): a graceful stop asked before is held until it
+// does, or until then, and is then handed on as SIGTERM, as to a program that does not handle it.
+constexpr int kStopHoldMs = 10000;
 
 // Waits for the program, handing on (once) a graceful stop asked before or meanwhile, as soon as the program
 // can take it; its exit code, or 128 + the signal that ended it (`*signal` set to that signal).
@@ -693,11 +709,11 @@ int wait_for_program(pid_t child, int* signal) {
   if (g_told_to_stop) ::kill(child, SIGTERM);  // told before the program existed
   int status = 0;
   bool handed_on = false;
-  long long asked_at_ms = -1;
+  const long long started_ms = monotonic_ms();
   for (;;) {
     if (g_asked_to_stop && !handed_on) {
-      if (asked_at_ms < 0) asked_at_ms = monotonic_ms();
-      if (catches_signal(child, SIGUSR1) || monotonic_ms() - asked_at_ms >= kStopHoldMs) {
+      if ((runs_its_program(child) && catches_signal(child, SIGUSR1)) ||
+          monotonic_ms() - started_ms >= kStopHoldMs) {
         handed_on = true;
         hand_on_stop_request(child);
       }

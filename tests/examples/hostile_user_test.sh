@@ -36,7 +36,7 @@ wait_for_line() {
 a_stalled_sharded_checkpoint_ends_the_job_with_a_report() {
   local start end out status
   start=$(date +%s)
-  out=$(DDP_COLLECTIVE_TIMEOUT_S=3 DDP_FAULT_STALL=0:checkpoint:20 timeout 120 "$ddprun" -np 2 -- "$train" \
+  out=$(DDP_COLLECTIVE_TIMEOUT_S=10 DDP_FAULT_STALL=0:checkpoint:20 timeout 180 "$ddprun" -np 2 -- "$train" \
     "${small[@]}" --max-steps 40 --checkpoint-every 20 --shard-optimizer --checkpoint-dir "$work/stall" 2>&1)
   status=$?
   end=$(date +%s)
@@ -44,7 +44,7 @@ a_stalled_sharded_checkpoint_ends_the_job_with_a_report() {
   grep -q "BucketUpdateShard::gather" <<<"$out" || fail "stalled sharded checkpoint: the gather is not named: $out"
   grep -q "rank 0 is behind: .* in checkpoint I/O" <<<"$out" ||
     fail "stalled sharded checkpoint: the report does not say rank 0 is behind in checkpoint I/O: $out"
-  [ $((end - start)) -lt 60 ] || fail "stalled sharded checkpoint: took $((end - start)) s with a 3 s deadline"
+  [ $((end - start)) -lt 120 ] || fail "stalled sharded checkpoint: took $((end - start)) s with a 10 s deadline"
 }
 
 a_timeout_too_large_is_refused_naming_its_bounds() {
@@ -175,10 +175,15 @@ a_stop_is_never_restarted() {
 
 a_stop_before_the_ranks_exist_is_held_until_they_can_take_it() {
   local delay status
-  for delay in 0.05 0.3; do
+  for delay in 0 0.3; do
     "$ddprun" -np 2 -- "$train" "${small[@]}" --epochs 5 --checkpoint-dir "$work/early$delay" \
       >"$work/early$delay.out" 2>&1 &
     local job=$!
+    # From the moment ddprun catches SIGTERM (its first milliseconds; before, the signal ends it as any program).
+    until [ $(( 0x$(awk '/^SigCgt:/ { print $2 }' "/proc/$job/status" 2>/dev/null || echo 0) >> 14 & 1 )) = 1 ]; do
+      kill -0 "$job" 2>/dev/null || break
+      sleep 0.005
+    done
     sleep "$delay"
     kill -TERM "$job"
     wait "$job"
