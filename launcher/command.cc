@@ -160,8 +160,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
       ->check(CLI::NonNegativeNumber);
   app.add_option("--min-np", options.min_np,
                  "with --max-restarts over several hosts: a restart goes on without hosts that cannot be reached "
-                 "when at least this many ranks fit on the others (the program resumes at the new world size)")
-      ->check(CLI::PositiveNumber);
+                 "when at least this many ranks fit on the others (the program resumes at the new world size)");
   app.add_option("--rank-memory-mib", options.rank_memory_mib,
                  "a rank's estimated peak memory, for the warning when the ranks would not fit in this node's "
                  "memory (0: no check)")
@@ -189,6 +188,11 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
   std::string problem;
   if (app.count("--np") > 0 && options.np <= 0) {
     problem = "-np must be a positive number of ranks, got " + std::to_string(options.np);
+  } else if (app.count("--min-np") > 0 && options.min_np <= 0) {
+    problem = "--min-np must be a positive number of ranks, got " + std::to_string(options.min_np);
+  } else if (options.np > 0 && options.min_np > options.np) {
+    problem = "--min-np " + std::to_string(options.min_np) + " is more than -np " + std::to_string(options.np) +
+              ": the job could never start; give --min-np at most the number of ranks";
   } else if (options.program.empty()) {
     problem = "missing the program to run: ddprun [options] -- PROGRAM ARGS...";
   }

@@ -489,6 +489,16 @@ TEST(Resources, OtherNodesAreNotJudgedFromHere) {
   EXPECT_TRUE(resource_warnings(o, with_memory(2, 1)).empty());
 }
 
+TEST(CommandLine, AMinimumOfRanksMustBePositiveAndAtMostTheRanks) {
+  std::string text;
+  EXPECT_FALSE(parse({"--min-np", "0", "--", "p"}, &text).options);
+  EXPECT_NE(text.find("--min-np must be a positive number of ranks, got 0"), std::string::npos) << text;
+  EXPECT_LT(text.size(), 300u) << text;
+  EXPECT_FALSE(parse({"-np", "2", "--min-np", "5", "--", "p"}, &text).options);
+  EXPECT_NE(text.find("--min-np 5 is more than -np 2"), std::string::npos) << text;
+  EXPECT_TRUE(parse({"-np", "4", "--min-np", "2", "--", "p"}).options);
+}
+
 TEST(CommandLine, RankMemoryFlag) {
   EXPECT_EQ(parse({"--", "p"}).options->rank_memory_mib, kDefaultRankMemoryMib);
   EXPECT_EQ(parse({"--rank-memory-mib", "2048", "--", "p"}).options->rank_memory_mib, 2048);
