@@ -233,12 +233,22 @@ void prune_checkpoints(const std::string& dir, int keep_last) {
 CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& dir) {
   make_directories(dir);
   const std::string path = dir + "/.lock";
+  // The lock is on the directory itself, which cannot be deleted while it holds checkpoints: a lock on the
+  // .lock file alone let a second job in once someone deleted the file. The file still names the holder (and
+  // is locked too, for jobs of earlier versions).
+  dir_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + std::strerror(errno) +
+  if (fd_ < 0 || dir_fd_ < 0) {
+    const std::string why = std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_);
+    if (dir_fd_ >= 0) ::close(dir_fd_);
+    fd_ = dir_fd_ = -1;
+    throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + why +
                           "; choose a writable --checkpoint-dir");
   }
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(dir_fd_, LOCK_EX | LOCK_NB) != 0 || ::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(dir_fd_);
+    dir_fd_ = -1;
     std::string holder = read_file(path);
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     ::close(fd_);
@@ -257,14 +267,16 @@ CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& dir) {
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size())) {
     const std::string why = std::strerror(errno);
     ::close(fd_);
-    fd_ = -1;
+    ::close(dir_fd_);
+    fd_ = dir_fd_ = -1;
     throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + why +
                           "; choose a writable --checkpoint-dir");
   }
 }
 
 CheckpointDirectoryLock::~CheckpointDirectoryLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing drops the flock; the file stays, naming the last holder
+  if (fd_ >= 0) ::close(fd_);  // closing drops the flocks; the file stays, naming the last holder
+  if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
 }  // namespace io

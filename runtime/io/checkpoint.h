@@ -101,10 +101,11 @@ std::optional<LoadedCheckpoint> latest_complete_checkpoint(const std::string& di
 // Removes all but the `keep_last` newest checkpoint files, and leftover temporary files of interrupted writes.
 void prune_checkpoints(const std::string& dir, int keep_last);
 
-// One job's exclusive use of a checkpoint directory while this object lives: an flock on DIR/.lock (the kernel
-// drops it when the process dies, so a crashed job never leaves the directory locked), whose contents name the
-// holder. Creates DIR. Throws InvalidArgument when DIR cannot be created or written (naming it and why), or when
-// another job holds it (naming that job), so both are found before the first step, not after training.
+// One job's exclusive use of a checkpoint directory while this object lives: an flock on DIR itself (and on
+// DIR/.lock; the kernel drops them when the process dies, so a crashed job never leaves the directory locked,
+// and deleting .lock does not unlock it), with DIR/.lock's contents naming the holder. Creates DIR. Throws
+// InvalidArgument when DIR cannot be created or written (naming it and why), or when another job holds it
+// (naming that job), so both are found before the first step, not after training.
 class CheckpointDirectoryLock {
  public:
   explicit CheckpointDirectoryLock(const std::string& dir);
@@ -113,7 +114,8 @@ class CheckpointDirectoryLock {
   CheckpointDirectoryLock& operator=(const CheckpointDirectoryLock&) = delete;
 
  private:
-  int fd_ = -1;
+  int fd_ = -1;      // DIR/.lock
+  int dir_fd_ = -1;  // DIR
 };
 
 }  // namespace io

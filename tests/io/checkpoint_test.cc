@@ -273,6 +273,13 @@ TEST(CheckpointDirectoryLock, ASecondJobIsRefusedNamingTheFirstUntilItEnds) {
   EXPECT_TRUE(list_checkpoints(dir).empty());  // the lock file is no checkpoint
 }
 
+TEST(CheckpointDirectoryLock, DeletingTheLockFileDoesNotLetASecondJobIn) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("lock-deleted");
+  CheckpointDirectoryLock first(dir);
+  ASSERT_EQ(::unlink((dir + "/.lock").c_str()), 0);
+  EXPECT_THROW(CheckpointDirectoryLock second(dir), InvalidArgument);
+}
+
 TEST(CheckpointDirectoryLock, AnUnwritableDirectoryIsRefusedByName) {
   const std::string dir = ddp::testing::fresh_scratch_dir("lock-file");
   CheckpointDirectoryLock ok(dir);
