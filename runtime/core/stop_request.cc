@@ -12,6 +12,7 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_stop_requested{false};
+std::atomic<bool> g_stopping{false};
 std::atomic<long long> g_requested_at_ns{0};  // CLOCK_MONOTONIC
 
 long long monotonic_ns() {
@@ -23,6 +24,7 @@ long long monotonic_ns() {
 constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGUSR1};
 
 void on_stop_signal(int signal) {
+  if (signal == SIGUSR1 && g_stop_requested.load()) return;  // the same request again (ddprun's, after the user's)
   if (g_stop_requested.exchange(true)) {
     // The second signal: what it would have done without us (end the process), now.
     std::signal(signal, SIG_DFL);
@@ -57,6 +59,10 @@ int stop_signal() { return g_stop_signal.load(); }
 void request_stop() {
   if (!g_stop_requested.exchange(true)) g_requested_at_ns.store(monotonic_ns());
 }
+
+void note_stopping() { g_stopping.store(true); }
+
+bool stopping() { return g_stopping.load() || g_stop_requested.load(); }
 
 double seconds_since_stop_request() {
   const long long at = g_requested_at_ns.load();

@@ -1,7 +1,9 @@
 // A graceful stop, as clusters ask for one: Slurm and Kubernetes send SIGTERM some seconds before they kill a job,
 // a user presses Ctrl-C, ddprun forwards SIGUSR1. The first such signal only asks the program to stop at its next
 // step boundary (a flag the training loop polls, and all ranks agree on, so that every rank ends after the same
-// step and a checkpoint can be written); a second one ends the process at once, as the signal itself would.
+// step and a checkpoint can be written); a second SIGTERM or SIGINT ends the process at once, as the signal
+// itself would. SIGUSR1 only ever asks (it is how ddprun passes a stop on, perhaps after the user signalled the
+// rank itself): a SIGUSR1 after a request changes nothing.
 #pragma once
 
 namespace ddp {
@@ -24,6 +26,11 @@ bool stop_requested();
 int stop_signal();
 // Asks for a stop as the first signal would (a program's own reasons; tests).
 void request_stop();
+// Notes that this process is stopping because the job was asked to (another rank's request, as
+// Session::stop_requested learns it). Not a request of this process: a signal after it is still the first.
+void note_stopping();
+// A stop was asked of this process or noted: an error from here on ends it with kStopFailedExitStatus.
+bool stopping();
 // Seconds since the stop was asked for (0 when it was not): what a program reports as its time to stop.
 double seconds_since_stop_request();
 

@@ -106,11 +106,11 @@ class Session {
   // A graceful stop (runtime/core/stop_request.h: SIGTERM, SIGINT or SIGUSR1 once the program has called
   // ddp::install_stop_handlers(), or ddp::request_stop()): true on every rank once any rank was asked. Checked
   // at the same point of every rank's loop (after a step), so that all ranks stop after the same step.
-  // Once true, the stop counts as asked of this rank too (ddp::stop_requested()), so that an error on the way
-  // (a checkpoint that cannot be written) ends it with ddp::kStopFailedExitStatus, which ddprun never restarts.
+  // Once true, this rank is noted as stopping (ddp::note_stopping), so that an error on the way (a checkpoint
+  // that cannot be written) ends it with ddp::kStopFailedExitStatus, which ddprun never restarts.
   bool stop_requested() const {
     const bool any = world_.any(ddp::stop_requested());
-    if (any && !ddp::stop_requested()) ddp::request_stop();
+    if (any) ddp::note_stopping();
     return any;
   }
 

@@ -392,7 +392,7 @@ int run_main(const std::function<int()>& body) {
     if (e.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
     if (mpi_is_running()) MPI_Finalize();
     // A stop that failed on the way is still a stop: ddprun must not restart it.
-    return stop_requested() ? kStopFailedExitStatus : 1;
+    return stopping() ? kStopFailedExitStatus : 1;
   } catch (const std::exception& e) {
     int rank = 0;
     int size = 1;
@@ -403,7 +403,7 @@ int run_main(const std::function<int()>& body) {
     std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
     std::fflush(stderr);
     // The other ranks may be inside a collective waiting for us: end them too.
-    const int status = stop_requested() ? kStopFailedExitStatus : 1;
+    const int status = stopping() ? kStopFailedExitStatus : 1;
     if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
     return status;
   }
