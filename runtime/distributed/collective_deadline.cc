@@ -34,7 +34,8 @@ std::string timeout_text(double seconds) {
 }
 
 double default_collective_timeout_s() {
-  if (const char* env = std::getenv("DDP_COLLECTIVE_TIMEOUT_S")) return parse_timeout_s("DDP_COLLECTIVE_TIMEOUT_S", env);
+  const char* env = std::getenv("DDP_COLLECTIVE_TIMEOUT_S");
+  if (env != nullptr) return parse_timeout_s("DDP_COLLECTIVE_TIMEOUT_S", env);
   return 300.0;
 }
 

@@ -194,7 +194,8 @@ std::string metadata_out_of_range(const io::LoadedCheckpoint& checkpoint, std::i
   const io::CheckpointMetadata& m = checkpoint.metadata;
   if (dataset_size >= 0 && m.sampler_position > dataset_size) {
     return "metadata ddp.sampler_position = " + std::to_string(m.sampler_position) + " is past the end of the " +
-           "data set of " + std::to_string(dataset_size) + " samples: the checkpoint is damaged, or of another data set";
+           "data set of " + std::to_string(dataset_size) +
+           " samples: the checkpoint is damaged, or of another data set";
   }
   std::string why;
   if (!checkpoint_optimizer_steps(checkpoint, &why)) return why;
@@ -209,7 +210,9 @@ void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module&
   std::set<std::string> expected;
   for (const auto& [name, t] : model.state_dict()) expected.insert(name);
   for (const auto& [state, packed] : optimizer.state()) {
-    for (const ParameterSlot& slot : optimizer.store().slots()) expected.insert(io::optimizer_tensor_name(state, slot.name));
+    for (const ParameterSlot& slot : optimizer.store().slots()) {
+      expected.insert(io::optimizer_tensor_name(state, slot.name));
+    }
   }
   std::vector<std::string> extra;
   for (const io::TensorEntry& t : file.tensors()) {
