@@ -146,13 +146,14 @@ program_pid() {
 
 a_stop_is_never_restarted() {
   local pid status
-  # A rank signalled twice: the second signal ends it at once.
-  "$ddprun" -np 2 --max-restarts 1 -- "$train" "${small[@]}" --epochs 50 --log-every 20 \
-    --checkpoint-dir "$work/twice" >"$work/twice.out" 2>&1 &
+  # A rank signalled twice: the second signal ends it at once (while rank 0, paused 3 s in its checkpoint
+  # write, keeps the job stopping).
+  DDP_FAULT_STALL=0:checkpoint:1:3 "$ddprun" -np 2 --max-restarts 1 -- "$train" "${small[@]}" --epochs 50 \
+    --log-every 20 --checkpoint-dir "$work/twice" >"$work/twice.out" 2>&1 &
   local job=$!
   wait_for_line "$work/twice.out" "step 20/" || fail "twice: the job did not start"
   pid=$(program_pid "$work/twice" 1)
-  [ -n "$pid" ] && kill -TERM "$pid" && sleep 0.05 && kill -TERM "$pid"
+  [ -n "$pid" ] && kill -TERM "$pid" && sleep 1 && kill -TERM "$pid"
   wait "$job"
   status=$?
   grep -q "restart 1 of 1" "$work/twice.out" && fail "a rank signalled twice was restarted: $(tail -5 "$work/twice.out")"
