@@ -304,6 +304,7 @@ int train(int argc, char** argv) {
     }
   }
   session.agree(flag_error, "bad command line");
+  session.agree_same(ddp::command_line_settings(argc, argv), "the ranks were started with different flags");
   ddp::TrainerOptions options = trainer_options(flags);
   if (!own_data(flags)) {  // the sizes are known before the data set is read: warm the device up meanwhile
     const auto sizes = layer_sizes(flags, ddp::data::kFashionMnistFeatures, ddp::data::kFashionMnistClasses);

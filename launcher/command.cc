@@ -161,8 +161,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
       ->check(CLI::NonNegativeNumber);
   app.add_option("--min-np", options.min_np,
                  "with --max-restarts over several hosts: a restart goes on without hosts that cannot be reached "
-                 "when at least this many ranks fit on the others (the program resumes at the new world size)")
-      ->check(CLI::PositiveNumber);
+                 "when at least this many ranks fit on the others (the program resumes at the new world size)");
   app.add_option("--rank-memory-mib", options.rank_memory_mib,
                  "a rank's estimated peak memory, for the warning when the ranks would not fit in this node's "
                  "memory (0: no check)")
@@ -196,6 +195,11 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
   std::string problem;
   if (app.count("--np") > 0 && options.np <= 0) {
     problem = "-np must be a positive number of ranks, got " + std::to_string(options.np);
+  } else if (app.count("--min-np") > 0 && options.min_np <= 0) {
+    problem = "--min-np must be a positive number of ranks, got " + std::to_string(options.min_np);
+  } else if (options.np > 0 && options.min_np > options.np) {
+    problem = "--min-np " + std::to_string(options.min_np) + " is more than -np " + std::to_string(options.np) +
+              ": the job could never start; give --min-np at most the number of ranks";
   } else if (options.program.empty()) {
     problem = "missing the program to run: ddprun [options] -- PROGRAM ARGS...";
   }
@@ -214,6 +218,17 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
   }
   result.options = options;
   return result;
+}
+
+long long open_files_needed(int ranks_here) { return 32 + 6LL * std::max(ranks_here, 0); }
+
+std::string open_files_refusal(int ranks_here, long long limit) {
+  const long long needed = open_files_needed(ranks_here);
+  if (limit >= needed) return "";
+  return "the open files limit (ulimit -n) is " + std::to_string(limit) + ", too few for mpirun to start " +
+         std::to_string(ranks_here) + " rank" + (ranks_here == 1 ? "" : "s") + " here (it needs about " +
+         std::to_string(needed) + "; it would wait forever): raise it, e.g. ulimit -n " +
+         std::to_string(std::max(1024LL, needed)) + ", or ask for a higher hard limit";
 }
 
 int resolve_np(const LaunchOptions& options, const MachineFacts& facts) {
@@ -403,6 +418,116 @@ TaggedLine parse_tagged_line(const std::string& line) {
   return t;
 }
 
+namespace {
+
+// The length of the tag "[J,R]<stream>:" at `at` of `text`; 0 when there is none there; -1 when `text` ends
+// before it could be told (a tag may be cut across two reads).
+long tag_length_at(const std::string& text, size_t at) {
+  size_t i = at;
+  auto more = [&] { return i < text.size(); };
+  if (!more()) return -1;
+  if (text[i++] != '[') return 0;
+  for (int part = 0; part < 2; ++part) {
+    const size_t digits = i;
+    while (more() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    if (!more()) return -1;
+    if (i == digits || i - digits > 9 || text[i++] != (part == 0 ? ',' : ']')) return 0;
+  }
+  if (!more()) return -1;
+  if (text[i++] != '<') return 0;
+  const size_t name = i;
+  while (more() && std::islower(static_cast<unsigned char>(text[i]))) ++i;
+  if (!more()) return -1;
+  if (i == name || i - name > 8 || text[i++] != '>') return 0;
+  if (!more()) return -1;
+  if (text[i++] != ':') return 0;
+  return static_cast<long>(i - at);
+}
+
+}  // namespace
+
+std::vector<std::string> TaggedLineJoiner::feed(const std::string& bytes) {
+  pending_ += bytes;
+  std::vector<std::string> lines;
+  auto line_of = [&](const std::string& tag) -> std::string& {
+    for (auto& [t, line] : partial_) {
+      if (t == tag) return line;
+    }
+    partial_.emplace_back(tag, "");
+    return partial_.back().second;
+  };
+  auto emit_tagged = [&](const std::string& tag) {
+    for (auto it = partial_.begin(); it != partial_.end(); ++it) {
+      if (it->first != tag) continue;
+      lines.push_back(tag + it->second);
+      partial_.erase(it);
+      return;
+    }
+  };
+  size_t i = 0;
+  while (i < pending_.size()) {
+    if (pending_[i] == '[') {
+      const long tag = tag_length_at(pending_, i);
+      if (tag < 0) break;  // perhaps a tag cut in two: wait for the rest
+      if (tag > 0) {
+        if (!untagged_.empty()) {  // mpirun's own text cut by a rank's piece: a line of its own
+          lines.push_back(untagged_);
+          untagged_.clear();
+        }
+        current_tag_ = pending_.substr(i, static_cast<size_t>(tag));
+        line_of(current_tag_);
+        i += static_cast<size_t>(tag);
+        continue;
+      }
+    }
+    // Up to the next newline or the next '[' (which may start a tag), whichever comes first.
+    size_t end = pending_.find_first_of("\n[", i + 1);
+    if (pending_[i] == '\n') end = i;
+    if (end == std::string::npos) end = pending_.size();
+    const bool newline = end < pending_.size() && pending_[end] == '\n';
+    const std::string piece = pending_.substr(i, end - i);
+    if (!current_tag_.empty()) {
+      line_of(current_tag_) += piece;
+      if (newline) {
+        emit_tagged(current_tag_);
+        current_tag_.clear();
+      }
+    } else {
+      untagged_ += piece;
+      if (newline) {
+        lines.push_back(untagged_);
+        untagged_.clear();
+      }
+    }
+    i = newline ? end + 1 : end;
+  }
+  pending_.erase(0, i);
+  return lines;
+}
+
+std::vector<std::string> TaggedLineJoiner::finish() {
+  std::vector<std::string> lines = feed("");
+  if (!pending_.empty()) {
+    // A cut tag at the very end: text, then.
+    if (!current_tag_.empty()) {
+      for (auto& [tag, line] : partial_) {
+        if (tag == current_tag_) line += pending_;
+      }
+    } else {
+      untagged_ += pending_;
+    }
+    pending_.clear();
+  }
+  if (!untagged_.empty()) lines.push_back(untagged_);
+  untagged_.clear();
+  for (const auto& [tag, line] : partial_) {
+    if (!line.empty()) lines.push_back(tag + line);
+  }
+  partial_.clear();
+  current_tag_.clear();
+  return lines;
+}
+
 std::string rewrite_tagged_line(const std::string& line) {
   const TaggedLine t = parse_tagged_line(line);
   return t.tagged ? "[rank " + std::to_string(t.rank) + "] " + t.text : line;
@@ -425,7 +550,8 @@ std::optional<int> number_after(const std::string& text, const std::string& mark
 
 std::string exit_marker(const ExitMarker& m) {
   return "ddprun-exit: rank=" + std::to_string(m.rank) + " status=" + std::to_string(m.status) +
-         " time_ns=" + std::to_string(m.time_ns) + " stopped=" + (m.stopped ? "1" : "0");
+         " time_ns=" + std::to_string(m.time_ns) + " stopped=" + (m.stopped ? "1" : "0") +
+         " asked=" + (m.asked_to_stop ? "1" : "0");
 }
 
 std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
@@ -433,10 +559,11 @@ std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
   if (!starts_with(text, "ddprun-exit: rank=")) return std::nullopt;
   long long r = 0, s = 0, t = 0;
   int stopped = 0;
+  int asked = 0;
   char tail = 0;
-  if (std::sscanf(text.c_str(), "ddprun-exit: rank=%lld status=%lld time_ns=%lld stopped=%d%c", &r, &s, &t,
-                  &stopped, &tail) != 4 ||
-      r < 0 || r > 1000000000 || s < 0 || s > 1000 || (stopped != 0 && stopped != 1)) {
+  if (std::sscanf(text.c_str(), "ddprun-exit: rank=%lld status=%lld time_ns=%lld stopped=%d asked=%d%c", &r, &s,
+                  &t, &stopped, &asked, &tail) != 5 ||
+      r < 0 || r > 1000000000 || s < 0 || s > 1000 || (stopped != 0 && stopped != 1) || (asked != 0 && asked != 1)) {
     return std::nullopt;
   }
   ExitMarker m;
@@ -444,13 +571,15 @@ std::optional<ExitMarker> parse_exit_marker(const std::string& raw_line) {
   m.status = static_cast<int>(s);
   m.time_ns = t;
   m.stopped = stopped == 1;
+  m.asked_to_stop = asked == 1;
   return m;
 }
 
 void FailureTracker::observe(const std::string& raw_line, long long arrival_ns) {
   if (const std::optional<ExitMarker> m = parse_exit_marker(raw_line)) {
     if (m->status == kStoppedExitStatus) ranks_stopped_as_asked_.insert(m->rank);
-    if (m->status == 0 || m->stopped) return;
+    if (m->asked_to_stop) ranks_asked_to_stop_.insert(m->rank);
+    if (m->status == 0 || m->stopped || m->asked_to_stop) return;
     std::optional<Evidence>& kind = m->status > 128 ? crash_ : exit_;
     if (!kind || m->time_ns < kind->time_ns) kind = Evidence{m->rank, m->time_ns};
     status_of_.emplace(m->rank, m->status);

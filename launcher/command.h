@@ -81,6 +81,13 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
 // The number of ranks to start: -np, else the host list's slots, else the node's GPUs, else 2.
 int resolve_np(const LaunchOptions& options, const MachineFacts& facts);
 
+// The open files mpirun needs on this node to start `ranks_here` ranks (its own, and per rank the pipes and
+// sockets of the rank and its wrapper), with some room: below it, mpirun starts no rank and waits forever.
+long long open_files_needed(int ranks_here);
+// Why an open-files limit (ulimit -n) of `limit` cannot start `ranks_here` ranks, naming the limit and what to
+// do; "" when it can.
+std::string open_files_refusal(int ranks_here, long long limit);
+
 // Warnings, printed before the job starts, for a job on this node alone that the node cannot carry: more than
 // kMaxRanksPerCore ranks per core, or ranks whose estimated memory (np x rank_memory_mib) exceeds what is
 // available. Warnings only: the job still runs (a user may know better, e.g. ranks that mostly sleep). Jobs
@@ -136,6 +143,27 @@ TaggedLine parse_tagged_line(const std::string& line);
 // "[1,3]<stdout>:text" -> "[rank 3] text"; untagged lines are returned unchanged.
 std::string rewrite_tagged_line(const std::string& line);
 
+// mpirun's tagged output (--tag-output) as whole lines, each of one rank and stream. mpirun tags what a rank
+// writes as it reads it, so a line a rank writes in pieces ("part-one ", then "part-two\n") reaches the pipe in
+// pieces, each tagged, with other ranks' pieces in between:
+//   [1,1]<stdout>:part-one [1,0]<stdout>:part-one [1,1]<stdout>:part-two\n[1,0]<stdout>:part-two\n
+// Fed the bytes of one of mpirun's pipes as they come, this keeps a line under way per rank and stream and
+// returns each line once it is whole, with its tag ("[1,1]<stdout>:part-one part-two"); mpirun's own untagged
+// lines come back as they are.
+class TaggedLineJoiner {
+ public:
+  // The lines that `bytes` completes, in the order they were completed.
+  std::vector<std::string> feed(const std::string& bytes);
+  // At the end of the stream: what is left, lines without their newline.
+  std::vector<std::string> finish();
+
+ private:
+  std::string pending_;         // bytes not yet taken apart (the start of what may be a tag)
+  std::string current_tag_;     // the tag whose piece runs on, or "" between pieces
+  std::string untagged_;        // an untagged line under way
+  std::vector<std::pair<std::string, std::string>> partial_;  // (tag, the line so far), in order of first piece
+};
+
 // The line the rank wrapper prints when its program ends badly (see job.h):
 // "ddprun-exit: rank=R status=S time_ns=T stopped=0|1": S the exit code, or 128 + signal; T a CLOCK_REALTIME
 // time; stopped=1 when the wrapper had been sent SIGINT/SIGTERM before the program ended (mpirun tearing the
@@ -146,6 +174,9 @@ struct ExitMarker {
   int status = 0;
   long long time_ns = 0;
   bool stopped = false;
+  // The program itself was asked to stop (a stop signal sent to it, not through its wrapper), or its stop
+  // failed (ddp::kStopFailedExitStatus): a stop, never restarted.
+  bool asked_to_stop = false;
 };
 std::string exit_marker(const ExitMarker& marker);
 // The marker in a line, tagged or not; empty for any other line.
@@ -181,6 +212,8 @@ class FailureTracker {
   // its marker and turns into 0 for mpirun, so that mpirun does not take it for a failure). Each rank counts
   // once, however many times its marker is seen (relayed by mpirun and read from the exit directory).
   int ranks_stopped_as_asked() const { return static_cast<int>(ranks_stopped_as_asked_.size()); }
+  // Ranks whose marker says the program itself was asked to stop (ExitMarker::asked_to_stop), each once.
+  int ranks_asked_to_stop() const { return static_cast<int>(ranks_asked_to_stop_.size()); }
   void reset() { *this = FailureTracker(); }
 
  private:
@@ -197,6 +230,7 @@ class FailureTracker {
   std::optional<int> from_mpirun_;
   std::string lost_host_;
   std::set<int> ranks_stopped_as_asked_;
+  std::set<int> ranks_asked_to_stop_;
   std::map<int, int> status_of_;  // rank -> status of its first failure marker that was not a stop
 };
 

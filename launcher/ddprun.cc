@@ -81,6 +81,8 @@ std::optional<ddp::launcher::LaunchOptions> within_allocation(const ddp::launche
 
 int launch(const ddp::launcher::LaunchOptions& requested) {
   using namespace ddp::launcher;
+  // First: a stop asked while the machine and the hosts are looked at, or between attempts, is kept for the job.
+  CaughtSignals signals;
   MachineFacts facts = current_machine();
   const std::optional<LaunchOptions> in_allocation = within_allocation(requested, facts);
   if (!in_allocation) return 1;
@@ -97,6 +99,12 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
     }
     std::cout << shell_join(build_mpirun_command(options, facts, {}, self)) << "\n";
     return 0;
+  }
+  // Too few open files: mpirun would start no rank and wait forever.
+  const std::string few_files = ensure_open_files(several_hosts ? 1 : resolve_np(options, facts));
+  if (!few_files.empty()) {
+    std::fprintf(stderr, "ddprun: error: %s\n", few_files.c_str());
+    return 1;
   }
   int last_status = 0;
   for (int attempt = 0;; ++attempt) {
@@ -115,7 +123,8 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
     }
     std::map<std::string, std::string> extra;
     if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
-    const JobResult result = run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000);
+    const JobResult result =
+        run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000, &signals);
     last_status = result.exit_status;
     // Every rank stopped as asked: a graceful stop, whatever mpirun says (Slurm's SIGTERM to every process of
     // the job also reaches mpirun, which then reports the job as aborted).
@@ -147,6 +156,12 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
       return 128 + result.stopped_by;
     }
     if (result.exit_status == 0) return 0;
+    if (result.ranks_asked_to_stop > 0) {
+      // A rank was asked to stop (a signal to its program) and the job did not stop cleanly: still a stop.
+      std::fprintf(stderr, "ddprun: the job was asked to stop (a signal to a rank) and did not stop cleanly (%s); "
+                   "exit status %d, not restarted\n", rank_text(result).c_str(), result.exit_status);
+      return result.exit_status;
+    }
     if (attempt < options.max_restarts) {
       std::fprintf(stderr, "ddprun: job failed (%s); restart %d of %d\n", rank_text(result).c_str(),
                    attempt + 1, options.max_restarts);

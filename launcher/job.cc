@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,8 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,36 +71,16 @@ void hand_to_loop(int sig) {
   errno = saved;
 }
 
-// The stop signals routed to hand_to_loop and SIGPIPE ignored while a job runs; the previous dispositions back
-// afterwards. A signal ddprun was started with ignored stays ignored (`nohup ddprun ...` must survive a
-// hangup; a shell starts background jobs with SIGINT and SIGQUIT ignored). The child puts the previous
-// dispositions back before exec (an ignored SIGPIPE would survive exec).
-class SignalRouting {
- public:
-  explicit SignalRouting(int signal_pipe_write) {
-    g_signal_pipe = signal_pipe_write;
-    struct sigaction action {};
-    action.sa_handler = hand_to_loop;
-    sigemptyset(&action.sa_mask);
-    for (size_t i = 0; i < std::size(kStopSignals); ++i) {
-      ::sigaction(kStopSignals[i], nullptr, &old_[i]);
-      if (old_[i].sa_handler != SIG_IGN) ::sigaction(kStopSignals[i], &action, nullptr);
-    }
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    ::sigaction(SIGPIPE, &ignore, &old_pipe_);
-  }
-  ~SignalRouting() { restore(); }
-  void restore() const {
-    for (size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &old_[i], nullptr);
-    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
-  }
+// The dispositions ddprun was started with, while a CaughtSignals lives (restored in children before exec).
+struct sigaction g_old_actions[std::size(kStopSignals)] {};
+struct sigaction g_old_pipe_action {};
+bool g_signals_caught = false;
 
- private:
-  struct sigaction old_[std::size(kStopSignals)] {};
-  struct sigaction old_pipe_ {};
-};
+void restore_signal_dispositions() {
+  if (!g_signals_caught) return;
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &g_old_actions[i], nullptr);
+  ::sigaction(SIGPIPE, &g_old_pipe_action, nullptr);
+}
 
 // A file's whole text ("" when it cannot be read): /proc's files, whose size stat does not give.
 std::string read_text(const std::string& path) {
@@ -149,34 +132,78 @@ std::vector<pid_t> local_rank_wrappers(pid_t root) {
     const std::string cmdline = read_text("/proc/" + std::to_string(pid) + "/cmdline");
     if (cmdline.find(std::string(kRankWrapperFlag) + '\0') != std::string::npos) wrappers.push_back(pid);
   }
-  return wrappers;
+  // A wrapper's child between its fork and the exec of the program still has the wrapper's command line: it is
+  // not a wrapper (a stop sent to it then would kill it).
+  std::vector<pid_t> outermost;
+  for (pid_t pid : wrappers) {
+    if (std::find(wrappers.begin(), wrappers.end(), parent_of[pid]) == wrappers.end()) outermost.push_back(pid);
+  }
+  return outermost;
 }
+
+// Whether process `pid` catches `sig` (its handler is installed): the SigCgt mask of /proc/PID/status.
+bool catches_signal(pid_t pid, int sig) {
+  const std::string status = read_text("/proc/" + std::to_string(pid) + "/status");
+  const size_t at = status.find("\nSigCgt:");
+  if (at == std::string::npos) return false;
+  const unsigned long long mask = std::strtoull(status.c_str() + at + 8, nullptr, 16);
+  return (mask >> (sig - 1)) & 1ULL;
+}
+
+// How often a graceful stop is handed again to mpirun (for ranks on other nodes that did not exist yet; a
+// wrapper asked twice passes it on once), and looked for new local wrappers.
+constexpr int kStopRedeliveryMs = 100;
+constexpr int kStopRedeliveryToMpirunMs = 1000;
 
 // Ends the job once asked. SIGTERM, SIGINT or SIGUSR1 first ask for a graceful stop: SIGUSR1 to this node's
 // rank wrappers and to mpirun, which passes it to the ranks of the other nodes (not every build of Open MPI
-// forwards SIGUSR1; a wrapper asked twice passes it on once) (the programs that handle it finish their step, write a checkpoint and exit with
-// ddp::kStoppedExitStatus); if the job is still there `graceful_ms` later, or at the next signal, it is ended:
-// SIGTERM to mpirun's process group (mpirun then kills its ranks, in about 2 s), and SIGKILL kStopGraceMs later
-// or at a further signal. Any other signal, or a closed output, ends it at once the same way. A SIGKILLed mpirun
-// does not leave its ranks behind: their wrappers die with it (PR_SET_PDEATHSIG), and the programs with them.
+// forwards SIGUSR1; a wrapper asked twice passes it on once) (the programs that handle it finish their step,
+// write a checkpoint and exit with ddp::kStoppedExitStatus). The request is held until the job can take it: a
+// process gets SIGUSR1 only once it catches it (before, it would die of it), and wrappers that start later
+// (a signal in ddprun's first moments, or right after a restart) get it when they appear; mpirun, for the
+// ranks of other nodes, gets it again every second. If the job is still there `graceful_ms` after the
+// signal (ddprun --stop-grace), or at the next signal, it is ended: SIGTERM to mpirun's process group (mpirun then kills its ranks,
+// in about 2 s), and SIGKILL kStopGraceMs later or at a further signal. Any other signal, or a closed output,
+// ends it at once the same way. A SIGKILLed mpirun does not leave its ranks behind: their wrappers die with it
+// (PR_SET_PDEATHSIG), and the programs with them.
 class JobStopper {
  public:
-  JobStopper(pid_t group, int graceful_ms) : group_(group), graceful_ms_(graceful_ms) {}
+  // `other_hosts`: the job has ranks on other nodes, which only mpirun can reach.
+  JobStopper(pid_t group, int graceful_ms, bool other_hosts)
+      : group_(group), graceful_ms_(graceful_ms), other_hosts_(other_hosts) {}
   // A signal to ddprun: the first stops the job (gracefully when it can be asked to), each further one hurries.
   void on_signal(int sig) {
     if (why_ == 0) signalled_ms_ = monotonic_ms();
     if (why_ == 0 && asks_graceful_stop(sig)) {
       why_ = sig;
       graceful_ = true;
-      for (pid_t wrapper : local_rank_wrappers(group_)) ::kill(wrapper, kGracefulStopSignal);
-      ::kill(group_, kGracefulStopSignal);  // mpirun alone, not its group: the programs must not get it directly
       deadline_ms_ = monotonic_ms() + graceful_ms_;
+      deliver_stop_request();
     } else if (why_ != 0 && !terminating_) {
       terminate();
     } else if (why_ != 0) {
       kill_now();
     } else {
       stop(sig);
+    }
+  }
+  // Hands a graceful stop to the processes that can take it now and have not had it yet (called on every turn
+  // of the loop; does something at most every kStopRedeliveryMs).
+  void deliver_stop_request() {
+    if (!graceful_ || terminating_) return;
+    const long long now = monotonic_ms();
+    if (now < next_delivery_ms_) return;
+    next_delivery_ms_ = now + kStopRedeliveryMs;
+    for (pid_t wrapper : local_rank_wrappers(group_)) {
+      if (told_.count(wrapper) || !catches_signal(wrapper, kGracefulStopSignal)) continue;
+      ::kill(wrapper, kGracefulStopSignal);
+      told_.insert(wrapper);
+    }
+    // mpirun alone, not its group: the programs must not get it directly. Only for ranks on other nodes: here
+    // the wrappers have it from us, each once it catches it (mpirun's copy could reach a wrapper too young to).
+    if (other_hosts_ && now >= next_mpirun_delivery_ms_ && catches_signal(group_, kGracefulStopSignal)) {
+      ::kill(group_, kGracefulStopSignal);
+      next_mpirun_delivery_ms_ = now + kStopRedeliveryToMpirunMs;
     }
   }
   // Ending the job for `why` at once (idempotent: a second closed stream is no reason to hurry).
@@ -199,7 +226,8 @@ class JobStopper {
   // How long poll() may sleep: until the deadline while stopping, else `idle_ms`.
   int poll_timeout_ms(int idle_ms) const {
     if (why_ == 0 || killed_) return idle_ms;
-    const long long left = std::max(0LL, deadline_ms_ - monotonic_ms());
+    long long left = std::max(0LL, deadline_ms_ - monotonic_ms());
+    if (graceful_ && !terminating_) left = std::min<long long>(left, kStopRedeliveryMs);
     return idle_ms < 0 ? static_cast<int>(left) : static_cast<int>(std::min<long long>(left, idle_ms));
   }
   int why() const { return why_; }
@@ -221,12 +249,16 @@ class JobStopper {
   }
   pid_t group_;
   int graceful_ms_;
+  bool other_hosts_;
   int why_ = 0;
   bool graceful_ = false;
   bool terminating_ = false;
   bool killed_ = false;
   long long deadline_ms_ = 0;
   long long signalled_ms_ = 0;
+  long long next_delivery_ms_ = 0;
+  long long next_mpirun_delivery_ms_ = 0;
+  std::set<pid_t> told_;  // local wrappers handed the graceful stop
 };
 
 // ddprun's own stdout and stderr. A write that fails with EPIPE (the reader is gone, as in
@@ -285,11 +317,11 @@ void write_all(int fd, const std::string& text) {
   ::_exit(127);
 }
 
-// Accumulates one pipe's bytes and emits complete lines.
+// One of mpirun's pipes: its bytes joined into whole lines, each of one rank and stream.
 struct LineRelay {
   int fd;
   int default_out;  // where untagged lines from this pipe go
-  std::string pending;
+  TaggedLineJoiner lines;
   bool open = true;
 };
 
@@ -309,18 +341,14 @@ void drain(LineRelay& r, FailureTracker* tracker, Output* output) {
   const ssize_t got = ::read(r.fd, buffer, sizeof buffer);
   if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (got <= 0) {
-    if (!r.pending.empty()) emit(r.pending, r.default_out, tracker, output);
-    r.pending.clear();
+    for (const std::string& line : r.lines.finish()) emit(line, r.default_out, tracker, output);
     r.open = false;
     ::close(r.fd);
     return;
   }
-  r.pending.append(buffer, static_cast<size_t>(got));
-  size_t start = 0;
-  for (size_t nl; (nl = r.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-    emit(r.pending.substr(start, nl - start), r.default_out, tracker, output);
+  for (const std::string& line : r.lines.feed(std::string(buffer, static_cast<size_t>(got)))) {
+    emit(line, r.default_out, tracker, output);
   }
-  r.pending.erase(0, start);
 }
 
 void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, Output* output) {
@@ -374,13 +402,13 @@ void read_exit_markers(const std::string& dir, FailureTracker* tracker) {
 // The child's side of fork: its own process group (so a terminal's Ctrl-C reaches ddprun only, and ddprun can
 // signal mpirun without signalling itself), SIGTERM when ddprun dies, then exec.
 [[noreturn]] void exec_child(const std::vector<std::string>& argv, pid_t parent, int out_fd, int err_fd,
-                             const SignalRouting& routing, const sigset_t& unblock, const std::string& exit_dir) {
+                             const sigset_t& unblock, const std::string& exit_dir) {
   ::setpgid(0, 0);
   if (!exit_dir.empty()) ::setenv(kExitDirVariable, exit_dir.c_str(), 1);
   // Even a SIGKILLed ddprun must not leave the job running: mpirun kills its ranks on SIGTERM.
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != parent) ::_exit(128 + SIGTERM);  // ddprun died before prctl took effect
-  routing.restore();
+  restore_signal_dispositions();
   ::sigprocmask(SIG_SETMASK, &unblock, nullptr);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
@@ -389,14 +417,60 @@ void read_exit_markers(const std::string& dir, FailureTracker* tracker) {
 
 }  // namespace
 
-JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms) {
-  DDP_CHECK(!argv.empty(), "run_job: empty command");
-  int out_pipe[2], err_pipe[2], signal_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 ||
-      ::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+std::string ensure_open_files(int ranks_here) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return "";
+  const long long needed = open_files_needed(ranks_here);
+  const bool below = limit.rlim_cur != RLIM_INFINITY && static_cast<long long>(limit.rlim_cur) < needed;
+  if (below && (limit.rlim_max == RLIM_INFINITY || limit.rlim_max > limit.rlim_cur)) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(needed)
+                                                      : std::min<rlim_t>(limit.rlim_max, static_cast<rlim_t>(needed));
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY) return "";
+  return open_files_refusal(ranks_here, static_cast<long long>(limit.rlim_cur));
+}
+
+CaughtSignals::CaughtSignals() {
+  DDP_CHECK(!g_signals_caught, "CaughtSignals: one at a time");
+  if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw Error(std::string("ddprun: pipe failed: ") + std::strerror(errno));
   }
-  SignalRouting routing(signal_pipe[1]);
+  g_signal_pipe = pipe_[1];
+  struct sigaction action {};
+  action.sa_handler = hand_to_loop;
+  sigemptyset(&action.sa_mask);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) {
+    ::sigaction(kStopSignals[i], nullptr, &g_old_actions[i]);
+    if (g_old_actions[i].sa_handler != SIG_IGN) ::sigaction(kStopSignals[i], &action, nullptr);
+  }
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, &g_old_pipe_action);
+  g_signals_caught = true;
+}
+
+CaughtSignals::~CaughtSignals() {
+  restore();
+  g_signals_caught = false;
+  g_signal_pipe = -1;
+  ::close(pipe_[0]);
+  ::close(pipe_[1]);
+}
+
+void CaughtSignals::restore() const { restore_signal_dispositions(); }
+
+JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, CaughtSignals* signals) {
+  DDP_CHECK(!argv.empty(), "run_job: empty command");
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    throw Error(std::string("ddprun: pipe failed: ") + std::strerror(errno));
+  }
+  std::optional<CaughtSignals> own_signals;
+  if (signals == nullptr) signals = &own_signals.emplace();
+  const int signal_pipe_read = signals->read_fd();
   const std::string exit_dir = private_directory("ddprun-exits");
 
   // Signals stay blocked across fork until the child has reset its handlers (else a signal in between would run
@@ -411,23 +485,25 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms) {
     ::sigprocmask(SIG_SETMASK, &previous, nullptr);
     throw Error(std::string("ddprun: fork failed: ") + std::strerror(errno));
   }
-  if (child == 0) exec_child(argv, parent, out_pipe[1], err_pipe[1], routing, previous, exit_dir);
+  if (child == 0) exec_child(argv, parent, out_pipe[1], err_pipe[1], previous, exit_dir);
   ::setpgid(child, child);  // also here, so that killpg works even before the child has run
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
 
-  JobStopper stopper(child, stop_grace_ms);
+  const bool other_hosts = std::find(argv.begin(), argv.end(), "--host") != argv.end() ||
+                           std::find(argv.begin(), argv.end(), "--hostfile") != argv.end();
+  JobStopper stopper(child, stop_grace_ms, other_hosts);
   Output output(&stopper);
   FailureTracker tracker;
-  LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, "", true}, {err_pipe[0], STDERR_FILENO, "", true}};
+  LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, {}, true}, {err_pipe[0], STDERR_FILENO, {}, true}};
   int status = 0;
   bool reaped = false;
   while (!reaped) {
     pollfd fds[3];
     LineRelay* which[3] = {nullptr, nullptr, nullptr};
     nfds_t n = 0;
-    fds[n++] = {signal_pipe[0], POLLIN, 0};
+    fds[n++] = {signal_pipe_read, POLLIN, 0};
     for (LineRelay& r : relays) {
       if (!r.open) continue;
       fds[n] = {r.fd, POLLIN, 0};
@@ -438,10 +514,11 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms) {
     if (::poll(fds, n, stopper.poll_timeout_ms(piping ? -1 : 100)) < 0 && errno != EINTR) {
       throw Error(std::string("ddprun: poll failed: ") + std::strerror(errno));
     }
-    if (fds[0].revents & POLLIN) handle_signals(signal_pipe[0], &stopper, child, &output);
+    if (fds[0].revents & POLLIN) handle_signals(signal_pipe_read, &stopper, child, &output);
     for (nfds_t i = 1; i < n; ++i) {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*which[i], &tracker, &output);
     }
+    stopper.deliver_stop_request();
     stopper.kill_if_overdue();
     if (!piping || (!relays[0].open && !relays[1].open)) {
       pid_t got;
@@ -450,9 +527,6 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms) {
       reaped = got == child;
     }
   }
-  routing.restore();
-  ::close(signal_pipe[0]);
-  ::close(signal_pipe[1]);
   read_exit_markers(exit_dir, &tracker);
 
   JobResult result;
@@ -463,6 +537,7 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms) {
   result.stopped_by = stopper.why();
   result.stop_only_asked = stopper.only_asked();
   result.ranks_stopped_as_asked = tracker.ranks_stopped_as_asked();
+  result.ranks_asked_to_stop = tracker.ranks_asked_to_stop();
   result.stop_seconds = static_cast<double>(stopper.ms_since_signal()) / 1000.0;
   return result;
 }
@@ -522,6 +597,7 @@ std::vector<HostAnswer> probe_hosts(const std::vector<HostSlots>& hosts, const M
       ::setpgid(0, 0);
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (::getppid() != parent) ::_exit(128 + SIGTERM);
+      restore_signal_dispositions();
       const int null = ::open("/dev/null", O_RDONLY);
       if (null >= 0) ::dup2(null, STDIN_FILENO);
       ::dup2(pipe_fds[1], STDOUT_FILENO);
@@ -595,14 +671,6 @@ void forward_dump_to_program(int sig) {
 
 void note_stop_request(int) { g_asked_to_stop = 1; }
 
-// Whether process `pid` catches `sig` (its handler is installed): the SigCgt mask of /proc/PID/status.
-bool catches_signal(pid_t pid, int sig) {
-  const std::string status = read_text("/proc/" + std::to_string(pid) + "/status");
-  const size_t at = status.find("\nSigCgt:");
-  if (at == std::string::npos) return false;
-  const unsigned long long mask = std::strtoull(status.c_str() + at + 8, nullptr, 16);
-  return (mask >> (sig - 1)) & 1ULL;
-}
 
 // A graceful stop asked of this rank: SIGUSR1 to a program that handles it (the runtime's stop handlers finish
 // the step and write a checkpoint), SIGTERM to one that does not (SIGUSR1 would kill it as a failure).
@@ -646,32 +714,46 @@ void route_signals_to_program() {
   exec_or_exit(program, "ddprun: ");
 }
 
-// A program this young that does not catch SIGUSR1 yet may still be starting (train_mlp installs its handlers
-// first thing, but loading it takes a moment): a stop asked meanwhile (Slurm's warning signal can come at any
-// time, up to a minute early) waits until the program is this old before it falls back to SIGTERM.
-constexpr long long kProgramStartupMs = 3000;
+// Whether `child` has exec'ed its program: until then it is a copy of the wrapper, which catches SIGUSR1 with
+// the wrapper's handler (a stop handed to it then would be lost in the exec).
+bool runs_its_program(pid_t child) {
+  char self[4096], exe[4096];
+  const ssize_t a = ::readlink("/proc/self/exe", self, sizeof self);
+  const ssize_t b = ::readlink(("/proc/" + std::to_string(child) + "/exe").c_str(), exe, sizeof exe);
+  return a > 0 && b > 0 && std::string(self, static_cast<size_t>(a)) != std::string(exe, static_cast<size_t>(b));
+}
 
-// Waits for the program, handing on (once) a graceful stop asked before or meanwhile; its exit code, or 128 +
-// the signal that ended it.
-int wait_for_program(pid_t child, long long started_ms) {
+// How long after its start a program may take to catch SIGUSR1 (its stop handlers are installed first thing
+// in main, but loading it can take seconds on a loaded node): a graceful stop asked before is held until it
+// does, or until then, and is then handed on as SIGTERM, as to a program that does not handle it.
+constexpr int kStopHoldMs = 10000;
+
+// Waits for the program, handing on (once) a graceful stop asked before or meanwhile, as soon as the program
+// can take it; its exit code, or 128 + the signal that ended it (`*signal` set to that signal).
+int wait_for_program(pid_t child, long long started_ms, int* signal) {
   g_program = child;
   if (g_told_to_stop) ::kill(child, SIGTERM);  // told before the program existed
   int status = 0;
   bool handed_on = false;
   for (;;) {
     if (g_asked_to_stop && !handed_on) {
-      if (catches_signal(child, SIGUSR1) || monotonic_ms() - started_ms >= kProgramStartupMs) {
+      if ((runs_its_program(child) && catches_signal(child, SIGUSR1)) ||
+          monotonic_ms() - started_ms >= kStopHoldMs) {
         handed_on = true;
         hand_on_stop_request(child);
-      } else {
-        if (::waitpid(child, &status, WNOHANG) == child) break;
-        ::usleep(20000);  // look again shortly
-        continue;
       }
+    }
+    if (g_asked_to_stop && !handed_on) {
+      // Held until the program catches SIGUSR1: look again shortly.
+      const pid_t got = ::waitpid(child, &status, WNOHANG);
+      if (got == child || (got < 0 && errno != EINTR)) break;
+      ::usleep(5000);
+      continue;
     }
     if (::waitpid(child, &status, 0) >= 0 || errno != EINTR) break;
   }
   g_program = 0;
+  *signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
 
@@ -701,7 +783,8 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
     return 1;
   }
   if (child == 0) exec_program(program, parent);
-  const int code = wait_for_program(child, started_ms);
+  int signal = 0;
+  const int code = wait_for_program(child, started_ms, &signal);
   if (code != 0) {
     ExitMarker marker;
     marker.rank = rank;
@@ -709,6 +792,11 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
     marker.time_ns = realtime_ns();
     // A program that stopped as asked (ddp::kStoppedExitStatus) has not failed either.
     marker.stopped = g_told_to_stop != 0 || code == kStoppedExitStatus;
+    // Asked to stop by a signal sent to the program itself, not through us (one that ended it, or a second
+    // one that ended it at once), or a stop that failed (its checkpoint could not be written): a stop, which
+    // is never restarted, whatever its status.
+    marker.asked_to_stop = code == kStopFailedExitStatus ||
+                           (g_told_to_stop == 0 && (signal == SIGTERM || signal == SIGINT || signal == SIGUSR1));
     write_all(STDERR_FILENO, exit_marker(marker) + "\n");
     if (const char* dir = std::getenv(kExitDirVariable)) {
       const std::string path = std::string(dir) + "/rank-" + std::to_string(rank);

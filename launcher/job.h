@@ -23,6 +23,29 @@ struct JobResult {
   bool stop_only_asked = false;
   double stop_seconds = 0;  // from ddprun's first signal to the job's end
   int ranks_stopped_as_asked = 0;  // ranks whose program exited with ddp::kStoppedExitStatus
+  // Ranks whose program was itself asked to stop (a stop signal sent to it, or a stop that failed:
+  // ddp::kStopFailedExitStatus): the job is not restarted, however it ended.
+  int ranks_asked_to_stop = 0;
+};
+
+// ddprun's stop signals (and SIGUSR2), caught from construction to destruction, and SIGPIPE ignored: made first
+// thing, before anything that takes time, so that a signal that comes before a job's ranks exist, between its
+// attempts or while the hosts are asked, is kept for the job (which asks its ranks to stop once they can take
+// it) instead of ending ddprun without a word or being lost. A signal ddprun was started with ignored stays
+// ignored (`nohup ddprun ...`). One at a time in a process.
+class CaughtSignals {
+ public:
+  CaughtSignals();
+  ~CaughtSignals();
+  CaughtSignals(const CaughtSignals&) = delete;
+  CaughtSignals& operator=(const CaughtSignals&) = delete;
+  // The read end of the pipe the handler writes each signal's number to (non-blocking).
+  int read_fd() const { return pipe_[0]; }
+  // The dispositions ddprun was started with, back (in a child before exec, and at the end).
+  void restore() const;
+
+ private:
+  int pipe_[2] = {-1, -1};
 };
 
 // Runs `argv` (argv[0] is looked up in PATH) with stdout and stderr through pipes, relaying each line to this
@@ -41,7 +64,15 @@ struct JobResult {
 // PR_SET_PDEATHSIG. SIGUSR2 goes to mpirun instead, which passes it to every rank (a dump of its flight
 // recorder; the job goes on). run_job returns once the child has been reaped.
 constexpr int kStopGraceMs = 5000;
-JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms = kDefaultStopGraceS * 1000);
+// Raises this process's open-files limit (its soft limit, up to the hard one) as far as `ranks_here` ranks
+// need (open_files_needed); the refusal (open_files_refusal) when even the hard limit is too low, else "".
+std::string ensure_open_files(int ranks_here);
+
+// With `signals`, the signals it holds (some perhaps caught before this call) are this job's; without, run_job
+// catches them itself while it runs.
+// `stop_grace_ms`: how long a graceful stop may take before the job is ended (ddprun --stop-grace).
+JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms = kDefaultStopGraceS * 1000,
+                  CaughtSignals* signals = nullptr);
 
 // Asks every host of `hosts` at once what it has, by starting `self` (ddprun's own path) there with kProbeFlag
 // through mpirun (build_probe_command): one answer per host, in order. A host whose probe does not print its

@@ -12,6 +12,7 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_stop_requested{false};
+std::atomic<bool> g_stopping{false};
 std::atomic<long long> g_requested_at_ns{0};  // CLOCK_MONOTONIC
 
 long long monotonic_ns() {
@@ -30,6 +31,7 @@ constexpr long long kSameStopWindowNs = 1000000000LL;
 
 void on_stop_signal(int signal) {
   const long long now = monotonic_ns();
+  if (signal == SIGUSR1 && g_stop_requested.load()) return;  // the same request again (ddprun's, after the user's)
   if (g_stop_requested.exchange(true)) {
     if (now - g_requested_at_ns.load() < kSameStopWindowNs) return;
     // The second signal: what it would have done without us (end the process), now.
@@ -65,6 +67,7 @@ bool stop_requested() { return g_stop_requested.load(); }
 int stop_signal() { return g_stop_signal.load(); }
 
 void clear_stop_request() {
+  g_stopping.store(false);
   g_stop_requested.store(false);
   g_stop_signal.store(0);
   g_requested_at_ns.store(0);
@@ -73,6 +76,10 @@ void clear_stop_request() {
 void request_stop() {
   if (!g_stop_requested.exchange(true)) g_requested_at_ns.store(monotonic_ns());
 }
+
+void note_stopping() { g_stopping.store(true); }
+
+bool stopping() { return g_stopping.load() || g_stop_requested.load(); }
 
 double seconds_since_stop_request() {
   const long long at = g_requested_at_ns.load();

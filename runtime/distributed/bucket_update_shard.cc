@@ -107,7 +107,9 @@ const GatherStats& BucketUpdateShard::last_stats() {
 
 double BucketUpdateShard::sum(double value) {
   std::vector<double> all(static_cast<std::size_t>(size_));
-  DDP_MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm_));
+  run_host_collective("BucketUpdateShard::sum", size_, DType::kFloat64, [&](MPI_Request* request) {
+    return MPI_Iallgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm_, request);
+  });
   double total = 0.0;
   for (double v : all) total += v;  // rank order, the same on every rank
   return total;
@@ -127,8 +129,12 @@ void BucketUpdateShard::gather_to_first(FlatSpan range, const float* local, floa
   }
   DDP_ASSERT(placed == range.count, "the shards do not cover the range");
   std::vector<float> wire(rank_ == 0 ? static_cast<std::size_t>(range.count) : 0);
-  DDP_MPI_CHECK(MPI_Gatherv(local, counts[rank_], MPI_FLOAT, wire.data(), counts.data(), displacements.data(),
-                            MPI_FLOAT, 0, comm_));
+  // Under the deadline and in the flight recorder: a rank 0 stuck writing the file must not leave the others
+  // waiting here without a report.
+  run_host_collective("BucketUpdateShard::gather", range.count, DType::kFloat32, [&](MPI_Request* request) {
+    return MPI_Igatherv(local, counts[rank_], MPI_FLOAT, wire.data(), counts.data(), displacements.data(), MPI_FLOAT,
+                        0, comm_, request);
+  });
   if (rank_ != 0) return;
   for (int r = 0; r < size_; ++r) {
     const float* from = wire.data() + displacements[r];

@@ -1,6 +1,8 @@
 #include "runtime/distributed/collective_deadline.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -10,16 +12,30 @@
 
 namespace ddp {
 
-double default_collective_timeout_s() {
-  if (const char* env = std::getenv("DDP_COLLECTIVE_TIMEOUT_S")) {
-    char* end = nullptr;
-    const double value = std::strtod(env, &end);
-    if (end == env || *end != '\0' || !(value > 0)) {
-      throw InvalidArgument(std::string("DDP_COLLECTIVE_TIMEOUT_S must be a positive number of seconds, got '") +
-                            env + "'");
-    }
-    return value;
+double parse_timeout_s(const std::string& name, const std::string& text) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(begin, &end);
+  // !(value <= max) also refuses NaN; strtod's ERANGE is an overflow or an underflow to (almost) 0.
+  if (text.empty() || end == begin || *end != '\0' || errno == ERANGE || !(value > 0) || !(value <= kMaxTimeoutS)) {
+    char max[32];
+    std::snprintf(max, sizeof max, "%.0f", kMaxTimeoutS);
+    throw InvalidArgument(name + " must be a number of seconds above 0 and at most " + max +
+                          " (about 11.6 days), got '" + text + "'");
   }
+  return value;
+}
+
+std::string timeout_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", seconds);
+  return text;
+}
+
+double default_collective_timeout_s() {
+  const char* env = std::getenv("DDP_COLLECTIVE_TIMEOUT_S");
+  if (env != nullptr) return parse_timeout_s("DDP_COLLECTIVE_TIMEOUT_S", env);
   return 300.0;
 }
 
@@ -38,8 +54,8 @@ void wait_within_deadline(MPI_Request* request, const std::function<std::string(
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       end_job_after_timeout(rank,
-                            describe() + " did not complete within " + std::to_string(static_cast<int>(timeout_s)) +
-                                " s (DDP_COLLECTIVE_TIMEOUT_S)",
+                            describe() + " did not complete within " + timeout_text(timeout_s) +
+                                " (DDP_COLLECTIVE_TIMEOUT_S)",
                             nullptr);
     }
     // Spin while the others are about to arrive (the usual case); once a wait is long, poll gently, so that a

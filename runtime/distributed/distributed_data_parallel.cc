@@ -1,5 +1,7 @@
 #include "runtime/distributed/distributed_data_parallel.h"
 
+#include <cstdio>
+
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
@@ -69,6 +71,22 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   }
   // Before any collective that depends on the model: a mismatch ends every rank here, not in a hang later.
   verify_parameters_match(world, specs);
+  // Options that differ across ranks would make the ranks issue different collectives (a sharded rank gathers,
+  // an unsharded one does not: a hang) or train differently: refused here, naming the option and the ranks.
+  auto text = [](double v) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.17g", v);
+    return std::string(buffer);
+  };
+  world.agree_same({{"DdpOptions::bucket_cap_mb", text(options.bucket_cap_mb)},
+                    {"DdpOptions::first_bucket_cap_mb", text(options.first_bucket_cap_mb)},
+                    {"DdpOptions::broadcast_parameters", options.broadcast_parameters ? "true" : "false"},
+                    {"DdpOptions::average", options.average ? "true" : "false"},
+                    {"DdpOptions::compression", std::to_string(static_cast<int>(options.compression))},
+                    {"DdpOptions::find_unused_parameters", options.find_unused_parameters ? "true" : "false"},
+                    {"DdpOptions::shard_optimizer", options.shard_optimizer ? "true" : "false"},
+                    {"DdpOptions::overlap_optimizer", options.overlap_optimizer ? "true" : "false"}},
+                   "DistributedDataParallel's options differ across ranks");
 
   if (options.shard_optimizer) world.agree(shard_refusal(specs, options, group_.size()), "cannot shard the optimizer");
   if (options.overlap_optimizer && options.shard_optimizer) {

@@ -42,9 +42,13 @@ void verify_parameters_match(const World& world, const std::vector<ParameterSpec
   const std::vector<std::string> mine = describe_all(parameters);
   std::string reference = join(mine);
   long long length = static_cast<long long>(reference.size());
-  DDP_MPI_CHECK(MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, mpi_comm(world)));
+  run_host_collective("verify_parameters_match", 1, DType::kInt64, [&](MPI_Request* request) {
+    return MPI_Ibcast(&length, 1, MPI_LONG_LONG, 0, mpi_comm(world), request);
+  });
   reference.resize(static_cast<std::size_t>(length));
-  DDP_MPI_CHECK(MPI_Bcast(&reference[0], static_cast<int>(length), MPI_CHAR, 0, mpi_comm(world)));
+  run_host_collective("verify_parameters_match", length, DType::kUInt8, [&](MPI_Request* request) {
+    return MPI_Ibcast(&reference[0], static_cast<int>(length), MPI_CHAR, 0, mpi_comm(world), request);
+  });
 
   std::string error;
   if (world.rank() != 0) {

@@ -85,4 +85,26 @@ std::vector<double> Session::sum(std::vector<double> values) const {
   return values;
 }
 
+std::vector<std::pair<std::string, std::string>> command_line_settings(int argc, char** argv) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  int positional = 0;
+  auto is_flag = [](const std::string& a) { return a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9'); };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (!is_flag(arg)) {
+      settings.emplace_back("argument " + std::to_string(++positional), arg);
+      continue;
+    }
+    const std::size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      settings.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
+    } else if (i + 1 < argc && !is_flag(argv[i + 1])) {
+      settings.emplace_back(arg, argv[++i]);
+    } else {
+      settings.emplace_back(arg, "");
+    }
+  }
+  return settings;
+}
+
 }  // namespace ddp

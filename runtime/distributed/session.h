@@ -22,6 +22,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/device.h"
@@ -47,6 +48,11 @@ struct SessionOptions {
   // Deadline for creating the NCCL communicator.
   double nccl_init_timeout_s = 120.0;
 };
+
+// A command line as named settings for Session::agree_same: "--name value" and "--name=value" as (--name,
+// value), a flag followed by another flag or by nothing as (--name, ""), any other argument as ("argument K",
+// it). argv[0] is left out.
+std::vector<std::pair<std::string, std::string>> command_line_settings(int argc, char** argv);
 
 class Session {
  public:
@@ -90,10 +96,23 @@ class Session {
   // Every rank passes its own error ("" when fine); if any rank failed, every rank throws one CollectiveError
   // whose message is `what` followed by each failing rank's error ("ranks 0,2: ..."). run_main prints it once.
   void agree(const std::string& local_error, const std::string& what) const { world_.agree(local_error, what); }
+  // Every rank passes its values of the same named settings (flags, a recipe); any that differ across ranks
+  // end every rank with one message naming the setting and the ranks (World::agree_same). Call it right after
+  // parsing the flags: a learning rate that differs on one rank trains silently wrong, an epoch count that
+  // differs ends in a hang or a truncated message later.
+  void agree_same(const std::vector<std::pair<std::string, std::string>>& settings, const std::string& what) const {
+    world_.agree_same(settings, what);
+  }
   // A graceful stop (runtime/core/stop_request.h: SIGTERM, SIGINT or SIGUSR1 once the program has called
   // ddp::install_stop_handlers(), or ddp::request_stop()): true on every rank once any rank was asked. Checked
   // at the same point of every rank's loop (after a step), so that all ranks stop after the same step.
-  bool stop_requested() const { return world_.any(ddp::stop_requested()); }
+  // Once true, this rank is noted as stopping (ddp::note_stopping), so that an error on the way (a checkpoint
+  // that cannot be written) ends it with ddp::kStopFailedExitStatus, which ddprun never restarts.
+  bool stop_requested() const {
+    const bool any = world_.any(ddp::stop_requested());
+    if (any) ddp::note_stopping();
+    return any;
+  }
 
  private:
   World world_;

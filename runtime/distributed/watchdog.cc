@@ -59,8 +59,8 @@ void Watchdog::loop() {
       }
       if (now > it->deadline) {
         end_job_after_timeout(rank_,
-                              it->what.text() + " did not complete within " +
-                                  std::to_string(static_cast<int>(timeout_s_)) + " s (DDP_COLLECTIVE_TIMEOUT_S)",
+                              it->what.text() + " did not complete within " + timeout_text(timeout_s_) +
+                                  " (DDP_COLLECTIVE_TIMEOUT_S)",
                               abort_);
       }
       ++it;

@@ -10,10 +10,12 @@
 #include <exception>
 #include <future>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
 #include "runtime/core/phase.h"
+#include "runtime/core/stop_request.h"
 #include "runtime/distributed/collective_check.h"
 #include "runtime/distributed/collective_deadline.h"
 #include "runtime/distributed/comm_check.h"
@@ -63,10 +65,30 @@ std::future<void> warm_up_device(DeviceRequest request) {
   });
 }
 
-// Runs the host collective `start` issues (a nonblocking MPI call) as flight-recorder collective `operation` of
-// `count` elements of `dtype`, under the collective deadline (and DDP_DEBUG's comparison).
-void run_host_collective(int rank, const char* operation, int count, DType dtype,
+}  // namespace
+
+DeviceRequest parse_device_request(const std::string& text) {
+  if (text == "auto") return DeviceRequest::kAuto;
+  if (text == "cpu") return DeviceRequest::kCpu;
+  if (text == "cuda") return DeviceRequest::kCuda;
+  throw InvalidArgument("unknown device '" + text + "': choose one of auto, cpu, cuda");
+}
+
+void run_host_collective(const char* operation, std::int64_t count, DType dtype,
                          const std::function<int(MPI_Request*)>& start) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // A DDP_COLLECTIVE_TIMEOUT_S out of bounds ends every rank here, in the first collective, with one message
+  // (ddprun gives every rank the same environment).
+  static const std::string timeout_error = [] {
+    try {
+      default_collective_timeout_s();
+      return std::string();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+  }();
+  if (!timeout_error.empty()) throw CollectiveError(timeout_error, rank);
   const std::int64_t step = current_step();
   const std::int64_t seq = record_collective_issued(operation, count, dtype, -1, 0, step);
   if (collective_check_enabled()) {
@@ -83,6 +105,8 @@ void run_host_collective(int rank, const char* operation, int count, DType dtype
   record_collective_completed(seq);
 }
 
+namespace {
+
 // A start refused before MPI exists: the first task says why and every task exits at once. Not an exception:
 // nothing is there to clean up, and unwinding would wait for whatever the program began meanwhile (train_mlp
 // reads its data set on other threads), while the refusal must come within seconds.
@@ -96,13 +120,6 @@ void run_host_collective(int rank, const char* operation, int count, DType dtype
 }
 
 }  // namespace
-
-DeviceRequest parse_device_request(const std::string& text) {
-  if (text == "auto") return DeviceRequest::kAuto;
-  if (text == "cpu") return DeviceRequest::kCpu;
-  if (text == "cuda") return DeviceRequest::kCuda;
-  throw InvalidArgument("unknown device '" + text + "': choose one of auto, cpu, cuda");
-}
 
 #ifdef OMPI_MAJOR_VERSION
 constexpr bool kOpenMpi = true;
@@ -252,13 +269,13 @@ double World::sum(double value) const {
 }
 
 void World::sum_in_place(double* values, int count) const {
-  run_host_collective(rank_, "World::sum", count, DType::kFloat64, [&](MPI_Request* request) {
+  run_host_collective("World::sum", count, DType::kFloat64, [&](MPI_Request* request) {
     return MPI_Iallreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, mpi_->comm, request);
   });
 }
 
 double World::max(double value) const {
-  run_host_collective(rank_, "World::max", 1, DType::kFloat64, [&](MPI_Request* request) {
+  run_host_collective("World::max", 1, DType::kFloat64, [&](MPI_Request* request) {
     return MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, mpi_->comm, request);
   });
   return value;
@@ -268,7 +285,7 @@ void World::agree(const std::string& local_error, const std::string& what) const
   const MPI_Comm comm = mpi_->comm;
   int failed = local_error.empty() ? 0 : 1;
   int any_failed = 0;
-  run_host_collective(rank_, "World::agree", 1, DType::kInt32, [&](MPI_Request* request) {
+  run_host_collective("World::agree", 1, DType::kInt32, [&](MPI_Request* request) {
     return MPI_Iallreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm, request);
   });
   if (!any_failed) return;
@@ -276,12 +293,16 @@ void World::agree(const std::string& local_error, const std::string& what) const
   // Gather every rank's message so the report names each failing rank, not only ours.
   const int length = static_cast<int>(local_error.size());
   std::vector<int> lengths(size_);
-  DDP_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
+  run_host_collective("World::agree", size_, DType::kInt32, [&](MPI_Request* request) {
+    return MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm, request);
+  });
   std::vector<int> offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
   std::string all(offsets[size_ - 1] + lengths[size_ - 1], '\0');
-  DDP_MPI_CHECK(MPI_Allgatherv(local_error.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(),
-                               MPI_CHAR, comm));
+  run_host_collective("World::agree", static_cast<std::int64_t>(all.size()), DType::kUInt8, [&](MPI_Request* request) {
+    return MPI_Iallgatherv(local_error.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(), MPI_CHAR,
+                           comm, request);
+  });
   // Ranks that failed the same way share one line: "ranks 0,1,2,3: ...".
   std::vector<std::pair<std::string, std::string>> groups;  // (ranks, message)
   for (int r = 0; r < size_; ++r) {
@@ -298,6 +319,90 @@ void World::agree(const std::string& local_error, const std::string& what) const
   for (const auto& [ranks, text] : groups) {
     message += std::string("\n  rank") + (ranks.find(',') == std::string::npos ? " " : "s ") + ranks + ": " + text;
   }
+  throw CollectiveError(message, rank_);
+}
+
+namespace {
+
+// FNV-1a over the text: the same settings give the same digest on every rank.
+std::uint64_t digest(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+// "0", "0,2,3"
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+void World::agree_same(const std::vector<std::pair<std::string, std::string>>& settings,
+                       const std::string& what) const {
+  std::map<std::string, std::string> mine(settings.begin(), settings.end());
+  std::string text;  // "name\0value\0" in name order
+  for (const auto& [name, value] : mine) text += name + '\0' + value + '\0';
+  std::uint64_t local = digest(text);
+  std::vector<std::uint64_t> digests(static_cast<std::size_t>(size_));
+  run_host_collective("World::agree_same", size_, DType::kInt64, [&](MPI_Request* request) {
+    return MPI_Iallgather(&local, 1, MPI_UINT64_T, digests.data(), 1, MPI_UINT64_T, mpi_->comm, request);
+  });
+  if (std::all_of(digests.begin(), digests.end(), [&](std::uint64_t d) { return d == digests[0]; })) return;
+
+  // They differ: every rank gathers every rank's settings and names the differences, the same on every rank.
+  const int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size_));
+  run_host_collective("World::agree_same", size_, DType::kInt32, [&](MPI_Request* request) {
+    return MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, mpi_->comm, request);
+  });
+  std::vector<int> offsets(static_cast<std::size_t>(size_), 0);
+  for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string all(static_cast<std::size_t>(offsets[size_ - 1] + lengths[size_ - 1]), '\0');
+  run_host_collective("World::agree_same", static_cast<std::int64_t>(all.size()), DType::kUInt8,
+                      [&](MPI_Request* request) {
+                        return MPI_Iallgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                                               offsets.data(), MPI_CHAR, mpi_->comm, request);
+                      });
+  std::vector<std::map<std::string, std::string>> of_rank(static_cast<std::size_t>(size_));
+  std::set<std::string> names;
+  for (int r = 0; r < size_; ++r) {
+    const std::string part = all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lengths[r]));
+    for (std::size_t at = 0; at < part.size();) {
+      const std::size_t name_end = part.find('\0', at);
+      const std::size_t value_end = part.find('\0', name_end + 1);
+      if (name_end == std::string::npos || value_end == std::string::npos) break;
+      of_rank[r][part.substr(at, name_end - at)] = part.substr(name_end + 1, value_end - name_end - 1);
+      names.insert(part.substr(at, name_end - at));
+      at = value_end + 1;
+    }
+  }
+  std::string message = what + ":";
+  for (const std::string& name : names) {
+    std::vector<std::pair<std::string, std::vector<int>>> groups;  // value -> ranks, in order of first rank
+    for (int r = 0; r < size_; ++r) {
+      const auto it = of_rank[r].find(name);
+      const std::string value = it == of_rank[r].end() ? "(not given)" : it->second.empty() ? "given" : it->second;
+      auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == value; });
+      if (same == groups.end()) {
+        groups.push_back({value, {r}});
+      } else {
+        same->second.push_back(r);
+      }
+    }
+    if (groups.size() < 2) continue;
+    // The values of the fewest ranks first: those are most likely the ones started wrong.
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+    message += "\n  " + name + ":";
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      message += std::string(g ? "," : "") + " " + groups[g].first + " on rank" +
+                 (groups[g].second.size() > 1 ? "s " : " ") + rank_list(groups[g].second);
+    }
+  }
+  message += "\nStart every rank with the same settings (ddprun passes the same command line to every rank).";
   throw CollectiveError(message, rank_);
 }
 
@@ -318,7 +423,8 @@ int run_main(const std::function<int()>& body) {
     // Every rank is here with the same message: rank 0 reports it and all end cleanly.
     if (e.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
     if (mpi_is_running()) MPI_Finalize();
-    return 1;
+    // A stop that failed on the way is still a stop: ddprun must not restart it.
+    return stopping() ? kStopFailedExitStatus : 1;
   } catch (const std::exception& e) {
     int rank = 0;
     int size = 1;
@@ -329,8 +435,9 @@ int run_main(const std::function<int()>& body) {
     std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
     std::fflush(stderr);
     // The other ranks may be inside a collective waiting for us: end them too.
-    if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    const int status = stopping() ? kStopFailedExitStatus : 1;
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    return status;
   }
 }
 

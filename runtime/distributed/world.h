@@ -17,6 +17,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
@@ -88,6 +90,14 @@ class World {
   // Collective: every rank passes its own error (empty when fine). If any rank failed, every rank throws a
   // CollectiveError whose message names each failing rank and its error, prefixed by `what`.
   void agree(const std::string& local_error, const std::string& what) const;
+
+  // Collective: every rank passes its own values of the same settings (a flag's name and its value as text, in
+  // any order); if any setting differs across ranks (or is given on some ranks only), every rank throws a
+  // CollectiveError naming each such setting and which ranks have which value:
+  //   the ranks were started with different settings:
+  //     --lr: 0.5 on rank 1, 0.1 on ranks 0,2,3
+  // One small collective when they agree (a digest of the values); the values themselves only when they do not.
+  void agree_same(const std::vector<std::pair<std::string, std::string>>& settings, const std::string& what) const;
 
   // Host-side collectives for the numbers a training loop needs (a mean loss, a count of correct predictions,
   // "did any rank see a non-finite value"). Every rank calls them in the same order; they block until all did.

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <initializer_list>
+#include <utility>
 
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
@@ -114,16 +116,23 @@ std::map<std::string, std::string> CheckpointMetadata::encode() const {
 
 CheckpointMetadata CheckpointMetadata::decode(const std::map<std::string, std::string>& m, const std::string& source) {
   const auto format = m.find("ddp.format");
-  if (format == m.end() || format->second != kCheckpointFormat) {
+  if (format == m.end() ||
+      (format->second != kCheckpointFormat && format->second != kCheckpointFormatWithoutMetadataChecksum)) {
     throw InvalidArgument("checkpoint " + source + ": metadata ddp.format is " +
                           (format == m.end() ? std::string("missing") : "'" + format->second + "'") +
                           ", expected '" + kCheckpointFormat + "'");
   }
+
   CheckpointMetadata c;
   c.step = parse_int(m, "ddp.step", source);
   c.epoch = parse_int(m, "ddp.epoch", source);
   c.sampler_position = parse_int(m, "ddp.sampler_position", source);
-  c.world_size = static_cast<int>(parse_int(m, "ddp.world_size", source));
+  const int64_t world_size = parse_int(m, "ddp.world_size", source);
+  if (world_size < 1 || world_size > 1000000000) {
+    throw InvalidArgument("checkpoint " + source + ": metadata ddp.world_size = " + std::to_string(world_size) +
+                          " is not a number of ranks");
+  }
+  c.world_size = static_cast<int>(world_size);
   const auto seed = m.find("ddp.seed");
   if (seed == m.end()) throw InvalidArgument("checkpoint " + source + ": metadata has no ddp.seed");
   try {
@@ -133,9 +142,12 @@ CheckpointMetadata CheckpointMetadata::decode(const std::map<std::string, std::s
   } catch (const std::exception&) {
     throw InvalidArgument("checkpoint " + source + ": metadata ddp.seed = '" + seed->second + "' is not an integer");
   }
-  if (c.step < 0 || c.epoch < 0 || c.sampler_position < 0 || c.world_size < 1) {
-    throw InvalidArgument("checkpoint " + source + ": metadata holds a negative step, epoch or position, or a " +
-                          "world size below 1");
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"ddp.step", c.step}, {"ddp.epoch", c.epoch},
+                                    {"ddp.sampler_position", c.sampler_position}}) {
+    if (value < 0) {
+      throw InvalidArgument("checkpoint " + source + ": metadata " + key + " = " + std::to_string(value) +
+                            " is negative");
+    }
   }
   const auto rng = m.find("ddp.rng_state");
   if (rng != m.end()) c.rng_state = rng->second;
@@ -174,6 +186,12 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
   options.kind = "checkpoint";
   SafetensorsFile file = load_safetensors(path, options);
   CheckpointMetadata metadata = CheckpointMetadata::decode(file.metadata(), path);
+  // The reader verified the metadata's checksum where there is one; from format 2 on there must be one.
+  if (file.metadata().at("ddp.format") != kCheckpointFormatWithoutMetadataChecksum &&
+      file.metadata().count(kMetadataCrc32Key) == 0) {
+    throw InvalidArgument("checkpoint " + path + ": metadata has no checksum (" + kMetadataCrc32Key +
+                          "): the file is damaged or was not written by this runtime");
+  }
   const auto named_step = parse_checkpoint_file_name(basename_of(path));
   if (named_step && *named_step != metadata.step) {
     throw InvalidArgument("checkpoint " + path + ": metadata says step " + std::to_string(metadata.step) +
@@ -184,11 +202,15 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
 
 void warn_to_stderr(const std::string& message) { std::fprintf(stderr, "ddp: warning: %s\n", message.c_str()); }
 
-std::optional<LoadedCheckpoint> latest_complete_checkpoint(const std::string& dir, const WarningSink& warn) {
+std::optional<LoadedCheckpoint> latest_complete_checkpoint(const std::string& dir, const WarningSink& warn,
+                                                           const CheckpointCheck& check) {
   const std::vector<CheckpointFile> files = list_checkpoints(dir);
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     try {
-      return load_checkpoint(it->path);
+      LoadedCheckpoint loaded = load_checkpoint(it->path);
+      const std::string refusal = check ? check(loaded) : "";
+      if (refusal.empty()) return loaded;
+      if (warn) warn("skipping checkpoint " + it->path + ": " + refusal);
     } catch (const Error& e) {
       if (warn) warn("skipping checkpoint " + it->path + ": " + e.what());
     }
@@ -211,12 +233,22 @@ void prune_checkpoints(const std::string& dir, int keep_last) {
 CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& dir) {
   make_directories(dir);
   const std::string path = dir + "/.lock";
+  // The lock is on the directory itself, which cannot be deleted while it holds checkpoints: a lock on the
+  // .lock file alone let a second job in once someone deleted the file. The file still names the holder (and
+  // is locked too, for jobs of earlier versions).
+  dir_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + std::strerror(errno) +
+  if (fd_ < 0 || dir_fd_ < 0) {
+    const std::string why = std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_);
+    if (dir_fd_ >= 0) ::close(dir_fd_);
+    fd_ = dir_fd_ = -1;
+    throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + why +
                           "; choose a writable --checkpoint-dir");
   }
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(dir_fd_, LOCK_EX | LOCK_NB) != 0 || ::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(dir_fd_);
+    dir_fd_ = -1;
     std::string holder = read_file(path);
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     ::close(fd_);
@@ -235,14 +267,16 @@ CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& dir) {
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size())) {
     const std::string why = std::strerror(errno);
     ::close(fd_);
-    fd_ = -1;
+    ::close(dir_fd_);
+    fd_ = dir_fd_ = -1;
     throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + why +
                           "; choose a writable --checkpoint-dir");
   }
 }
 
 CheckpointDirectoryLock::~CheckpointDirectoryLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing drops the flock; the file stays, naming the last holder
+  if (fd_ >= 0) ::close(fd_);  // closing drops the flocks; the file stays, naming the last holder
+  if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
 }  // namespace io

@@ -10,10 +10,11 @@
 //   "optimizer.momentum_buffer.2.bias". PyTorch loads the model with
 //       sd = safetensors.torch.load_file(path)
 //       model.load_state_dict({k: v for k, v in sd.items() if not k.startswith("optimizer.")})
-// - __metadata__ (strings only) carries "ddp.format" = "ddp-checkpoint/1", "ddp.step", "ddp.epoch",
+// - __metadata__ (strings only) carries "ddp.format" = "ddp-checkpoint/2", "ddp.step", "ddp.epoch",
 //   "ddp.sampler_position" (the global sample position within the epoch, see runtime/data/sampler.h),
-//   "ddp.world_size", "ddp.seed", "ddp.rng_state", the per-tensor "ddp.crc32:NAME" checksums, and any caller keys
-//   (which must not start with "ddp.").
+//   "ddp.world_size", "ddp.seed", "ddp.rng_state", the per-tensor "ddp.crc32:NAME" checksums, the checksum of
+//   the metadata itself ("ddp.crc32:__metadata__", safetensors.h; required from format 2 on, format 1 files
+//   are still read), and any caller keys (which must not start with "ddp.").
 // - One process (rank 0) writes a directory; every rank may read it.
 #pragma once
 
@@ -29,7 +30,9 @@
 namespace ddp {
 namespace io {
 
-constexpr const char* kCheckpointFormat = "ddp-checkpoint/1";
+constexpr const char* kCheckpointFormat = "ddp-checkpoint/2";
+// Written before the metadata had a checksum: still read.
+constexpr const char* kCheckpointFormatWithoutMetadataChecksum = "ddp-checkpoint/1";
 constexpr const char* kOptimizerPrefix = "optimizer.";
 
 // "ckpt-00000100.safetensors"
@@ -74,9 +77,15 @@ struct LoadedCheckpoint {
   SafetensorsFile file;
 };
 
-// Loads and verifies one checkpoint (checksums required, metadata decoded, step matching the name when the
-// name has one); throws InvalidArgument naming the file and what is wrong.
+// Loads and verifies one checkpoint (checksums of the tensors and of the metadata required, metadata decoded
+// and in range, step matching the name when the name has one); throws InvalidArgument naming the file and what
+// is wrong.
 LoadedCheckpoint load_checkpoint(const std::string& path);
+
+// Why a loaded checkpoint cannot be used although it verifies ("" when it can): a caller's checks of its
+// metadata against what only the caller knows (the data set's size). A checkpoint it refuses is skipped as a
+// damaged one is.
+using CheckpointCheck = std::function<std::string(const LoadedCheckpoint&)>;
 
 using WarningSink = std::function<void(const std::string&)>;
 // Prints "ddp: warning: ..." to stderr.
@@ -84,16 +93,19 @@ void warn_to_stderr(const std::string& message);
 
 // The newest checkpoint of `dir` that loads and verifies. Every newer one that does not is skipped with a
 // warning naming the file and why; temporary files are ignored. nullopt when there is none.
+// With `check`, a checkpoint it refuses is skipped too, with its reason.
 std::optional<LoadedCheckpoint> latest_complete_checkpoint(const std::string& dir,
-                                                           const WarningSink& warn = warn_to_stderr);
+                                                           const WarningSink& warn = warn_to_stderr,
+                                                           const CheckpointCheck& check = nullptr);
 
 // Removes all but the `keep_last` newest checkpoint files, and leftover temporary files of interrupted writes.
 void prune_checkpoints(const std::string& dir, int keep_last);
 
-// One job's exclusive use of a checkpoint directory while this object lives: an flock on DIR/.lock (the kernel
-// drops it when the process dies, so a crashed job never leaves the directory locked), whose contents name the
-// holder. Creates DIR. Throws InvalidArgument when DIR cannot be created or written (naming it and why), or when
-// another job holds it (naming that job), so both are found before the first step, not after training.
+// One job's exclusive use of a checkpoint directory while this object lives: an flock on DIR itself (and on
+// DIR/.lock; the kernel drops them when the process dies, so a crashed job never leaves the directory locked,
+// and deleting .lock does not unlock it), with DIR/.lock's contents naming the holder. Creates DIR. Throws
+// InvalidArgument when DIR cannot be created or written (naming it and why), or when another job holds it
+// (naming that job), so both are found before the first step, not after training.
 class CheckpointDirectoryLock {
  public:
   explicit CheckpointDirectoryLock(const std::string& dir);
@@ -102,7 +114,8 @@ class CheckpointDirectoryLock {
   CheckpointDirectoryLock& operator=(const CheckpointDirectoryLock&) = delete;
 
  private:
-  int fd_ = -1;
+  int fd_ = -1;      // DIR/.lock
+  int dir_fd_ = -1;  // DIR
 };
 
 }  // namespace io

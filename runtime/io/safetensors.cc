@@ -50,6 +50,18 @@ std::string crc32_hex(const void* data, size_t bytes) {
   return text;
 }
 
+std::string metadata_crc32(const std::map<std::string, std::string>& metadata) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const auto& [key, value] : metadata) {
+    if (starts_with(key, kCrc32KeyPrefix)) continue;
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(key.c_str()), key.size() + 1);
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(value.c_str()), value.size() + 1);
+  }
+  char text[9];
+  std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  return text;
+}
+
 namespace {
 
 // The header text for `tensors` with the given checksums, padded so the data section starts 8-byte aligned (as
@@ -58,6 +70,7 @@ std::string header_text(const std::vector<TensorSource>& tensors, const std::vec
                         const json& user_metadata) {
   json header = json::object();
   json meta = user_metadata;
+  meta[kMetadataCrc32Key] = metadata_crc32(user_metadata.get<std::map<std::string, std::string>>());
   size_t offset = 0;
   for (size_t k = 0; k < tensors.size(); ++k) {
     const TensorSource& t = tensors[k];
@@ -292,7 +305,16 @@ void check_checksums(const std::vector<TensorEntry>& tensors, const std::map<std
            "): the file is corrupt; use an older checkpoint");
     }
   }
+  const auto stored = metadata.find(kMetadataCrc32Key);
+  if (stored != metadata.end()) {
+    const std::string actual = metadata_crc32(metadata);
+    if (stored->second != actual) {
+      fail("__metadata__: checksum mismatch (stored crc32 " + stored->second + ", metadata has " + actual +
+           "): a value in it (a step, an epoch, a position) is damaged; use an older checkpoint");
+    }
+  }
   for (const auto& [key, value] : metadata) {
+    if (key == kMetadataCrc32Key) continue;
     if (starts_with(key, kCrc32KeyPrefix) && names.count(key.substr(std::strlen(kCrc32KeyPrefix))) == 0) {
       fail("__metadata__ has a checksum for tensor " + key.substr(std::strlen(kCrc32KeyPrefix)) +
            ", which the header does not list: the header is damaged");

@@ -40,6 +40,12 @@ struct TensorSource {
 
 // Metadata key prefix of the per-tensor checksums (reserved: user metadata may not use it).
 constexpr const char* kCrc32KeyPrefix = "ddp.crc32:";
+// The checksum of the metadata itself (every key and value but the checksums, see metadata_crc32): a flipped
+// bit in a step count is found as a flipped bit in a tensor is. Written into every file; checked when present.
+constexpr const char* kMetadataCrc32Key = "ddp.crc32:__metadata__";
+// CRC32 (8 hex digits) of `metadata`'s keys and values in key order, each followed by a NUL byte, leaving out
+// the checksum keys (kCrc32KeyPrefix).
+std::string metadata_crc32(const std::map<std::string, std::string>& metadata);
 // Largest header accepted (safetensors' own limit).
 constexpr size_t kMaxHeaderBytes = size_t{100} << 20;
 

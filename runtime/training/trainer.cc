@@ -480,7 +480,8 @@ class Trainer::Run {
     session_.agree(from.required ? resume_path_problem(from.dir) : "", "cannot resume");
     const auto restored = training::restore_latest_training_checkpoint(
         session_, from.dir, mlp_, *optimizer_,
-        [&](const io::LoadedCheckpoint& checkpoint) { return recipe_mismatch(checkpoint, o_, mlp_, session_.size()); });
+        [&](const io::LoadedCheckpoint& checkpoint) { return recipe_mismatch(checkpoint, o_, mlp_, session_.size()); },
+        sampler_options_.dataset_size);
     session_.agree(!restored && from.required ? "no complete checkpoint in " + from.dir : "", "cannot resume");
     if (!restored) {
       if (session_.is_lead()) {

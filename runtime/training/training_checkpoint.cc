@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <exception>
 #include <memory>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "runtime/core/check.h"
@@ -171,9 +173,59 @@ std::string save_training_checkpoint(const std::string& dir, const Module& model
   return path;
 }
 
+// The optimizer step count a checkpoint holds ("optimizer.steps"), or nullopt with `why` set.
+std::optional<std::int64_t> checkpoint_optimizer_steps(const io::LoadedCheckpoint& checkpoint, std::string* why) {
+  const auto steps = checkpoint.metadata.extra.find("optimizer.steps");
+  if (steps == checkpoint.metadata.extra.end()) {
+    *why = "no optimizer.steps in the metadata: not a training checkpoint of this runtime";
+    return std::nullopt;
+  }
+  const std::string& text = steps->second;
+  const bool digits = !text.empty() && text.size() <= 18 &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits) {
+    *why = "metadata optimizer.steps = '" + text + "' is not a non-negative integer";
+    return std::nullopt;
+  }
+  return std::stoll(text);
+}
+
+std::string metadata_out_of_range(const io::LoadedCheckpoint& checkpoint, std::int64_t dataset_size) {
+  const io::CheckpointMetadata& m = checkpoint.metadata;
+  if (dataset_size >= 0 && m.sampler_position > dataset_size) {
+    return "metadata ddp.sampler_position = " + std::to_string(m.sampler_position) + " is past the end of the " +
+           "data set of " + std::to_string(dataset_size) +
+           " samples: the checkpoint is damaged, or of another data set";
+  }
+  std::string why;
+  if (!checkpoint_optimizer_steps(checkpoint, &why)) return why;
+  return "";
+}
+
 void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module& model, Optimizer& optimizer,
                                  const Stream& stream) {
   const io::SafetensorsFile& file = checkpoint.file;
+  // Every tensor of the file must be one of ours: a deeper model's checkpoint has the shallower one's tensors
+  // with the same shapes, and more.
+  std::set<std::string> expected;
+  for (const auto& [name, t] : model.state_dict()) expected.insert(name);
+  for (const auto& [state, packed] : optimizer.state()) {
+    for (const ParameterSlot& slot : optimizer.store().slots()) {
+      expected.insert(io::optimizer_tensor_name(state, slot.name));
+    }
+  }
+  std::vector<std::string> extra;
+  for (const io::TensorEntry& t : file.tensors()) {
+    if (expected.count(t.name) == 0) extra.push_back(t.name);
+  }
+  if (!extra.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < extra.size() && i < 8; ++i) names += (i ? ", " : "") + extra[i];
+    if (extra.size() > 8) names += ", ... (" + std::to_string(extra.size()) + " in all)";
+    throw InvalidArgument(file.where() + "holds tensors this model and optimizer do not have: " + names +
+                          "; it was written by another model (more layers?) or optimizer: resume with the same "
+                          "model and optimizer flags, or start a new run in another checkpoint directory");
+  }
   for (const auto& [name, t] : model.state_dict()) {
     std::vector<float> values(static_cast<std::size_t>(t.numel()));
     file.copy_to(name, DType::kFloat32, t.shape(), values.data());
@@ -194,11 +246,10 @@ void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module&
     }
     Tensor(packed).copy_from(Tensor::from_vector(local, packed.shape(), Device::cpu(), stream), stream);
   }
-  auto steps = checkpoint.metadata.extra.find("optimizer.steps");
-  if (steps == checkpoint.metadata.extra.end()) {
-    throw InvalidArgument(file.where() + "no optimizer.steps in the metadata: not a training checkpoint of this runtime");
-  }
-  optimizer.set_steps(std::stoll(steps->second));
+  std::string why;
+  const std::optional<std::int64_t> steps = checkpoint_optimizer_steps(checkpoint, &why);
+  if (!steps) throw InvalidArgument(file.where() + why);
+  optimizer.set_steps(*steps);
   stream.synchronize();
 }
 
@@ -222,11 +273,14 @@ std::string save_training_checkpoint(Session& session, const std::string& dir, c
 
 std::optional<RestoredCheckpoint> restore_latest_training_checkpoint(Session& session, const std::string& dir,
                                                                      Module& model, Optimizer& optimizer,
-                                                                     const CheckpointRefusal& refuse) {
+                                                                     const CheckpointRefusal& refuse,
+                                                                     std::int64_t dataset_size) {
   std::optional<io::LoadedCheckpoint> checkpoint;
   std::string error;
   try {
-    checkpoint = io::latest_complete_checkpoint(dir);
+    checkpoint = io::latest_complete_checkpoint(dir, io::warn_to_stderr, [&](const io::LoadedCheckpoint& c) {
+      return metadata_out_of_range(c, dataset_size);
+    });
     if (checkpoint && refuse) error = refuse(*checkpoint);
     if (checkpoint && error.empty()) restore_training_checkpoint(*checkpoint, model, optimizer, session.stream());
   } catch (const std::exception& e) {

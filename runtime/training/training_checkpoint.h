@@ -12,6 +12,7 @@
 //       ddp::training::restore_latest_training_checkpoint(session, dir, model, optimizer);  // resumed->metadata
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -47,9 +48,19 @@ struct RestoredCheckpoint {
 // none (or does not exist). A checkpoint that does not fit the model or that `refuse` refuses (asked before
 // anything is loaded), or one that only some ranks can see, throws CollectiveError "cannot resume: ..." on
 // every rank. Synchronises the session's stream.
+//
+// Damage is skipped like a damaged file, falling back to the previous checkpoint that verifies (with a warning
+// naming the file and why): a checksum that does not match (tensors or metadata), metadata out of range (a
+// negative step, epoch or position; with `dataset_size` >= 0, a sampler position past the data set of that many
+// samples; an optimizer step count that is not a non-negative integer).
 std::optional<RestoredCheckpoint> restore_latest_training_checkpoint(Session& session, const std::string& dir,
                                                                      Module& model, Optimizer& optimizer,
-                                                                     const CheckpointRefusal& refuse = nullptr);
+                                                                     const CheckpointRefusal& refuse = nullptr,
+                                                                     std::int64_t dataset_size = -1);
+
+// Why `checkpoint`'s metadata is out of range for a run over a data set of `dataset_size` samples (< 0:
+// unknown), "" when it is not: the checks restore_latest_training_checkpoint falls back on.
+std::string metadata_out_of_range(const io::LoadedCheckpoint& checkpoint, std::int64_t dataset_size);
 
 // Writes DIR/ckpt-<step>.safetensors atomically, keeping the `keep_last` newest. Reads the device buffers on
 // `stream` (synchronises it), one tensor at a time. Call on one rank only, unless the optimizer is sharded
@@ -63,7 +74,8 @@ std::string save_training_checkpoint(const std::string& dir, const Module& model
                                      int keep_last = 3);
 
 // Loads the model's parameters and the optimizer's state (and its step count) from `checkpoint`, refusing a
-// file whose tensors do not match the model by name, dtype or shape (the message names the file and tensor).
+// file whose tensors do not match the model by name, dtype or shape (the message names the file and tensor),
+// and one that holds tensors the model and optimizer do not have (a deeper model's: the message names them).
 // A sharded optimizer takes its shard of each tensor; every rank checks every tensor, so a mismatch is refused
 // on every rank alike. No communication: each rank reads the file itself.
 void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module& model, Optimizer& optimizer,

@@ -24,7 +24,7 @@ int in_child(const std::function<bool()>& body) {
 }
 
 TEST(StopRequest, TheFirstSignalAsksTheSecondEnds) {
-  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) {
+  for (int signal : {SIGTERM, SIGINT}) {
     const int status = in_child([signal] {
       install_stop_handlers();
       install_stop_handlers();  // a second call changes nothing
@@ -48,6 +48,32 @@ TEST(StopRequest, SignalsWithinASecondOfTheFirstAreTheSameStop) {
     std::raise(SIGTERM);  // the same, through the rank's wrapper
     std::raise(SIGUSR1);  // ddprun's, through mpirun
     return stop_requested() && stop_signal() == SIGTERM;
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+// ddprun passes a stop on as SIGUSR1: after a user's SIGTERM to the rank itself, it is the same request, not a
+// second one (it used to end the rank, killed by SIGUSR1).
+TEST(StopRequest, SigusrOneOnlyEverAsks) {
+  for (int first : {SIGTERM, SIGUSR1}) {
+    const int status = in_child([first] {
+      install_stop_handlers();
+      std::raise(first);
+      std::raise(SIGUSR1);
+      std::raise(SIGUSR1);
+      return stop_requested() && stop_signal() == first;
+    });
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "first " << first << ": status " << status;
+  }
+}
+
+TEST(StopRequest, ANotedStopIsNoRequestOfThisProcess) {
+  const int status = in_child([] {
+    install_stop_handlers();
+    note_stopping();
+    if (!stopping() || stop_requested()) return false;
+    std::raise(SIGTERM);  // the first request here: it asks, it does not end
+    return stop_requested();
   });
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -161,8 +162,98 @@ TEST(Checkpoint, MetadataValidation) {
   encoded = meta(1).encode();
   encoded["ddp.world_size"] = "0";
   EXPECT_THROW(CheckpointMetadata::decode(encoded, "f"), InvalidArgument);
+  encoded = meta(1).encode();
+  encoded["ddp.sampler_position"] = "-1";
+  try {
+    CheckpointMetadata::decode(encoded, "f");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("ddp.sampler_position = -1 is negative"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(CheckpointMetadata::decode(meta(1).encode(), "f").step, 1);
 }
 
+
+// The text of `path` with `from` (which must occur once) replaced by `to` of the same length.
+void patch_file(const std::string& path, const std::string& from, const std::string& to) {
+  ASSERT_EQ(from.size(), to.size());
+  std::string bytes = read_file(path);
+  const size_t at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  ASSERT_EQ(bytes.find(from, at + 1), std::string::npos) << from;
+  bytes.replace(at, from.size(), to);
+  write_file_atomically(path, bytes);
+}
+
+TEST(Checkpoint, AFlippedMetadataValueFailsItsChecksumAndTheScanFallsBackToThePreviousCheckpoint) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("ckpt-metadata-crc");
+  Model model;
+  save_checkpoint(dir, meta(10), model.tensors());
+  const std::string newest = save_checkpoint(dir, meta(25), model.tensors());
+  // One bit of the epoch: "2" -> "0" (0x32 -> 0x30), the length unchanged.
+  patch_file(newest, "\"ddp.epoch\":\"2\"", "\"ddp.epoch\":\"0\"");
+  try {
+    load_checkpoint(newest);
+    FAIL() << "a checkpoint with a damaged epoch was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint " + newest + ": __metadata__: checksum mismatch"),
+              std::string::npos)
+        << e.what();
+  }
+  std::vector<std::string> warnings;
+  const auto latest = latest_complete_checkpoint(dir, [&](const std::string& w) { warnings.push_back(w); });
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(latest->metadata.step, 10);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("__metadata__: checksum mismatch"), std::string::npos) << warnings[0];
+}
+
+TEST(Checkpoint, ANonNumericMetadataValueIsNamedAndSkipped) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("ckpt-metadata-text");
+  Model model;
+  save_checkpoint(dir, meta(10), model.tensors());
+  const std::string newest = save_checkpoint(dir, meta(25), model.tensors());
+  patch_file(newest, "\"ddp.step\":\"25\"", "\"ddp.step\":\"2x\"");
+  std::vector<std::string> warnings;
+  const auto latest = latest_complete_checkpoint(dir, [&](const std::string& w) { warnings.push_back(w); });
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(latest->metadata.step, 10);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].find("stoll"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("checksum mismatch"), std::string::npos) << warnings[0];
+}
+
+TEST(Checkpoint, ACheckpointWithoutAMetadataChecksumIsRefusedUnlessItIsOfTheFirstFormat) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("ckpt-metadata-nocrc");
+  Model model;
+  const std::string path = save_checkpoint(dir, meta(10), model.tensors());
+  // The checksum key renamed to a caller key of the same length: the metadata has no checksum any more.
+  patch_file(path, "\"ddp.crc32:__metadata__\"", "\"xxx.crc32:__metadata__\"");
+  EXPECT_THROW(load_checkpoint(path), InvalidArgument);
+  // A file of format 1 (written before the metadata had a checksum) is still read.
+  CheckpointMetadata m = meta(20);
+  std::map<std::string, std::string> encoded = m.encode();
+  encoded["ddp.format"] = kCheckpointFormatWithoutMetadataChecksum;
+  const std::string old = dir + "/ckpt-00000020.safetensors";
+  save_safetensors(old, model.tensors(), encoded);
+  patch_file(old, "\"ddp.crc32:__metadata__\"", "\"xxx.crc32:__metadata__\"");
+  EXPECT_EQ(load_checkpoint(old).metadata.step, 20);
+}
+
+TEST(Checkpoint, ACallersCheckSkipsACheckpointAsDamageIs) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("ckpt-caller-check");
+  Model model;
+  save_checkpoint(dir, meta(10), model.tensors());
+  save_checkpoint(dir, meta(25), model.tensors());  // sampler position 640
+  std::vector<std::string> warnings;
+  const auto latest = latest_complete_checkpoint(
+      dir, [&](const std::string& w) { warnings.push_back(w); },
+      [](const LoadedCheckpoint& c) { return c.metadata.sampler_position > 600 ? std::string("past the end") : ""; });
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(latest->metadata.step, 10);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("past the end"), std::string::npos) << warnings[0];
+}
 
 TEST(CheckpointDirectoryLock, ASecondJobIsRefusedNamingTheFirstUntilItEnds) {
   const std::string dir = ddp::testing::fresh_scratch_dir("lock") + "/deeper";
@@ -180,6 +271,13 @@ TEST(CheckpointDirectoryLock, ASecondJobIsRefusedNamingTheFirstUntilItEnds) {
   }
   CheckpointDirectoryLock again(dir);  // released with the first
   EXPECT_TRUE(list_checkpoints(dir).empty());  // the lock file is no checkpoint
+}
+
+TEST(CheckpointDirectoryLock, DeletingTheLockFileDoesNotLetASecondJobIn) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("lock-deleted");
+  CheckpointDirectoryLock first(dir);
+  ASSERT_EQ(::unlink((dir + "/.lock").c_str()), 0);
+  EXPECT_THROW(CheckpointDirectoryLock second(dir), InvalidArgument);
 }
 
 TEST(CheckpointDirectoryLock, AnUnwritableDirectoryIsRefusedByName) {

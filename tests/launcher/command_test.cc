@@ -405,6 +405,66 @@ bool mentions(const std::vector<std::string>& warnings, const std::string& text)
                      [&](const std::string& w) { return w.find(text) != std::string::npos; });
 }
 
+TEST(Failure, ARankAskedToStopIsAStopNotAFailure) {
+  ExitMarker m;
+  m.rank = 1;
+  m.status = 143;
+  m.time_ns = 1000;
+  m.asked_to_stop = true;
+  const std::optional<ExitMarker> parsed = parse_exit_marker(exit_marker(m));
+  ASSERT_TRUE(parsed);
+  EXPECT_TRUE(parsed->asked_to_stop);
+  EXPECT_FALSE(parsed->stopped);
+  FailureTracker t;
+  t.observe("[1,1]<stderr>:" + exit_marker(m), 1);
+  EXPECT_EQ(t.ranks_asked_to_stop(), 1);
+  EXPECT_FALSE(t.first_failed_rank());
+}
+
+// Everything a joiner gives back, fed `pieces` one after another and then ended.
+std::vector<std::string> joined_lines(const std::vector<std::string>& pieces) {
+  TaggedLineJoiner joiner;
+  std::vector<std::string> lines;
+  for (const std::string& p : pieces) {
+    for (std::string& line : joiner.feed(p)) lines.push_back(line);
+  }
+  for (std::string& line : joiner.finish()) lines.push_back(line);
+  return lines;
+}
+
+TEST(Output, ALineWrittenInPiecesByTwoRanksComesOutWholeUnderEachRanksTag) {
+  const std::vector<std::string> expected = {"[1,1]<stdout>:part-one part-two", "[1,0]<stdout>:part-one part-two"};
+  EXPECT_EQ(joined_lines({"[1,1]<stdout>:part-one [1,0]<stdout>:part-one [1,1]<stdout>:part-two\n"
+                    "[1,0]<stdout>:part-two\n"}),
+            expected);
+  // The same bytes cut anywhere, a tag included, give the same lines.
+  const std::string all =
+      "[1,1]<stdout>:part-one [1,0]<stdout>:part-one [1,1]<stdout>:part-two\n[1,0]<stdout>:part-two\n";
+  for (size_t cut = 1; cut < all.size(); ++cut) {
+    EXPECT_EQ(joined_lines({all.substr(0, cut), all.substr(cut)}), expected) << "cut at " << cut;
+  }
+  EXPECT_EQ(rewrite_tagged_line(expected[0]), "[rank 1] part-one part-two");
+}
+
+TEST(Output, StreamsOfOneRankAndMpirunsOwnLinesStayApart) {
+  EXPECT_EQ(joined_lines({"[1,0]<stdout>:out-a [1,0]<stderr>:err\nmpirun: a note\n[1,0]<stdout>:out-b\n"}),
+            (std::vector<std::string>{"[1,0]<stderr>:err", "mpirun: a note", "[1,0]<stdout>:out-a out-b"}));
+  // Brackets in a rank's text are text; an unfinished line comes out at the end.
+  EXPECT_EQ(joined_lines({"[1,2]<stdout>:x[3] = [1,2]\n", "[1,2]<stdout>:no newline"}),
+            (std::vector<std::string>{"[1,2]<stdout>:x[3] = [1,2]", "[1,2]<stdout>:no newline"}));
+}
+
+TEST(Resources, TooFewOpenFilesAreRefusedNamingTheLimit) {
+  EXPECT_EQ(open_files_refusal(2, 1024), "");
+  EXPECT_EQ(open_files_refusal(2, open_files_needed(2)), "");
+  const std::string refusal = open_files_refusal(2, 24);
+  EXPECT_NE(refusal.find("the open files limit (ulimit -n) is 24, too few for mpirun to start 2 ranks"),
+            std::string::npos)
+      << refusal;
+  EXPECT_NE(open_files_refusal(16, 64), "");  // a limit that 2 ranks fit, 16 do not
+  EXPECT_EQ(open_files_refusal(2, 64), "");
+}
+
 TEST(Resources, FarMoreRanksThanCoresWarns) {
   // Seen in the field: -np 64 on a 2-core, 24 GiB machine ran silently until the kernel killed ranks.
   const auto warnings = resource_warnings(program(64), with_memory(2, 24));
@@ -437,6 +497,16 @@ TEST(Resources, OtherNodesAreNotJudgedFromHere) {
   LaunchOptions o = program(64);
   o.hosts = "a:32,b:32";
   EXPECT_TRUE(resource_warnings(o, with_memory(2, 1)).empty());
+}
+
+TEST(CommandLine, AMinimumOfRanksMustBePositiveAndAtMostTheRanks) {
+  std::string text;
+  EXPECT_FALSE(parse({"--min-np", "0", "--", "p"}, &text).options);
+  EXPECT_NE(text.find("--min-np must be a positive number of ranks, got 0"), std::string::npos) << text;
+  EXPECT_LT(text.size(), 300u) << text;
+  EXPECT_FALSE(parse({"-np", "2", "--min-np", "5", "--", "p"}, &text).options);
+  EXPECT_NE(text.find("--min-np 5 is more than -np 2"), std::string::npos) << text;
+  EXPECT_TRUE(parse({"-np", "4", "--min-np", "2", "--", "p"}).options);
 }
 
 TEST(CommandLine, RankMemoryFlag) {

@@ -165,7 +165,7 @@ echo "    its checkpoint: ${checkpoint:-none}"
 # 5. The node lost mid-job: srun's job ends NODE_FAIL, and srun names the node.
 srun --mpi=pmix -n 2 "$train" "${endless[@]}" >"$work/lost.out" 2>&1 &
 srun_pid=$!
-wait_for_line "$work/lost.out" "step 20000/" 120 || fail "node lost: the run never reached step 20000"
+wait_for_line "$work/lost.out" "step=20000/" 120 || fail "node lost: the run never reached step 20000"
 job=$(squeue -h -o %i | head -1)
 t0=$(date +%s.%N)
 slurm_node_down
