@@ -353,7 +353,9 @@ class Trainer::Run {
       evaluate_epoch(epoch, epoch_finished);
       evaluated = true;
       if (done_) {
-        save(epoch_finished ? epoch + 1 : epoch, epoch_finished ? 0 : position);
+        // Mid-epoch, a checkpoint of this step may already be there (checkpoint_every): the same file again.
+        if (last_saved_step_ != step_ || epoch_finished)
+          save(epoch_finished ? epoch + 1 : epoch, epoch_finished ? 0 : position);
       } else if (epoch + 1 == o_.epochs) {
         save(epoch + 1, 0);
       }
