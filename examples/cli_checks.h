@@ -61,4 +61,21 @@ inline std::string unknown_arguments(const CLI::App& app, const std::vector<std:
   return text;
 }
 
+// A seed: a whole number from 0 to 2^64 - 1 (CLI11 alone would saturate a larger one silently).
+inline const CLI::Validator kSeed(
+    [](std::string& text) -> std::string {
+      try {
+        std::size_t used = 0;
+        if (!text.empty() && text[0] != '-') {
+          std::stoull(text, &used);
+          if (used == text.size()) return "";
+        }
+      } catch (const std::out_of_range&) {
+        return "must be at most 18446744073709551615, got " + text;
+      } catch (const std::exception&) {
+      }
+      return "must be a whole number from 0 to 18446744073709551615, got '" + text + "'";
+    },
+    "UINT64");
+
 }  // namespace examples

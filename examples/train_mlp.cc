@@ -129,7 +129,9 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket cap in MB")
       ->capture_default_str()
       ->check(kPositiveNumber);
-  app.add_option("--seed", f.seed, "seed of the initialisation and the data order")->capture_default_str();
+  app.add_option("--seed", f.seed, "seed of the initialisation and the data order")
+      ->capture_default_str()
+      ->check(examples::kSeed);
   app.add_option("--checkpoint-dir", f.checkpoint_dir, "write checkpoints here (and at the end of the run)");
   app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints (0: only at the end)")
       ->capture_default_str()
@@ -182,53 +184,6 @@ Flags parse_flags(int argc, char** argv, int rank) {
   return f;
 }
 
-// Fashion-MNIST (an IDX directory) or one's own arrays (array_file.h).
-bool own_data(const Flags& f) { return ddp::data::is_array_dataset(f.data); }
-
-// The training and test sets, read on threads of their own while MPI, the device and NCCL start: both take a
-// good part of a second, and neither needs the other.
-std::pair<std::future<ddp::data::Dataset>, std::future<ddp::data::Dataset>> read_in_background(const Flags& f) {
-  using ddp::data::Dataset;
-  if (own_data(f)) {
-    auto read = [](std::string path) { return path.empty() ? Dataset{} : ddp::data::load_array_dataset(path); };
-    return {std::async(std::launch::async, read, f.data), std::async(std::launch::async, read, f.test_data)};
-  }
-  auto read_split = [dir = f.data](ddp::data::Split split) { return ddp::data::load_fashion_mnist(dir, split); };
-  return {std::async(std::launch::async, read_split, ddp::data::Split::kTrain),
-          std::async(std::launch::async, read_split, ddp::data::Split::kTest)};
-}
-
-// Both sets once read, or every rank ends with the first error.
-std::pair<ddp::data::Dataset, ddp::data::Dataset> wait_for_data(const Flags& f, const ddp::Session& session,
-                                                                std::future<ddp::data::Dataset> train_file,
-                                                                std::future<ddp::data::Dataset> test_file) {
-  ddp::data::Dataset train_set, test_set;
-  std::string error;
-  try {
-    train_set = train_file.get();
-    test_set = test_file.get();
-    if (!own_data(f) && train_set.size < test_set.size) {
-      error = "the training set of " + f.data + " has " + std::to_string(train_set.size) +
-              " samples and the test set " + std::to_string(test_set.size) +
-              ": are the train-* and t10k-* files swapped?";
-    }
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  session.agree(error, "cannot read the data set");
-  return {std::move(train_set), std::move(test_set)};
-}
-
-// The device, backend and threads the flags ask for (CLI11 has checked them; after a flag error they are the
-// defaults, and the error is reported once the session exists).
-ddp::SessionOptions session_options(const Flags& f) {
-  ddp::SessionOptions options;
-  options.device = ddp::parse_device_request(f.device);
-  options.backend = f.backend;
-  options.cpu_threads = f.threads;
-  return options;
-}
-
 ddp::TrainerOptions trainer_options(const Flags& f) {
   ddp::TrainerOptions o{
       .batch_size = f.batch_size,
@@ -264,13 +219,6 @@ ddp::TrainerOptions trainer_options(const Flags& f) {
   return o;
 }
 
-ddp::Activation activation_of(const Flags& f) {
-  if (f.activation == "gelu") return ddp::Activation::kGelu;
-  if (f.activation == "tanh") return ddp::Activation::kTanh;
-  if (f.activation == "sigmoid") return ddp::Activation::kSigmoid;
-  return ddp::Activation::kRelu;
-}
-
 // The model's layer sizes: the data's features, --layers hidden layers of --hidden, its classes or target width.
 std::vector<std::int64_t> layer_sizes(const Flags& f, std::int64_t features, std::int64_t outputs) {
   std::vector<std::int64_t> sizes = {features};
@@ -294,8 +242,12 @@ int train(int argc, char** argv) {
   } catch (const InvalidArgument& e) {
     flag_error = e.what();
   }
-  auto [train_file, test_file] = read_in_background(flags);
-  ddp::Session session(&argc, &argv, session_options(flags));
+  // The data set is read on a thread of its own while MPI, the device and NCCL start.
+  auto data =
+      std::async(std::launch::async, [&flags] { return ddp::data::load_train_test(flags.data, flags.test_data); });
+  ddp::Session session(
+      &argc, &argv,
+      {.device = ddp::parse_device_request(flags.device), .backend = flags.backend, .cpu_threads = flags.threads});
   if (flag_error.empty() && flags.global_batch_size > 0) {
     try {
       flags.batch_size = ddp::data::per_replica_batch_size(flags.global_batch_size, session.size());
@@ -306,18 +258,27 @@ int train(int argc, char** argv) {
   session.agree(flag_error, "bad command line");
   session.agree_same(ddp::command_line_settings(argc, argv), "the ranks were started with different flags");
   ddp::TrainerOptions options = trainer_options(flags);
-  if (!own_data(flags)) {  // the sizes are known before the data set is read: warm the device up meanwhile
+  const ddp::Activation activation = ddp::parse_activation(flags.activation);
+  if (!ddp::data::is_array_dataset(flags.data)) {  // Fashion-MNIST's sizes are known: warm the device up meanwhile
     const auto sizes = layer_sizes(flags, ddp::data::kFashionMnistFeatures, ddp::data::kFashionMnistClasses);
-    ddp::warm_up_device(session, sizes, activation_of(flags), options);
+    ddp::warm_up_device(session, sizes, activation, options);
   }
-  const auto [train_set, test_set] = wait_for_data(flags, session, std::move(train_file), std::move(test_file));
+  ddp::data::TrainTest sets;
+  std::string error;
+  try {
+    sets = data.get();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  session.agree(error, "cannot read the data set");
+  const auto& [train_set, test_set] = sets;
   const bool regression = train_set.regression();
   options.loss = !flags.loss.empty() ? ddp::parse_loss(flags.loss)
                  : regression        ? ddp::Loss::kMse
                                      : ddp::Loss::kCrossEntropy;
   const auto sizes =
       layer_sizes(flags, train_set.feature_count, regression ? train_set.target_width : train_set.num_classes);
-  ddp::MLP model(sizes, activation_of(flags), flags.seed, session.device(), session.stream());
+  ddp::MLP model(sizes, activation, flags.seed, session.device(), session.stream());
   ddp::Trainer trainer(session, model, options);
   return trainer.fit(train_set, test_set);
 }

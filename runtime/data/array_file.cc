@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <limits>
+#include <new>
 
 #include "runtime/core/check.h"
 #include "runtime/io/atomic_file.h"
@@ -284,6 +286,29 @@ Dataset load_array_dataset(const std::string& path) {
   }
   const std::string features = path + "/features.npy", targets = path + "/targets.npy";
   return make_array_dataset(read_npy(features), read_npy(targets), features + " and " + targets);
+}
+
+TrainTest load_train_test(const std::string& path, const std::string& test_path) {
+  const bool own = is_array_dataset(path);
+  auto read = [own, &path, &test_path](bool test) {
+    try {
+      if (!own) return load_fashion_mnist(path, test ? Split::kTest : Split::kTrain);
+      const std::string& file = test ? test_path : path;
+      return file.empty() ? Dataset{} : load_array_dataset(file);
+    } catch (const std::bad_alloc&) {
+      throw InvalidArgument("not enough memory to hold the data set " + (test ? test_path : path) +
+                            " in this process; use a machine with more memory, or fewer ranks on this node");
+    }
+  };
+  auto test = std::async(std::launch::async, read, true);
+  TrainTest sets{read(false), Dataset{}};
+  sets.test = test.get();
+  if (!own && sets.train.size < sets.test.size) {
+    throw InvalidArgument("the training set of " + path + " has " + std::to_string(sets.train.size) +
+                          " samples and the test set " + std::to_string(sets.test.size) +
+                          ": are the train-* and t10k-* files swapped?");
+  }
+  return sets;
 }
 
 Dataset make_array_dataset(const HostArray& features, const HostArray& targets, const std::string& source) {

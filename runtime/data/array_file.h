@@ -42,6 +42,16 @@ void write_npy(const std::string& path, const HostArray& array);
 bool is_array_dataset(const std::string& path);
 // Reads a data set as the top of this file says.
 Dataset load_array_dataset(const std::string& path);
+// The training and test sets one path names: a directory of Fashion-MNIST's IDX files (its two splits), or one's
+// own arrays (load_array_dataset), the test set then from `test_path` (none when it is empty). Both are read at
+// once, on threads of their own. Throws InvalidArgument naming the file (a train and test split that look
+// swapped, or a data set larger than this process can hold, too).
+struct TrainTest {
+  Dataset train;
+  Dataset test;
+};
+TrainTest load_train_test(const std::string& path, const std::string& test_path = "");
+
 // Builds a data set from a features array and a targets array (`source` names where they came from).
 Dataset make_array_dataset(const HostArray& features, const HostArray& targets, const std::string& source);
 

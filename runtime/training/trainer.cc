@@ -312,6 +312,17 @@ class Trainer::Run {
     done_ = step_ >= total_steps_;
     error = "";
     try {
+      // Two outputs in one file would overwrite each other (the trace, written last, would leave no metrics).
+      const std::vector<std::pair<std::string, std::string>> files = {
+          {"--metrics-file", o_.metrics_file}, {"--trace-file", o_.trace_file}, {"--onnx", o_.onnx_file}};
+      for (std::size_t a = 0; a < files.size(); ++a) {
+        for (std::size_t b = a + 1; b < files.size(); ++b) {
+          if (!files[a].second.empty() && files[a].second == files[b].second) {
+            throw InvalidArgument(files[a].first + " and " + files[b].first + " name the same file " + files[a].second +
+                                  "; give each its own");
+          }
+        }
+      }
       if (session_.is_lead() && !o_.metrics_file.empty()) {
         metrics_ = std::make_unique<io::MetricsWriter>(o_.metrics_file, start_.resumed);
       }

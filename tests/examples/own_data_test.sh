@@ -116,6 +116,9 @@ expect_error "bf16 with tanh" "bf16 precision takes relu or gelu" 2 "${reg[@]}" 
 expect_error "another run's directory" "already holds another run's checkpoints" 2 "${reg[@]}" --max-steps 1 \
   --checkpoint-dir "$work/ckpt"
 expect_error "another model" "does not match the model's" 2 "${reg[@]}" --hidden 32 --max-steps 70 --resume "$work/ckpt"
+expect_error "seed past 2^64" "must be at most 18446744073709551615" 2 "${reg[@]}" --seed 99999999999999999999999
+expect_error "one file for two outputs" "--metrics-file and --trace-file name the same file" 2 "${reg[@]}" \
+  --max-steps 1 --metrics-file "$work/same.out" --trace-file "$work/same.out"
 
 [ "$failures" -eq 0 ] && echo "PASS" || echo "$failures failure(s)"
 exit "$failures"
