@@ -108,9 +108,17 @@ std::vector<pid_t> process_ids() {
   return pids;
 }
 
+// The program process `pid` runs (/proc/PID/exe), or "" when it cannot be read.
+std::string executable_of(pid_t pid) {
+  char path[4096];
+  const ssize_t n = ::readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), path, sizeof path);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "";
+}
+
 // The rank wrappers on this node among the descendants of `root` (mpirun): /proc's parent links, then each
-// one's command line.
+// one's command line and program.
 std::vector<pid_t> local_rank_wrappers(pid_t root) {
+  const std::string self = executable_of(::getpid());
   std::map<pid_t, pid_t> parent_of;
   for (pid_t pid : process_ids()) {
     const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
@@ -130,7 +138,12 @@ std::vector<pid_t> local_rank_wrappers(pid_t root) {
     }
     if (!below_root) continue;
     const std::string cmdline = read_text("/proc/" + std::to_string(pid) + "/cmdline");
-    if (cmdline.find(std::string(kRankWrapperFlag) + '\0') != std::string::npos) wrappers.push_back(pid);
+    if (cmdline.find(std::string(kRankWrapperFlag) + '\0') == std::string::npos) continue;
+    // mpirun's own child between its fork and the exec of the wrapper has mpirun's command line, which holds the
+    // wrapper's flag too, and mpirun's handlers: a stop sent to it then would kill the rank as it starts. A
+    // wrapper runs this very program.
+    if (executable_of(pid) != self) continue;
+    wrappers.push_back(pid);
   }
   // A wrapper's child between its fork and the exec of the program still has the wrapper's command line: it is
   // not a wrapper (a stop sent to it then would kill it).
