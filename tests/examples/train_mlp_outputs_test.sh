@@ -15,8 +15,14 @@ digest="$3"
 record="$4"
 shift 4
 extra=("$@")
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+if [ -n "${TEST_SRCDIR:-}" ]; then
+  source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+else  # the GPU machine (tools/gpu_jobs.txt), which runs it from the tree without Bazel
+  source "$(cd "$(dirname "$0")" && pwd)/../../bazel/mpi_env.sh"
+fi
 work="$session/outputs"
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
 mkdir -p "$work"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -31,7 +37,7 @@ run() {
   [ "$status" -eq 0 ] || { fail "$name exited $status"; tail -20 "$work/$name.out"; }
   {
     echo "run $name"
-    /usr/bin/python3 "$digest" "$work/$name.jsonl" "$work/$name.out" $(ls "$work/$name"/ckpt-*.safetensors 2>/dev/null)
+    "$python" "$digest" "$work/$name.jsonl" "$work/$name.out" $(ls "$work/$name"/ckpt-*.safetensors 2>/dev/null)
   } >>"$work/digest"
 }
 : >"$work/digest"
