@@ -3,7 +3,6 @@
 # under variations that each test one explanation, in one call, then a table of the time line's steps:
 #   - the host's lead: with no loss read the host queues up to an epoch of replays; reading the loss every 10 or
 #     50 steps keeps it near the device;
-#   - cuBLASLt's first algorithm choice (DDP_GEMM_AUTOTUNE=1) and the second backward stream (concurrent);
 #   - the batch's shape: 120 and 125 rows (no short last batch) against 128.
 # What it found (bench/NOTES.md, seventh session): the second backward stream cost the graphed step 12 us (now
 # off by default); the rest of the time line's average over step_bench was the first step's kernel loading and
@@ -48,8 +47,5 @@ row() {  # label env... -- args...
 row "default (no loss read until the end of an epoch)" -- --log-every 1000000
 row "loss read every 50 steps" -- --log-every 50
 row "loss read every 10 steps" -- --log-every 10
-row "DDP_GEMM_AUTOTUNE=1" DDP_GEMM_AUTOTUNE=1 -- --log-every 1000000
-row "concurrent backward (DDP_GEMM_CONCURRENT_BACKWARD=1)" DDP_GEMM_CONCURRENT_BACKWARD=1 -- --log-every 1000000
 row "batch 125 (no short last batch)" -- --log-every 1000000 --batch-size 125
 row "batch 120" -- --log-every 1000000 --batch-size 120
-row "batch 120, DDP_GEMM_AUTOTUNE=1" DDP_GEMM_AUTOTUNE=1 -- --log-every 1000000 --batch-size 120

@@ -41,11 +41,9 @@ row() {  # label, then what run_once takes after its name
 echo "| configuration | distinct loss sequences | hashes | last run |"
 echo "| --- | --- | --- | --- |"
 row "eager" --no-cuda-graph
-row "eager concurrent backward" DDP_GEMM_CONCURRENT_BACKWARD=1 --no-cuda-graph
 row "eager launch blocking" CUDA_LAUNCH_BLOCKING=1 --no-cuda-graph
 row "eager mpi backend" --no-cuda-graph --backend mpi
 row "graph" 
-row "eager no bias epilogue" DDP_GEMM_BIAS_EPILOGUE=0 --no-cuda-graph
 
 if [ "${SANITIZE:-0}" = 1 ]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

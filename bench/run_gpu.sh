@@ -49,30 +49,23 @@ mid=(--sizes $S2 --batch 4096 --device cuda --warmup 5 --iters 10 --repeats 5)
 big=(--sizes $S3 --batch 8192 --device cuda --warmup 5 --iters 10 --repeats 5)
 
 # Ours vs PyTorch, each PyTorch configuration measured once and shared by the rows that compare with it.
-# "autotune" rows time cuBLASLt's candidates once per GEMM shape (runtime/kernels/cuda/gemm_options.h);
-# "concurrent" rows run dw of a backward on a second stream beside dx (the default is one stream). --gemm-floor adds the step's GEMMs alone (column "GEMMs alone").
+# "serial backward" rows run dw of a backward on the same stream as dx (the default is a second stream).
+# --gemm-floor adds the step's GEMMs alone (column "GEMMs alone").
 A="784-1024-1024-10 b256 fp32 eager"
 torch "$A" ref "${small[@]}" --precision fp32
 ours "$A" ours "${small[@]}" --precision fp32
-A="784-1024-1024-10 b256 fp32 graph"; B2="$A autotune"; C="$A serial backward"; D="$A own bias pass"
-torch "$A|$B2|$C|$D" ref "${small[@]}" --precision fp32 --graph
-ours "$D" ours "${small[@]}" --precision fp32 --graph --gemm-floor --no-bias-epilogue
+A="784-1024-1024-10 b256 fp32 graph"; C="$A serial backward"
+torch "$A|$C" ref "${small[@]}" --precision fp32 --graph
 ours "$A" ours "${small[@]}" --precision fp32 --graph --gemm-floor
-ours "$B2" ours "${small[@]}" --precision fp32 --graph --gemm-floor --autotune
 ours "$C" ours "${small[@]}" --precision fp32 --graph --gemm-floor --serial-backward
 for p in fp32 tf32; do
-  A="1024-2048x4-1024 b4096 $p"; B2="$A autotune"; C="$A own bias pass"; D="$A own bias pass autotune"
-  torch "$A|$B2|$C|$D" ref "${mid[@]}" --precision $p
-  ours "$A" ours "${mid[@]}" --precision $p --gemm-floor
-  DDP_GEMM_LOG=1 ours "$B2" ours "${mid[@]}" --precision $p --gemm-floor --autotune
-  ours "$C" ours "${mid[@]}" --precision $p --gemm-floor --no-bias-epilogue
-  ours "$D" ours "${mid[@]}" --precision $p --gemm-floor --no-bias-epilogue --autotune
+  A="1024-2048x4-1024 b4096 $p"
+  torch "$A" ref "${mid[@]}" --precision $p
+  DDP_GEMM_LOG=1 ours "$A" ours "${mid[@]}" --precision $p --gemm-floor
 done
-A="4096x4 b8192 bf16 (master fp32)"; B2="$A autotune"; C="$A own bias pass"
-torch "$A|$B2|$C" ref "${big[@]}" --precision bf16
-ours "$C" ours "${big[@]}" --precision bf16 --gemm-floor --no-bias-epilogue
-ours "$A" ours "${big[@]}" --precision bf16 --gemm-floor
-DDP_GEMM_LOG=1 ours "$B2" ours "${big[@]}" --precision bf16 --gemm-floor --autotune
+A="4096x4 b8192 bf16 (master fp32)"
+torch "$A" ref "${big[@]}" --precision bf16
+DDP_GEMM_LOG=1 ours "$A" ours "${big[@]}" --precision bf16 --gemm-floor
 
 # The step with and without DDP (reference: our own step without DDP, same configuration).
 L="DDP 1 rank NCCL 784 b256 fp32"; ours "$L" ours "${small[@]}" --ddp; ours "$L" ref "${small[@]}"

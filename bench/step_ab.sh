@@ -2,8 +2,8 @@
 # The step shapes under several settings of the environment, paired in one run: each round times every
 # arm on every shape one after the other, so that the machine's drift from minute to minute falls on all arms
 # alike, and the table gives each arm's median and its ratio to the first arm's. For the GPU Linear's switches
-# (DDP_GEMM_PARTS, DDP_GEMM_NARROW, DDP_KERNEL_PDL, ...): one binary, no rebuild between arms.
-#   bash bench/step_ab.sh 'DDP_GEMM_PARTS=0' ''            (arms: space-separated VAR=value lists; '' = defaults)
+# and the runtime's settings (DDP_*): one binary, no rebuild between arms.
+#   bash bench/step_ab.sh 'DDP_BACKEND=mpi' ''             (arms: space-separated VAR=value lists; '' = defaults)
 # Environment: ROUNDS (3), B (the binaries, .gpu/bin), OUT (where step_ab.jsonl goes, /tmp), SHAPES (a subset of
 # the names below), DEVICE (cuda; cpu runs the eager shapes, for trying the script without a GPU).
 set -uo pipefail

@@ -21,8 +21,7 @@
 // two models of the same sizes and seed in this process, one wrapped, one not. step_us is the wrapped one's;
 // the JSON adds the unwrapped median and the median of the paired ratios: DDP's own cost at this world size.
 // Its peak memory counts both models.
-// --autotune, --concurrent-backward and --no-bias-epilogue set ddp::GemmOptions (runtime/kernels/cuda/gemm_options.h:
-// algorithm timing, one stream in backward, bias and activation by our own pass after the GEMM). Written against
+// --serial-backward sets ddp::GemmOptions (runtime/kernels/cuda/gemm_options.h: one stream in backward). Written against
 // ddp.h alone, as a user's program; only the GEMM floor (bench/gemm_floor.h) calls the kernel layer, and
 // --recorder-ab the flight recorder's switch.
 #include <CLI/CLI.hpp>
@@ -59,10 +58,8 @@ struct Args {
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
   std::uint64_t seed = 0;
-  bool autotune = false;
   bool serial_backward = false;
   bool gemm_floor = false;
-  bool no_bias_epilogue = false;
   std::string optimizer = "sgd";
   bool recorder_ab = false;
   bool ddp_ab = false;
@@ -93,10 +90,8 @@ std::optional<Args> parse_args(int argc, char** argv, int* status) {
   app.add_option("--bucket-mb", a.bucket_mb, "DDP bucket cap");
   app.add_option("--first-bucket-mb", a.first_bucket_mb, "DDP first bucket cap");
   app.add_option("--seed", a.seed);
-  app.add_flag("--autotune", a.autotune, "time cuBLASLt's candidate algorithms per GEMM shape, keep the fastest");
   app.add_flag("--serial-backward", a.serial_backward, "dx and dw GEMMs on one stream (default: two)");
   app.add_flag("--gemm-floor", a.gemm_floor, "also time the step's GEMMs alone (GPU)");
-  app.add_flag("--no-bias-epilogue", a.no_bias_epilogue, "bias and ReLU by our kernel after the GEMM, not cuBLASLt's epilogue");
   app.add_flag("--recorder-ab", a.recorder_ab, "time the step with the flight recorder on and off, alternating repeats");
   app.add_flag("--ddp-ab", a.ddp_ab, "time the eager step with DDP and without, alternating repeats (implies --ddp)")
       ->excludes("--recorder-ab", "--graph");
@@ -125,9 +120,7 @@ std::vector<std::int64_t> parse_sizes(const std::string& text) {
 
 GemmOptions apply_gemm_flags(const Args& a) {
   GemmOptions options = gemm_options();
-  if (a.autotune) options.autotune = true;
   if (a.serial_backward) options.concurrent_backward = false;
-  if (a.no_bias_epilogue) options.bias_epilogue = false;
   set_gemm_options(options);
   return options;
 }
@@ -396,9 +389,7 @@ void report(const Args& a, Session& session, const Measured& m, const GemmOption
   j["cpu_allocs_per_step"] = m.cpu_allocs_per_step;
   j["loss"] = std::isfinite(m.loss) ? nlohmann::json(m.loss) : nlohmann::json(nullptr);
   j["times_us"] = m.times_us;
-  j["autotune"] = gemm.autotune;
   j["concurrent_backward"] = gemm.concurrent_backward;
-  j["bias_epilogue"] = gemm.bias_epilogue;
   j["narrow_layers"] = gemm.narrow_layers;
   if (gemm_us > 0) j["gemm_us"] = gemm_us;
   if (a.recorder_ab) {

@@ -69,34 +69,10 @@ Tensor Sequential::forward(const Tensor& x, const Stream& stream) {
   PhaseGuard phase(Phase::kForward);
   Tensor h = x;
   const auto& kids = children();
-  auto child = [&kids](std::size_t i) { return i < kids.size() ? kids[i].second.get() : nullptr; };
-  // The activation at i that a Linear before it can fuse; Tanh and Sigmoid run as layers of their own.
-  auto activation_at = [&child](std::size_t i) {
-    auto* layer = dynamic_cast<ActivationLayer*>(child(i));
-    return layer != nullptr && fused_activation(layer->activation()) ? layer->activation() : Activation::kNone;
-  };
   for (std::size_t i = 0; i < kids.size(); ++i) {
+    // A Linear followed by ReLU or GELU runs as one fused linear; Tanh and Sigmoid run as layers of their own.
     auto* linear = dynamic_cast<Linear*>(kids[i].second.get());
-    auto* act = dynamic_cast<ActivationLayer*>(child(i + 1));
-    if (linear != nullptr) {
-      // The longest run Linear, activation, Linear, ... of one math mode from here.
-      std::vector<ops::ChainLayer> layers{{linear->weight(), linear->bias()}};
-      std::vector<Activation> activations;
-      std::size_t last = i;  // the run's last Linear
-      for (Linear* next; activation_at(last + 1) != Activation::kNone &&
-                         (next = dynamic_cast<Linear*>(child(last + 2))) != nullptr &&
-                         next->math_mode() == linear->math_mode();
-           last += 2) {
-        layers.push_back({next->weight(), next->bias()});
-        activations.push_back(activation_at(last + 1));
-      }
-      // A chain ends in a Linear without an activation after it (a classifier's head).
-      if (layers.size() >= 2 && activation_at(last + 1) == Activation::kNone) {
-        h = ops::linear_chain(h, layers, activations, stream, linear->math_mode());
-        i = last;
-        continue;
-      }
-    }
+    auto* act = i + 1 < kids.size() ? dynamic_cast<ActivationLayer*>(kids[i + 1].second.get()) : nullptr;
     if (linear != nullptr && act != nullptr && act->activation() != Activation::kNone &&
         fused_activation(act->activation())) {
       h = linear->forward_fused(h, act->activation(), stream);

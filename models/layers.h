@@ -61,9 +61,7 @@ class Sequential : public Module {
   Sequential() = default;
   // Appends `module` under the next index ("0", "1", ...).
   void add(std::shared_ptr<Module> module);
-  // Runs the children in order. Linears with a ReLU/GELU between each two, the last with no activation after it
-  // (a classifier's stack), run as one ops::linear_chain; any other Linear followed by ReLU/GELU as one fused
-  // linear.
+  // Runs the children in order; a Linear followed by ReLU/GELU runs as one fused linear.
   Tensor forward(const Tensor& x, const Stream& stream) override;
   std::string type_name() const override { return "Sequential"; }
   std::size_t size() const { return children().size(); }

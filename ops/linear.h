@@ -6,8 +6,6 @@
 // (ParameterStore), accumulating when already valid.
 #pragma once
 
-#include <vector>
-
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
@@ -20,27 +18,6 @@ namespace ddp::ops {
 // TF32 for float32 GEMMs there (ignored on the CPU).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, const Stream& stream,
               MathMode math = MathMode::kFloat32);
-
-// One layer of a linear_chain: weight [out, in] and bias [out] (the bias may be undefined).
-struct ChainLayer {
-  Tensor weight, bias;
-};
-
-// Linears with an activation between each two, as one op: layers[0], activations[0], layers[1], ...,
-// activations[n-2], layers[n-1], the last with no activation after it (an MLP classifier's whole stack, which is
-// how `Sequential` runs one). Gradients reach x and every weight and bias as through separate linear() calls,
-// whose arithmetic each layer's kernels keep, with fewer kernels:
-//   * each layer's input gradient goes through the activation below it inside its own backward (kernels::
-//     linear_backward's `through`), summing that layer's bias gradient there, so no layer runs an activation
-//     gradient pass of its own; on the GPU the narrow head does this in its single launch, and a wider layer's
-//     input gradient can come as partial products that this pass adds (GemmOptions::parts);
-//   * the last two layers' forward is kernels::linear_pair_forward (on the GPU, with GemmOptions::parts, the
-//     hidden layer as partial products that the head's narrow kernel adds).
-// The parameters' grad-ready hooks fire as each layer's backward is enqueued, last layer first, as for separate
-// linear() nodes (autograd::gradients_written), so DDP's all-reduces still overlap the rest of the backward.
-// float32 or bfloat16, one type throughout; `math` as for linear(). activations.size() must be layers.size() - 1.
-Tensor linear_chain(const Tensor& x, const std::vector<ChainLayer>& layers, const std::vector<Activation>& activations,
-                    const Stream& stream, MathMode math = MathMode::kFloat32);
 
 // The Linear of mixed-precision training (models/bf16_weights.h): the GEMMs read bfloat16 `x` and `w_bf16`, the
 // bfloat16 copy of the float32 master weight `w`, and accumulate in float32. The weight and bias gradients are

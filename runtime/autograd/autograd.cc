@@ -23,7 +23,7 @@ Tape& tape() {
 AutogradMeta* meta_of(const Tensor& t) { return t.has_autograd_meta() ? &t.autograd_meta() : nullptr; }
 
 // The node backward() is running on this thread, and for every tensor whose gradient is not final yet the node
-// after which it is: what gradients_written needs to fire a hook inside a node's closure.
+// after which it is.
 struct RunningBackward {
   std::unordered_map<const AutogradMeta*, std::size_t>* final_at;
   std::size_t node;
@@ -168,7 +168,7 @@ void backward(const Tensor& loss, const Stream& stream) {
         m.grad_host_scalar.reset();
       }
     }
-    // The inputs whose gradients the closure did not already report (gradients_written), in input order.
+    // The inputs whose gradients are final now, in input order.
     for (const Tensor& in : node.inputs) fire_if_final(&in.autograd_meta());
   }
   loss_meta.grad.reset();
@@ -189,12 +189,6 @@ void backward(const Tensor& loss, const Stream& stream) {
   }
   for (Node& node : tape().nodes) kept.push_back(std::move(node));
   tape().nodes = std::move(kept);
-}
-
-void gradients_written(std::initializer_list<const Tensor*> tensors) {
-  if (g_running == nullptr) return;
-  for (const Tensor* t : tensors)
-    if (t != nullptr && t->defined() && t->has_autograd_meta()) fire_if_final(&t->autograd_meta());
 }
 
 void zero_grad(const std::vector<Tensor>& tensors) {

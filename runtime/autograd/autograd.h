@@ -13,8 +13,7 @@
 //   * A node writes a gradient through grad_target(): the first writer of a backward overwrites (no zero fill
 //     needed), later writers accumulate — exactly the kernels' `accumulate` flag.
 //   * Grad-ready hooks: a tensor's hooks fire on the calling thread right after the last node that contributes
-//     to its gradient has run (its earliest-recorded consumer), in the order gradients become final, or earlier
-//     inside that node when its closure says the gradient is written (gradients_written). For an
+//     to its gradient has run (its earliest-recorded consumer), in the order gradients become final. For an
 //     MLP that is the last layer's weight and bias first. The DDP reducer launches bucket all-reduces from them.
 //     The hooks fire after the node's kernels are *enqueued* on `stream`; device-side consumers must order after
 //     `stream` (record an event on it), which is what the reducer does.
@@ -82,12 +81,6 @@ Tensor grad_of(const Tensor& output, const Stream& stream);
 // The scale of a scalar output's gradient as a host value: free when it is the loss (1.0), otherwise a
 // read-back that synchronises `stream` (a loss used inside a larger expression; rare).
 double scalar_grad_value(const Tensor& output, const Stream& stream);
-
-// Reports, from inside a backward closure, that the gradients of `tensors` (inputs of this node) are written:
-// the grad-ready hooks of those for which this node is the last writer fire now, in the order given, instead of
-// after the node. A node that runs several layers (ops::linear_chain) calls it after each, so that DDP's bucket
-// all-reduces start as soon as each layer's gradients exist. Outside a backward it does nothing.
-void gradients_written(std::initializer_list<const Tensor*> tensors);
 
 // ---- Running ----
 // `loss` must be a float32 tensor of one element that some recorded node produced.

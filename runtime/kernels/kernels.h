@@ -75,17 +75,6 @@ struct AdamWScalars {
   float eps;
 };
 
-// The activation that produced a Linear's input x (the previous layer's), for a backward that differentiates
-// it too (linear_backward's `through`): saved is x itself for kRelu (its sign is the derivative) and the previous
-// layer's pre_activation for kGelu, in the Linear's input type; dbias receives the previous layer's bias gradient
-// (the Linear's gradient type; may be null), added to it when `accumulate`.
-struct InputActivation {
-  Activation act;
-  const void* saved;
-  void* dbias;
-  bool accumulate;
-};
-
 // Where a gather of consecutive batches stands, in device memory (gather_batch below): the next batch starts at
 // `position` of the order, the order ends at `end`, and the kernel counts its blocks in `arrivals` (zero between
 // launches) so that its last block can move `position` on after every block has read it.

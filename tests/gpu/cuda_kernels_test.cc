@@ -269,36 +269,14 @@ void run_linear_forward_case(const LinearCase& c, Activation act, bool with_bias
   }
 }
 
-// linear_backward's `through`: the activation that produced x (x = in_act(pre_in)), and whether the previous
-// layer's bias gradient is accumulated into.
-struct Through {
-  Activation act;
-  bool accumulate;
-};
-
 void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bias, bool accumulate, bool with_dx,
-                              cudaStream_t stream, const Through* through = nullptr) {
+                              cudaStream_t stream) {
   const std::int64_t B = c.shape.batch, I = c.shape.in, O = c.shape.out;
   const std::uint32_t seed = static_cast<std::uint32_t>(B * 104729 + I * 17 + O * 3);
   TypedBuffer x(c.dtype, B * I), w(c.dtype, O * I), dy(c.out_type(), B * O), y(c.out_type(), B * O),
       pre(c.out_type(), B * O);
   TypedBuffer dx(c.dtype, B * I), dw(c.grad_type(), O * I), dbias(c.grad_type(), O), scratch(c.dtype, B * O);
-  TypedBuffer pre_in(c.dtype, through != nullptr ? B * I : 1), in_dbias(c.grad_type(), I);
-  if (through != nullptr) {
-    pre_in.set(random_nonzero(B * I, seed + 7, 2.0f));
-    std::vector<float> activated(B * I);
-    for (std::size_t i = 0; i < activated.size(); ++i) {
-      activated[i] = static_cast<float>(act_ref(through->act, pre_in.host[i]));
-    }
-    x.set(activated);
-    if (through->accumulate) {
-      in_dbias.set(random_nonzero(I, seed + 8));
-    } else {
-      in_dbias.device.poison();
-    }
-  } else {
-    x.set(random_nonzero(B * I, seed + 1));
-  }
+  x.set(random_nonzero(B * I, seed + 1));
   w.set(random_nonzero(O * I, seed + 2, 1.0f / std::sqrt(static_cast<float>(I))));
   dy.set(random_nonzero(B * O, seed + 3));
   // The saved activation tensors, consistent with each other: y = act(pre).
@@ -316,18 +294,13 @@ void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bia
   }
   dx.device.poison();
   scratch.device.poison();
-  const std::vector<double> dw0 = dw.host, db0 = dbias.host, in_db0 = in_dbias.host;
+  const std::vector<double> dw0 = dw.host, db0 = dbias.host;
 
   const bool needs_dz = act != Activation::kNone || c.out_type() != c.dtype;
-  kernels::InputActivation in{};
-  if (through != nullptr) {
-    in = {through->act, through->act == Activation::kGelu ? pre_in.device.get() : x.device.get(),
-          in_dbias.device.get(), through->accumulate};
-  }
   gpu::linear_backward(c.types(), c.math, c.shape, dy.device.get(), x.device.get(), w.device.get(), y.device.get(),
                        pre.device.get(), act, with_dx ? dx.device.get() : nullptr, dw.device.get(),
                        with_bias ? dbias.device.get() : nullptr, accumulate, needs_dz ? scratch.device.get() : nullptr,
-                       stream, through != nullptr ? &in : nullptr);
+                       stream);
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   std::vector<double> dz(B * O);
@@ -354,18 +327,7 @@ void run_linear_backward_case(const LinearCase& c, Activation act, bool with_bia
       for (std::int64_t i = 0; i < I; ++i) dwr[i] += g * xr[i];
     }
   const double tol = linear_tolerance(c);
-  std::string what = describe(c, act, with_bias, accumulate) + (with_dx ? "" : " no-dx");
-  if (through != nullptr) {
-    // One step further back: through the activation that produced x, and the previous layer's bias gradient.
-    std::vector<double> in_db_ref(I);
-    for (std::int64_t i = 0; i < I; ++i) in_db_ref[i] = through->accumulate ? in_db0[i] : 0.0;
-    for (std::int64_t j = 0; j < B * I; ++j) {
-      dx_ref[j] *= act_grad_ref(through->act, through->act == Activation::kRelu ? x.host[j] : pre_in.host[j]);
-      in_db_ref[j % I] += dx_ref[j];
-    }
-    what += std::string(" through ") + act_name(through->act) + (through->accumulate ? " accumulate" : "");
-    EXPECT_LT(rel_l2(in_dbias.fetch(), in_db_ref), tol) << "backward previous layer's dbias, " << what;
-  }
+  const std::string what = describe(c, act, with_bias, accumulate) + (with_dx ? "" : " no-dx");
   if (with_dx) {
     EXPECT_LT(rel_l2(dx.fetch(), dx_ref), tol) << "backward dx, " << what;
   }
@@ -386,45 +348,6 @@ TEST_F(CudaKernels, LinearForwardMatchesReference) {
       for (bool bias : {false, true}) run_linear_forward_case(c, act, bias, stream_);
 }
 
-// The forward without cuBLASLt's bias epilogues: a plain GEMM, then our bias+activation pass (vectorised where
-// rows are a multiple of 8 elements).
-TEST_F(CudaKernels, LinearForwardWithoutBiasEpilogueMatchesReference) {
-  const gpu::GemmOptions saved = gpu::gemm_options();
-  gpu::GemmOptions o = saved;
-  o.bias_epilogue = false;
-  gpu::set_gemm_options(o);
-  for (const auto& c : linear_cases(true))
-    for (Activation act : kActivations)
-      for (bool bias : {false, true}) run_linear_forward_case(c, act, bias, stream_);
-  gpu::set_gemm_options(saved);
-}
-
-// The forward with plain_layer_parts: a wide float32 layer as partial products that our bias/activation pass adds
-// in place of cuBLASLt's split-K reduction. The counts the GPU takes are checked; every case of the forward test
-// runs under the rule and under two slices (shapes the slices do not fit take one GEMM, as before).
-TEST_F(CudaKernels, LinearForwardWithPartialProductsMatchesReference) {
-  const gpu::GemmOptions saved = gpu::gemm_options();
-  for (int request : {-1, 2}) {
-    gpu::GemmOptions o = saved;
-    o.parts = request;
-    o.plain_layer_parts = true;
-    gpu::set_gemm_options(o);
-    const std::string what = "parts=" + std::to_string(request);
-    EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{128, 784, 512}), request == -1 ? 4 : 2) << what;
-    EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{256, 784, 1024}), request == -1 ? 1 : 2)
-        << what << ": 64 tiles take none by the rule";
-    EXPECT_EQ(gpu::linear_forward_parts(DType::kFloat32, LinearShape{37, 129, 67}), 1) << what << ": 67 columns";
-    EXPECT_EQ(gpu::linear_forward_parts(DType::kBFloat16, LinearShape{128, 784, 512}), 1) << what;
-    std::vector<LinearCase> cases = linear_cases(true);
-    cases.push_back({DType::kFloat32, MathMode::kFloat32, {128, 784, 512}});
-    cases.push_back({DType::kFloat32, MathMode::kTF32, {128, 784, 512}});
-    for (const auto& c : cases)
-      for (Activation act : kActivations)
-        for (bool bias : {false, true}) run_linear_forward_case(c, act, bias, stream_);
-  }
-  gpu::set_gemm_options(saved);
-}
-
 TEST_F(CudaKernels, LinearBackwardMatchesReference) {
   for (const auto& c : linear_cases(false))
     for (Activation act : kActivations)
@@ -432,107 +355,7 @@ TEST_F(CudaKernels, LinearBackwardMatchesReference) {
         for (bool accumulate : {false, true}) run_linear_backward_case(c, act, bias, accumulate, true, stream_);
 }
 
-// kernels::linear_pair_forward (ops::linear_chain's last two layers) against a double reference: h = act(x·w1ᵀ + b1),
-// GELU's pre-activation, and y = h·w2ᵀ + b2. With GemmOptions::parts the first layer's slices of K are one
-// batched GEMM whose parts the head's narrow kernel adds; every slice count is tried with the count the GPU
-// takes checked (a shape the slices do not divide runs as two Linears), and the partial products' path repeats
-// its bits.
-TEST_F(CudaKernels, LinearPairForwardMatchesReference) {
-  struct PairCase {
-    LinearShape first;
-    std::int64_t out;
-    int parts_2, parts_4, parts_8, parts_rule;  // what linear_pair_parts must say for each request
-  };
-  const PairCase cases[] = {
-      {{128, 512, 512}, 10, 2, 4, 8, 8},    // the main job's last hidden layer and head
-      {{37, 256, 96}, 32, 2, 4, 8, 4},      // partial rows, the widest narrow head; slices at least 64 deep
-      {{256, 1024, 1024}, 10, 2, 4, 8, 1},  // the big model: 64 tiles, none by the rule
-      {{5, 100, 40}, 3, 1, 1, 1, 1},        // 100 is no multiple of 8: two Linears
-  };
-  const gpu::GemmOptions saved = gpu::gemm_options();
-  for (const PairCase& c : cases) {
-    const std::int64_t B = c.first.batch, I = c.first.in, H = c.first.out, O = c.out;
-    const std::uint32_t seed = static_cast<std::uint32_t>(B * 31 + I * 7 + H + O);
-    TypedBuffer x(DType::kFloat32, B * I), w1(DType::kFloat32, H * I), b1(DType::kFloat32, H),
-        w2(DType::kFloat32, O * H), b2(DType::kFloat32, O), h(DType::kFloat32, B * H), pre(DType::kFloat32, B * H),
-        y(DType::kFloat32, B * O);
-    x.set(random_nonzero(B * I, seed + 1));
-    w1.set(random_nonzero(H * I, seed + 2, 1.0f / std::sqrt(static_cast<float>(I))));
-    b1.set(random_nonzero(H, seed + 3, 0.5f));
-    w2.set(random_nonzero(O * H, seed + 4, 1.0f / std::sqrt(static_cast<float>(H))));
-    b2.set(random_nonzero(O, seed + 5, 0.5f));
-    // x·w1ᵀ in double, once per case (the bias and the activations are added below).
-    std::vector<double> product(B * H);
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t j = 0; j < H; ++j) {
-        double sum = 0.0;
-        for (std::int64_t i = 0; i < I; ++i) sum += x.host[b * I + i] * w1.host[j * I + i];
-        product[b * H + j] = sum;
-      }
-    for (int request : {0, 2, 4, 8, -1}) {
-      const int expected = request == 2   ? c.parts_2
-                           : request == 4 ? c.parts_4
-                           : request == 8 ? c.parts_8
-                           : request == -1 ? c.parts_rule
-                                           : 1;
-      gpu::GemmOptions o = saved;
-      o.parts = request;
-      gpu::set_gemm_options(o);
-      EXPECT_EQ(gpu::linear_pair_parts(DType::kFloat32, c.first, O), expected)
-          << "batch=" << B << " in=" << I << " hidden=" << H << " parts=" << request;
-      EXPECT_EQ(gpu::linear_pair_parts(DType::kBFloat16, c.first, O), 1) << "bfloat16 takes no partial products";
-      for (MathMode math : {MathMode::kFloat32, MathMode::kTF32}) {
-        for (Activation act : kActivations) {
-          for (bool with_bias : {false, true}) {
-            std::vector<std::vector<float>> runs;
-            for (int run = 0; run < 2; ++run) {
-              h.device.poison();
-              pre.device.poison();
-              y.device.poison();
-              gpu::linear_pair_forward(DType::kFloat32, math, c.first, O, x.device.get(), w1.device.get(),
-                                       with_bias ? b1.device.get() : nullptr, act, h.device.get(),
-                                       act == Activation::kGelu ? pre.device.get() : nullptr, w2.device.get(),
-                                       with_bias ? b2.device.get() : nullptr, y.device.get(), stream_);
-              sync();
-              std::vector<float> bits = download<float>(y.device, B * O);
-              const std::vector<float> h_bits = download<float>(h.device, B * H);
-              bits.insert(bits.end(), h_bits.begin(), h_bits.end());
-              runs.push_back(bits);
-            }
-            std::vector<double> z_ref(B * H), h_ref(B * H), y_ref(B * O);
-            for (std::int64_t b = 0; b < B; ++b) {
-              for (std::int64_t j = 0; j < H; ++j) {
-                const double sum = product[b * H + j] + (with_bias ? b1.host[j] : 0.0);
-                z_ref[b * H + j] = sum;
-                h_ref[b * H + j] = act_ref(act, sum);
-              }
-              for (std::int64_t k = 0; k < O; ++k) {
-                double sum = with_bias ? b2.host[k] : 0.0;
-                for (std::int64_t j = 0; j < H; ++j) sum += h_ref[b * H + j] * w2.host[k * H + j];
-                y_ref[b * O + k] = sum;
-              }
-            }
-            const double tol = math == MathMode::kTF32 ? 5e-3 : 1e-5;
-            const std::string what = std::string(math == MathMode::kTF32 ? "tf32" : "fp32") + " batch=" +
-                                     std::to_string(B) + " in=" + std::to_string(I) + " hidden=" +
-                                     std::to_string(H) + " out=" + std::to_string(O) + " act=" + act_name(act) +
-                                     (with_bias ? " bias" : " no-bias") + " parts=" + std::to_string(request);
-            EXPECT_LT(rel_l2(h.fetch(), h_ref), tol) << "h, " << what;
-            EXPECT_LT(rel_l2(y.fetch(), y_ref), tol) << "y, " << what;
-            if (act == Activation::kGelu) EXPECT_LT(rel_l2(pre.fetch(), z_ref), tol) << "pre, " << what;
-            std::size_t differing = 0;
-            for (std::size_t i = 0; i < runs[0].size(); ++i)
-              differing += float_bits(runs[0][i]) != float_bits(runs[1][i]);
-            EXPECT_EQ(differing, 0u) << "a second call, " << what;
-          }
-        }
-      }
-    }
-  }
-  gpu::set_gemm_options(saved);
-}
-
-// The narrow layers' shapes through cuBLASLt, as with DDP_GEMM_NARROW=0.
+// The narrow layers' shapes through cuBLASLt (GemmOptions::narrow_layers off).
 TEST_F(CudaKernels, NarrowLayersThroughCublasLtMatchReference) {
   const gpu::GemmOptions saved = gpu::gemm_options();
   gpu::GemmOptions o = saved;
@@ -543,63 +366,6 @@ TEST_F(CudaKernels, NarrowLayersThroughCublasLtMatchReference) {
     for (Activation act : kActivations) {
       run_linear_forward_case(c, act, true, stream_);
       for (bool accumulate : {false, true}) run_linear_backward_case(c, act, true, accumulate, true, stream_);
-    }
-  }
-  gpu::set_gemm_options(saved);
-}
-
-// linear_backward's `through` (ops::linear_chain's backward): the narrow kernel differentiates the input's
-// activation and sums the previous layer's bias gradient in its own launch; wider layers (and narrow ones with
-// DDP_GEMM_NARROW=0) run the activation/bias pass on dx after the GEMM.
-TEST_F(CudaKernels, LinearBackwardThroughTheInputActivationMatchesReference) {
-  const gpu::GemmOptions saved = gpu::gemm_options();
-  for (bool narrow : {true, false}) {
-    gpu::GemmOptions o = saved;
-    o.narrow_layers = narrow;
-    gpu::set_gemm_options(o);
-    for (const auto& c : linear_cases(false))
-      for (Activation in_act : kActivations)
-        for (bool accumulate : {false, true}) {
-          const Through through{in_act, accumulate};
-          run_linear_backward_case(c, Activation::kNone, true, accumulate, true, stream_, &through);
-        }
-  }
-  gpu::set_gemm_options(saved);
-}
-
-// `through` with partial products (GemmOptions::parts): a wide layer's dx as slices of K in one batched GEMM,
-// added by the input activation's gradient pass instead of cuBLASLt's split-K reduction kernel. The slice count
-// the GPU takes is checked for each request (bfloat16 and layers the narrow kernel takes: none).
-TEST_F(CudaKernels, LinearBackwardThroughAddsTheInputGradientsSlices) {
-  struct SliceCase {
-    LinearShape shape;
-    int request, expected;
-  };
-  const SliceCase cases[] = {
-      {{128, 512, 512}, -1, 8},  // the main job's second hidden layer
-      {{128, 512, 512}, 2, 2},   {{128, 512, 512}, 4, 4}, {{128, 512, 512}, 8, 8},
-      {{1000, 40, 264}, 2, 2},   // 264 is a multiple of 8 but not of 16
-      {{1000, 40, 264}, -1, 1},  // so not 4 slices, and the rule takes no fewer
-      {{64, 96, 128}, 2, 2},     {{64, 96, 128}, -1, 1},  // by the rule slices are at least 64 deep
-      {{37, 129, 67}, -1, 1},    // 129 columns: no 8-float rows, one GEMM
-      {{128, 512, 10}, -1, 1},   // the narrow backward
-  };
-  const gpu::GemmOptions saved = gpu::gemm_options();
-  for (const SliceCase& sc : cases) {
-    gpu::GemmOptions o = saved;
-    o.parts = sc.request;
-    gpu::set_gemm_options(o);
-    const std::string shape = "batch=" + std::to_string(sc.shape.batch) + " in=" + std::to_string(sc.shape.in) +
-                              " out=" + std::to_string(sc.shape.out) + " parts=" + std::to_string(sc.request);
-    EXPECT_EQ(gpu::input_gradient_parts(DType::kFloat32, sc.shape), sc.expected) << shape;
-    EXPECT_EQ(gpu::input_gradient_parts(DType::kBFloat16, sc.shape), 1) << shape;
-    for (MathMode math : {MathMode::kFloat32, MathMode::kTF32}) {
-      const LinearCase c{DType::kFloat32, math, sc.shape};
-      for (Activation in_act : kActivations)
-        for (bool accumulate : {false, true}) {
-          const Through through{in_act, accumulate};
-          run_linear_backward_case(c, Activation::kRelu, true, accumulate, true, stream_, &through);
-        }
     }
   }
   gpu::set_gemm_options(saved);

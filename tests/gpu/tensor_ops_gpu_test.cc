@@ -405,81 +405,6 @@ class GemmOptionsScope {
   kernels::cuda::GemmOptions saved_;
 };
 
-// ops::linear_chain on the GPU against separate linear() calls there: the logits within float rounding (the
-// same kernels, or with GemmOptions::parts the hidden layer's slices added by the head's kernel), and the
-// gradients of a backward that differentiates each activation inside the layer above's kernels (the narrow one
-// for the head, the pass after the GEMM for wider layers, adding the input gradient's slices with parts) within
-// float rounding of the separate passes. Every run repeats its bits. With parts (by the rule, plain layers
-// included), the main job's shape must take them in all three places: the first hidden layer's forward, the
-// pair's forward and the second hidden layer's input gradient.
-TEST_F(Gpu, LinearChainMatchesSeparateLinears) {
-  const Stream& stream = s();
-  struct Case {
-    std::int64_t batch;
-    std::vector<std::int64_t> widths;
-    Activation act;
-  };
-  for (int parts : {0, -1}) {
-    kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
-    o.parts = parts;
-    o.plain_layer_parts = parts != 0;
-    GemmOptionsScope scope(o);
-    if (parts != 0) {
-      ASSERT_EQ(kernels::cuda::linear_forward_parts(DType::kFloat32, kernels::LinearShape{128, 784, 512}), 4);
-      ASSERT_EQ(kernels::cuda::linear_pair_parts(DType::kFloat32, kernels::LinearShape{128, 512, 512}, 10), 8);
-      ASSERT_EQ(kernels::cuda::input_gradient_parts(DType::kFloat32, kernels::LinearShape{128, 512, 512}), 8);
-    }
-    for (const Case& c : {Case{128, {784, 512, 512, 10}, Activation::kRelu}, Case{37, {64, 48, 40}, Activation::kGelu},
-                          Case{37, {256, 96, 128, 32}, Activation::kGelu}}) {
-      std::string what = std::to_string(c.batch) + " rows, " + shape_str(c.widths) +
-                         (c.act == Activation::kRelu ? " relu" : " gelu") + ", parts " + std::to_string(parts);
-      auto leaf = [&](const Shape& shape, std::uint64_t seed, float bound) {
-        Tensor t = Tensor::uniform(shape, -bound, bound, seed, 0, Device::cuda(0), stream);
-        t.set_requires_grad(true);
-        return t;
-      };
-      Tensor x = leaf({c.batch, c.widths[0]}, 1, 1.0f);
-      std::vector<ops::ChainLayer> layers;
-      std::vector<Activation> activations;
-      std::vector<Tensor> inputs{x};
-      for (std::size_t l = 0; l + 1 < c.widths.size(); ++l) {
-        const float bound = 1.0f / std::sqrt(static_cast<float>(c.widths[l]));
-        layers.push_back(
-            {leaf({c.widths[l + 1], c.widths[l]}, 2 + 2 * l, bound), leaf({c.widths[l + 1]}, 3 + 2 * l, 0.1f)});
-        if (l + 2 < c.widths.size()) activations.push_back(c.act);
-        inputs.push_back(layers.back().weight);
-        inputs.push_back(layers.back().bias);
-      }
-      const std::int64_t classes = c.widths.back();
-      std::vector<std::int32_t> labels(static_cast<std::size_t>(c.batch));
-      for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 7 % classes);
-      const Tensor y = Tensor::from_int32(labels, {c.batch}, Device::cuda(0), stream);
-      auto run = [&](bool chain) {
-        autograd::zero_grad(inputs);
-        Tensor logits;
-        if (chain) {
-          logits = ops::linear_chain(x, layers, activations, stream);
-        } else {
-          logits = x;
-          for (std::size_t l = 0; l < layers.size(); ++l)
-            logits = ops::linear(logits, layers[l].weight, layers[l].bias,
-                                 l < activations.size() ? activations[l] : Activation::kNone, stream);
-        }
-        std::vector<std::vector<float>> out{logits.to_vector<float>(stream)};
-        autograd::backward(ops::cross_entropy(logits, y, stream), stream);
-        for (Tensor& t : inputs) out.push_back(t.grad().to_vector<float>(stream));
-        return out;
-      };
-      const auto chain = run(true), again = run(true), separate = run(false);
-      for (std::size_t k = 0; k < chain.size(); ++k) {
-        const std::string name = k == 0 ? "logits" : k == 1 ? "dx" : "gradient of input " + std::to_string(k - 1);
-        expect_close(chain[k], separate[k], kF32, name + ", " + what);
-        EXPECT_EQ(chain[k], again[k]) << name << ", " << what << ": not repeatable";
-      }
-    }
-  }
-}
-
 // A full training step, three times: forward, cross-entropy, backward into the flat gradient buffer, SGD.
 void mlp_steps(const Stream& s, MathMode math, Bound bound) {
   const std::vector<std::int64_t> sizes{64, 48, 32, 10};
@@ -551,16 +476,8 @@ TEST_F(Gpu, ClipGradNormMatchesCpu) {
   }
 }
 
-// With cuBLASLt's candidates timed and the fastest kept, the step still matches the CPU to FP32 precision.
-TEST_F(Gpu, MlpTrainingStepFloat32Autotuned) {
-  kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
-  o.autotune = true;
-  GemmOptionsScope scope(o);
-  mlp_steps(s(), MathMode::kFloat32, kF32);
-}
-
 // dx and dw on two streams is a schedule, not arithmetic: the gradients are bitwise those of one stream. On a
-// small model of plain GEMMs and on the main job's (whose backward takes partial products by default).
+// small model and on the main job's.
 TEST_F(Gpu, ConcurrentBackwardGivesTheBitsOfSerialBackward) {
   struct Case {
     std::vector<std::int64_t> sizes;

@@ -153,25 +153,6 @@ void linear_backward_f32(const LinearShape& s, const float* dz, const float* x, 
   if (dbias != nullptr) add_column_sums(dz, B, O, accumulate, dbias);
 }
 
-// linear_backward's `through`, after dx: dx ⊙ act'(saved) in place (rounded to the input type once), and the
-// column sums of what was stored, row by row, into the previous layer's bias gradient. Runs after the rest of
-// linear_backward is stored, so it reuses scratch slots 0-2.
-void differentiate_input_activation(LinearTypes types, const LinearShape& s, const InputActivation& through,
-                                    void* dx) {
-  const std::int64_t n = s.batch * s.in;
-  float* g = output_floats(types.input, dx, n, 0, /*with_values=*/true);
-  const float* saved = widen(types.input, through.saved, n, 1);
-  activation_grad(through.act, n, g, saved, saved, g);  // in place; `saved` is y for ReLU, pre for GELU
-  if (types.input != DType::kFloat32) {
-    round_to_bf16(g, n);
-    store(types.input, g, n, dx);
-  }
-  if (through.dbias == nullptr) return;
-  float* db = output_floats(types.grad, through.dbias, s.in, 2, through.accumulate);
-  add_column_sums(g, s.batch, s.in, through.accumulate, db);
-  store(types.grad, db, s.in, through.dbias);
-}
-
 }  // namespace
 
 void linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* x, const void* w,
@@ -196,22 +177,11 @@ void linear_forward(LinearTypes types, MathMode /*math*/, const LinearShape& sha
   if (pf != nullptr) store(types.output, pf, B * O, pre_activation);
 }
 
-// The CPU has no split of K to avoid: the pair is its two Linears.
-void linear_pair_forward(DType dtype, MathMode math, const LinearShape& first, std::int64_t out, const void* x,
-                         const void* w1, const void* b1, Activation act, void* h, void* pre, const void* w2,
-                         const void* b2, void* y, StreamHandle stream) {
-  linear_forward(dtype, math, first, x, w1, b1, act, h, pre, stream);
-  linear_forward(dtype, math, LinearShape{first.batch, first.out, out}, h, w2, b2, Activation::kNone, y, nullptr,
-                 stream);
-}
-
 void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& shape, const void* dy, const void* x,
                      const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
-                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle /*stream*/,
-                     const InputActivation* through) {
+                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle /*stream*/) {
   check_shape("linear_backward", shape);
   check_types("linear_backward", types);
-  DDP_ASSERT(through == nullptr || dx != nullptr, "linear_backward: `through` needs dx");
   const std::int64_t B = shape.batch, I = shape.in, O = shape.out;
   if (types.input == DType::kFloat32) {
     DDP_ASSERT(act == Activation::kNone || scratch_dz != nullptr, "linear_backward: scratch_dz is required");
@@ -219,7 +189,6 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
                                       static_cast<const float*>(pre_activation), static_cast<float*>(scratch_dz));
     linear_backward_f32(shape, dz, static_cast<const float*>(x), static_cast<const float*>(w),
                         static_cast<float*>(dx), static_cast<float*>(dw), static_cast<float*>(dbias), accumulate);
-    if (through != nullptr) differentiate_input_activation(types, shape, *through, dx);
     return;
   }
   // bf16 input: widen everything, compute in float, round each output once to its type (accumulation happens
@@ -242,7 +211,6 @@ void linear_backward(LinearTypes types, MathMode /*math*/, const LinearShape& sh
   if (dxf != nullptr) narrow(dxf, B * I, static_cast<std::uint16_t*>(dx));
   if (dwf != nullptr) store(types.grad, dwf, O * I, dw);
   if (dbf != nullptr) store(types.grad, dbf, O, dbias);
-  if (through != nullptr) differentiate_input_activation(types, shape, *through, dx);
 }
 
 }  // namespace ddp::kernels::cpu

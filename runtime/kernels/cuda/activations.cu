@@ -46,22 +46,6 @@ __global__ void activation_backward_kernel(Activation act, const float* x, const
 
 // ---- Linear helpers ----
 
-// Eight consecutive elements of a sum of partial products, from `offset` of each part: every part's loads issued
-// before the first add, the parts added in order.
-__device__ __forceinline__ void load_sum_of_parts(const PartialProducts& parts, std::int64_t offset, float (&v)[8]) {
-  float part[kMaxPartialProducts][8];
-#pragma unroll
-  for (int p = 0; p < kMaxPartialProducts; ++p)
-    if (p < parts.count) load8(parts.data + p * parts.stride + offset, part[p]);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = part[0][j];
-#pragma unroll
-  for (int p = 1; p < kMaxPartialProducts; ++p)
-    if (p < parts.count)
-      for (int j = 0; j < 8; ++j) v[j] += part[p][j];
-}
-
-
 template <typename T>
 __global__ void bias_activation_kernel(Activation act, const T* z_in, const T* __restrict__ bias, T* pre_out, T* y,
                                        std::int64_t rows, std::int64_t cols) {
@@ -77,36 +61,6 @@ __global__ void bias_activation_kernel(Activation act, const T* z_in, const T* _
     const T z_stored = from_float<T>(z);
     if (pre_out != nullptr) pre_out[i] = z_stored;
     y[i] = from_float<T>(apply_activation(act, to_float(z_stored)));
-  }
-}
-
-// The same, eight elements per thread with 16-byte accesses (rows of a multiple of 8, 16-byte aligned buffers):
-// a row-major index i of a group of 8 has its bias at i % cols .. +7, with no division per element.
-// kFromParts: z is the sum of a GEMM's partial products (z_parts, float32) instead of z_in.
-template <typename T, bool kFromParts = false>
-__global__ void bias_activation_vec_kernel(Activation act, const T* z_in, const T* __restrict__ bias, T* pre_out,
-                                           T* y, std::int64_t groups, std::int64_t cols, PartialProducts z_parts) {
-  detail::begin_kernel();
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
-    const std::int64_t i = g * 8;
-    float z[8];
-    if constexpr (kFromParts) {
-      load_sum_of_parts(z_parts, i, z);
-    } else {
-      load8(z_in + i, z);
-    }
-    if (bias != nullptr) {
-      float b[8];
-      load8(bias + i % cols, b);
-      for (int j = 0; j < 8; ++j) z[j] += b[j];
-    }
-    if (pre_out != nullptr) {
-      store8(pre_out + i, z);
-      for (int j = 0; j < 8; ++j) z[j] = to_float(from_float<T>(z[j]));  // as bias_activation_kernel
-    }
-    for (int j = 0; j < 8; ++j) z[j] = apply_activation(act, z[j]);
-    store8(y + i, z);
   }
 }
 
@@ -170,105 +124,8 @@ __global__ void activation_grad_bias_kernel(Activation act, const TDy* dy, const
   finish_column_sums(total, holds, col, cols, dbias, partials, counters, accumulate);
 }
 
-// The same computation, eight columns per thread with 16-byte accesses (rows of a multiple of 8 elements,
-// 16-byte aligned buffers): a warp covers 256 consecutive columns of a row, the block's 8 warps take every 8th row
-// of the block's chunk of rows. Column sums are reduced over the warps in a fixed order, then finished as in the
-// kernel above (finish_column_sums).
-// kFromParts: dy is the sum of a GEMM's partial products (dy_parts, float32), loaded together and added in part
-// order; one row in flight per warp then, since each row is already count loads deep.
-constexpr int kVecCols = 256;  // 32 lanes x 8 columns
 // The reduction scratch's counters: a two-level bias gradient needs one per column tile.
 constexpr std::int64_t kCounters = kReductionCounterBytes / sizeof(unsigned int);
-
-template <typename TDy, typename TDz, typename TB, bool kFromParts>
-__global__ void __launch_bounds__(256)
-    activation_grad_bias_vec_kernel(Activation act, const TDy* dy, const TDy* __restrict__ saved, TDz* dz,
-                                    TB* __restrict__ dbias, float* __restrict__ partials,
-                                    unsigned int* __restrict__ counters, bool accumulate, std::int64_t rows,
-                                    std::int64_t cols, std::int64_t rows_per_chunk, PartialProducts dy_parts) {
-  detail::begin_kernel();
-  __shared__ float sums[8][8][32];  // [warp][column within the lane's 8][lane]
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * kVecCols + lane * 8;
-  const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
-  const std::int64_t row_end = min(rows, row_begin + rows_per_chunk);
-  float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  // Four of the warp's rows per step, all loads issued before the first use (more bytes in flight); the sums
-  // still take the rows in order.
-  constexpr int kRowsInFlight = kFromParts ? 1 : 4;
-  if (col0 < cols) {
-    for (std::int64_t r = row_begin + warp; r < row_end; r += 8 * kRowsInFlight) {
-      float g[kRowsInFlight][8], sv[kRowsInFlight][8];
-#pragma unroll
-      for (int u = 0; u < kRowsInFlight; ++u) {
-        const std::int64_t rr = r + 8 * u;
-        if (rr < row_end) {
-          if constexpr (kFromParts) {
-            load_sum_of_parts(dy_parts, rr * cols + col0, g[u]);
-          } else {
-            load8(dy + rr * cols + col0, g[u]);
-          }
-          if (act != Activation::kNone) load8(saved + rr * cols + col0, sv[u]);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kRowsInFlight; ++u) {
-        const std::int64_t rr = r + 8 * u;
-        if (rr >= row_end) break;
-        if (act != Activation::kNone)
-          for (int j = 0; j < 8; ++j) g[u][j] *= activation_grad(act, sv[u][j]);
-        if (dz != nullptr) {
-          store8(dz + rr * cols + col0, g[u]);
-          for (int j = 0; j < 8; ++j) g[u][j] = to_float(from_float<TDz>(g[u][j]));  // sum exactly the dz stored
-        }
-        for (int j = 0; j < 8; ++j) sum[j] += g[u][j];
-      }
-    }
-  }
-  if (dbias == nullptr) return;
-  for (int j = 0; j < 8; ++j) sums[warp][j][lane] = sum[j];
-  __syncthreads();
-  const int t = threadIdx.x;  // this thread finishes column t of the tile
-  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kVecCols + t;
-  float total = 0.0f;
-  for (int w = 0; w < 8; ++w) total += sums[w][t & 7][t >> 3];
-  finish_column_sums(total, col < cols, col, cols, dbias, partials, counters, accumulate);
-}
-
-// The vectorised kernel's grid: about four blocks per SM of the largest GPU, at least 8 rows (one per warp) a
-// chunk, partials of the bias gradient within the reduction scratch (below its counters).
-dim3 vec_grid(std::int64_t rows, std::int64_t cols, bool with_dbias, std::int64_t* rows_per_chunk) {
-  const std::int64_t col_tiles = (cols + kVecCols - 1) / kVecCols;
-  const std::int64_t by_scratch = static_cast<std::int64_t>((kReductionScratchBytes - kReductionCounterBytes) /
-                                                            (sizeof(float) * static_cast<std::size_t>(cols)));
-  std::int64_t chunks = std::max<std::int64_t>(1, 528 / col_tiles);
-  chunks = std::min<std::int64_t>({chunks, (rows + 7) / 8, std::max<std::int64_t>(by_scratch, 1), 65535});
-  if (!with_dbias) chunks = std::min<std::int64_t>((rows + 7) / 8, 65535);
-  *rows_per_chunk = (rows + chunks - 1) / chunks;
-  chunks = (rows + *rows_per_chunk - 1) / *rows_per_chunk;
-  return dim3(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
-}
-
-// Whether the vectorised kernel takes rows of `cols` elements with these saved and dz buffers (dz may be null):
-// whole 8-element vectors, 16-byte aligned, and a counter for each column tile.
-bool vec_kernel_takes(Activation act, const void* saved, const void* dz, std::int64_t cols) {
-  return cols % 8 == 0 && (act == Activation::kNone || aligned16(saved)) && (dz == nullptr || aligned16(dz)) &&
-         (cols + kVecCols - 1) / kVecCols <= kCounters;
-}
-
-// The vectorised kernel on its grid, with the reduction scratch when the bias gradient is summed in two levels.
-template <typename TDy, typename TDz, typename TB, bool kFromParts>
-void launch_vec_kernel(Activation act, const TDy* dy, const PartialProducts& dy_parts, const TDy* saved, TDz* dz,
-                       TB* dbias, bool accumulate, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
-  std::int64_t rows_per_chunk = 0;
-  const dim3 grid = vec_grid(rows, cols, dbias != nullptr, &rows_per_chunk);
-  const bool two_level = dbias != nullptr && grid.y > 1;
-  float* partials = two_level ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
-  unsigned int* counters = two_level ? reduction_counters(stream) : nullptr;
-  detail::launch(activation_grad_bias_vec_kernel<TDy, TDz, TB, kFromParts>, grid, 256, 0, stream, act, dy, saved, dz,
-                 dbias, partials, counters, accumulate, rows, cols, rows_per_chunk, dy_parts);
-}
 
 template <typename TDy, typename TDz, typename TB>
 void activation_grad_bias_typed(Activation act, const void* dy, const void* saved, void* dz, void* dbias,
@@ -280,12 +137,6 @@ void activation_grad_bias_typed(Activation act, const void* dy, const void* save
     return;
   }
   if (act == Activation::kNone && dbias == nullptr && dz == nullptr) return;  // nothing to do: dz is dy
-  if (aligned16(dy) && vec_kernel_takes(act, saved, dz, cols)) {
-    launch_vec_kernel<TDy, TDz, TB, false>(act, static_cast<const TDy*>(dy), PartialProducts{},
-                                           static_cast<const TDy*>(saved), static_cast<TDz*>(dz),
-                                           static_cast<TB*>(dbias), accumulate, rows, cols, stream);
-    return;
-  }
   // Enough row chunks to fill the GPU; with a bias gradient, bounded by the scratch for the partial sums (and
   // one row chunk when there are more column tiles than counters).
   constexpr std::int64_t kRowsPerChunkMin = 64;
@@ -325,21 +176,6 @@ void bias_activation(DType dtype, Activation act, const void* z_in, const void* 
   check_float_type(dtype, "bias_activation");
   const std::int64_t n = rows * cols;
   if (n <= 0) return;
-  if (cols % 8 == 0 && aligned16(z_in) && aligned16(y) && (bias == nullptr || aligned16(bias)) &&
-      (pre_out == nullptr || aligned16(pre_out))) {
-    const std::int64_t groups = n / 8;
-    if (dtype == DType::kFloat32) {
-      detail::launch(bias_activation_vec_kernel<float>, blocks_for(groups), kThreads, 0, stream, act,
-                     static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
-                     static_cast<float*>(y), groups, cols, PartialProducts{});
-    } else {
-      detail::launch(bias_activation_vec_kernel<__nv_bfloat16>, blocks_for(groups), kThreads, 0, stream, act,
-                     static_cast<const __nv_bfloat16*>(z_in), static_cast<const __nv_bfloat16*>(bias),
-                     static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), groups, cols,
-                     PartialProducts{});
-    }
-    return;
-  }
   if (dtype == DType::kFloat32) {
     detail::launch(bias_activation_kernel<float>, blocks_for(n), kThreads, 0, stream, act,
                    static_cast<const float*>(z_in), static_cast<const float*>(bias), static_cast<float*>(pre_out),
@@ -349,23 +185,6 @@ void bias_activation(DType dtype, Activation act, const void* z_in, const void* 
                    static_cast<const __nv_bfloat16*>(z_in), static_cast<const __nv_bfloat16*>(bias),
                    static_cast<__nv_bfloat16*>(pre_out), static_cast<__nv_bfloat16*>(y), rows, cols);
   }
-}
-
-bool bias_activation_takes_parts(const void* bias, const void* pre_out, const void* y, std::int64_t cols) {
-  return cols % 8 == 0 && aligned16(y) && (bias == nullptr || aligned16(bias)) &&
-         (pre_out == nullptr || aligned16(pre_out));
-}
-
-void bias_activation_from_parts(const PartialProducts& z, const float* bias, Activation act, float* pre_out, float* y,
-                                std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
-  DDP_ASSERT(rows > 0 && bias_activation_takes_parts(bias, pre_out, y, cols),
-             "bias_activation_from_parts: shape or alignment the parts' kernel does not take");
-  DDP_ASSERT(z.count >= 1 && z.count <= kMaxPartialProducts && z.stride >= rows * cols && aligned16(z.data) &&
-                 z.stride % 4 == 0,
-             "bias_activation_from_parts: bad partial products");
-  const std::int64_t groups = rows * cols / 8;
-  detail::launch(bias_activation_vec_kernel<float, true>, blocks_for(groups), kThreads, 0, stream, act,
-                 static_cast<const float*>(nullptr), bias, pre_out, y, groups, cols, z);
 }
 
 void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activation act,
@@ -393,21 +212,6 @@ void activation_grad_bias(DType dy_type, DType dz_type, DType bias_type, Activat
   if (f_dy && !f_dz && !f_b) return run(F{}, B{}, B{});
   throw Error("activation_grad_bias: unsupported type combination (a float32 dz from a bfloat16 dy)", __FILE__,
               __LINE__);
-}
-
-bool activation_grad_bias_takes_parts(Activation act, const void* saved, const void* dz, std::int64_t cols) {
-  return dz != nullptr && vec_kernel_takes(act, saved, dz, cols);
-}
-
-void activation_grad_bias_from_parts(const PartialProducts& dy, Activation act, const float* saved, float* dz,
-                                     float* dbias, bool accumulate, std::int64_t rows, std::int64_t cols,
-                                     cudaStream_t stream) {
-  DDP_ASSERT(rows > 0 && activation_grad_bias_takes_parts(act, saved, dz, cols),
-             "activation_grad_bias_from_parts: shape or alignment the parts' kernel does not take");
-  DDP_ASSERT(dy.count >= 1 && dy.count <= kMaxPartialProducts && dy.stride >= rows * cols &&
-                 aligned16(dy.data) && dy.stride % 4 == 0,
-             "activation_grad_bias_from_parts: bad partial products");
-  launch_vec_kernel<float, float, float, true>(act, nullptr, dy, saved, dz, dbias, accumulate, rows, cols, stream);
 }
 
 }  // namespace detail

@@ -14,9 +14,8 @@
 //     GEMM writes pre_activation with the BIAS epilogue and activations.cu applies the exact GELU.
 //   * backward: DRELU/DGELU epilogues apply the derivative to the *output of a GEMM*, but here dy is an input and
 //     dz = dy ⊙ act' must exist before either GEMM. So one kernel computes dz and, in the same pass, the bias
-//     gradient (fixed summation order, accumulates); with kNone it only reduces dy. On the H200 cuBLASLt's
-//     BGRADB and DRELU epilogues are not fused: they run as passes of their own after the GEMM (bench/RESULTS.md
-//     has the measurement), so they are not used.
+//     gradient (fixed summation order, accumulates); with kNone it only reduces dy. On Hopper cuBLASLt's BGRADB
+//     and DRELU epilogues are not fused either: they run as passes of their own after the GEMM.
 //   * Bias epilogues are used only when the bias (or dbias) is 16-byte aligned, since cuBLASLt's alignment
 //     preferences do not cover the bias vector. Any epilogue the heuristics reject for a shape falls back to a
 //     plain GEMM plus our kernel; only a plain GEMM without an algorithm is an error.
@@ -26,11 +25,8 @@
 //   * Layers of at most 32 outputs (a classifier's head) skip cuBLASLt: narrow_linear.h's one-launch kernels do
 //     their forward and their whole backward, where cuBLASLt would split K over few output tiles and add the
 //     parts in extra kernels.
-//   * Algorithm choice and scheduling follow GemmOptions (gemm_options.h): cuBLASLt's first heuristic or, with
-//     autotune, the fastest of its candidates timed once per configuration; dx and dw of one backward on two
-//     streams so that small GEMMs fill the GPU together.
-#include <algorithm>
-#include <cfloat>
+//   * The algorithm is cuBLASLt's first heuristic for the configuration, so a run's arithmetic is repeatable;
+//     dx and dw of one backward run on two streams so that small GEMMs fill the GPU together (GemmOptions).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -41,7 +37,6 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -73,13 +68,7 @@ std::mutex& options_mutex() {
 GemmOptions& options_storage() {
   static GemmOptions* o = [] {
     auto* opts = new GemmOptions;
-    opts->autotune = env_flag("DDP_GEMM_AUTOTUNE", opts->autotune);
-    opts->concurrent_backward = env_flag("DDP_GEMM_CONCURRENT_BACKWARD", opts->concurrent_backward);
     opts->log = env_flag("DDP_GEMM_LOG", opts->log);
-    opts->bias_epilogue = env_flag("DDP_GEMM_BIAS_EPILOGUE", opts->bias_epilogue);
-    opts->narrow_layers = env_flag("DDP_GEMM_NARROW", opts->narrow_layers);
-    if (const char* v = std::getenv("DDP_GEMM_PARTS"); v != nullptr && *v != '\0') opts->parts = std::atoi(v);
-    opts->plain_layer_parts = env_flag("DDP_GEMM_PLAIN_PARTS", opts->plain_layer_parts);
     return opts;
   }();
   return *o;
@@ -111,16 +100,12 @@ struct GemmKey {
   std::int64_t lda = 0, ldb = 0, ldc = 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
-  // A strided batch (GemmBatch): `batch` products, each operand's next one `stride_*` elements on. A batch
-  // takes only algorithms that do not split K: its products are a split of K already.
-  std::int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
 
   bool operator==(const GemmKey& o) const {
     return device == o.device && ab_type == o.ab_type && cd_type == o.cd_type && compute == o.compute &&
            transa == o.transa && transb == o.transb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
            ldb == o.ldb && ldc == o.ldc && epilogue == o.epilogue && align_a == o.align_a &&
-           align_b == o.align_b && align_c == o.align_c && align_bias == o.align_bias && batch == o.batch &&
-           stride_a == o.stride_a && stride_b == o.stride_b && stride_c == o.stride_c;
+           align_b == o.align_b && align_c == o.align_c && align_bias == o.align_bias;
   }
 };
 
@@ -141,10 +126,6 @@ struct GemmKeyHash {
     mix(static_cast<std::uint64_t>(k.epilogue));
     mix((static_cast<std::uint64_t>(k.align_a) << 48) ^ (static_cast<std::uint64_t>(k.align_b) << 32) ^
         (static_cast<std::uint64_t>(k.align_c) << 16) ^ k.align_bias);
-    mix(static_cast<std::uint64_t>(k.batch));
-    mix(static_cast<std::uint64_t>(k.stride_a));
-    mix(static_cast<std::uint64_t>(k.stride_b));
-    mix(static_cast<std::uint64_t>(k.stride_c));
     return h;
   }
 };
@@ -171,12 +152,10 @@ std::string describe(const GemmKey& key) {
                 key.transa == CUBLAS_OP_N ? "N" : "T", key.transb == CUBLAS_OP_N ? "N" : "T",
                 type_name(key.ab_type), type_name(key.cd_type),
                 key.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? " tf32" : "", epilogue_name(key.epilogue));
-  std::string described = text;
-  if (key.batch > 1) described += " batch " + std::to_string(key.batch);
-  return described;
+  return text;
 }
 
-// Descriptors and the candidate algorithms for one GemmKey. Built once (host-only calls), then reused: per call
+// Descriptors and cuBLASLt's first algorithm for one GemmKey. Built once (host-only calls), then reused: per call
 // only the bias pointer attribute changes. Plans are per thread, so that attribute write never races.
 class GemmPlan {
  public:
@@ -217,11 +196,6 @@ class GemmPlan {
     DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b_, key.ab_type, tb ? key.n : key.k, tb ? key.k : key.n,
                                                 key.ldb));
     DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_c_, key.cd_type, key.m, key.n, key.ldc));
-    if (key.batch > 1) {
-      set_batch(layout_a_, key.batch, key.stride_a);
-      set_batch(layout_b_, key.batch, key.stride_b);
-      set_batch(layout_c_, key.batch, key.stride_c);
-    }
 
     cublasLtMatmulPreference_t pref = nullptr;
     DDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -251,117 +225,40 @@ class GemmPlan {
     // NOT_SUPPORTED (or zero results) means "no algorithm for this configuration": the caller falls back.
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) DDP_CUBLAS_CHECK(status);
     if (status != CUBLAS_STATUS_SUCCESS) returned = 0;
-    for (int i = 0; i < returned; ++i) {
-      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes &&
-          (key.batch == 1 || split_k_of(results[i].algo) == 1))
-        candidates_.push_back(results[i]);
+    // cuBLASLt's order is its estimate, best first: the first that can run is kept.
+    for (int i = 0; i < returned && !has_algo_; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes) {
+        algo_ = results[i];
+        has_algo_ = true;
+      }
     }
   }
 
-  bool has_algo() const { return !candidates_.empty(); }
-  bool needs_tuning() const { return !tuned_; }
-
+  bool has_algo() const { return has_algo_; }
   void run(cublasLtHandle_t handle, void* workspace, std::size_t workspace_bytes, float alpha, const void* a,
            const void* b, float beta, const void* c, void* d, const void* bias, cudaStream_t stream) {
     if (uses_bias(key_.epilogue)) set_bias(bias);
-    const cublasLtMatmulHeuristicResult_t& algo = candidates_[chosen_];
-    DDP_ASSERT(algo.workspaceSize <= workspace_bytes, "cuBLASLt algorithm needs more workspace than was allocated");
+    DDP_ASSERT(algo_.workspaceSize <= workspace_bytes, "cuBLASLt algorithm needs more workspace than was allocated");
     DDP_CUBLAS_CHECK(cublasLtMatmul(handle, desc_, &alpha, a, layout_a_, b, layout_b_, &beta, c, layout_c_, d,
-                                    layout_c_, &algo.algo, workspace, workspace_bytes, stream));
+                                    layout_c_, &algo_.algo, workspace, workspace_bytes, stream));
   }
 
-  // Times every candidate on a scratch output (the caller's buffers are not touched; a bias is only read) and
-  // keeps the fastest. Not during CUDA-graph capture: the plan then stays untuned and the
-  // first eager call tunes it. Synchronises `stream`, so it belongs to warm-up, like any first call.
-  void tune(cublasLtHandle_t handle, void* workspace, std::size_t workspace_bytes, const void* a, const void* b,
-            const void* bias, cudaStream_t stream) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    DDP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return;
-    tuned_ = true;
-    if (candidates_.size() < 2) return;
-    const std::size_t elem = key_.cd_type == CUDA_R_32F ? 4 : 2;
-    const std::size_t d_bytes =
-        static_cast<std::size_t>(key_.stride_c * (key_.batch - 1) + key_.ldc * key_.n) * elem;
-    void* scratch = nullptr;
-    DDP_CUDA_CHECK(cudaMalloc(&scratch, d_bytes));
-    cudaEvent_t start = nullptr, stop = nullptr;
-    DDP_CUDA_CHECK(cudaEventCreate(&start));
-    DDP_CUDA_CHECK(cudaEventCreate(&stop));
-    const float one = 1.0f, zero = 0.0f;
-    auto launch = [&](std::size_t i) {
-      if (uses_bias(key_.epilogue)) set_bias(bias);
-      return cublasLtMatmul(handle, desc_, &one, a, layout_a_, b, layout_b_, &zero, scratch, layout_c_, scratch,
-                            layout_c_, &candidates_[i].algo, workspace, workspace_bytes, stream);
-    };
-    auto time_ms = [&](std::size_t i, int reps) {
-      DDP_CUDA_CHECK(cudaEventRecord(start, stream));
-      for (int r = 0; r < reps; ++r)
-        if (launch(i) != CUBLAS_STATUS_SUCCESS) return FLT_MAX;
-      DDP_CUDA_CHECK(cudaEventRecord(stop, stream));
-      DDP_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0.0f;
-      DDP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      return ms / static_cast<float>(reps);
-    };
-    times_ms_.assign(candidates_.size(), FLT_MAX);
-    for (std::size_t i = 0; i < candidates_.size(); ++i) {
-      if (launch(i) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that cannot run is skipped
-      const float once = time_ms(i, 1);
-      if (once == FLT_MAX) continue;
-      // About a millisecond of repetitions per candidate: enough to average out launch jitter.
-      const int reps = static_cast<int>(std::clamp(1.0f / std::max(once, 1e-3f), 3.0f, 50.0f));
-      times_ms_[i] = time_ms(i, reps);
-    }
-    (void)cudaGetLastError();  // a failed candidate launch leaves nothing sticky behind
-    DDP_CUDA_WARN(cudaEventDestroy(start));
-    DDP_CUDA_WARN(cudaEventDestroy(stop));
-    DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
-    DDP_CUDA_CHECK(cudaFree(scratch));
-    chosen_ = static_cast<std::size_t>(std::min_element(times_ms_.begin(), times_ms_.end()) - times_ms_.begin());
-    if (times_ms_[chosen_] == FLT_MAX) chosen_ = 0;
-  }
-
+  // The shape and the kept algorithm's split of K and how its parts are added (cublasLtReductionScheme_t: 0 none,
+  // 1 in place, 2/4 a separate pass in the compute/output type).
   std::string summary() const {
-    std::string text = describe(key_) + ": " + std::to_string(candidates_.size()) + " candidate(s), kept #" +
-                       std::to_string(chosen_);
-    if (!candidates_.empty()) {
-      // The kept algorithm's split of K and how its parts are added (cublasLtReductionScheme_t: 0 none,
-      // 1 in place, 2/4 a separate pass in the compute/output type).
-      std::uint32_t scheme = 0;
-      std::size_t written = 0;
-      const cublasLtMatmulAlgo_t& algo = candidates_[chosen_].algo;
-      const std::int32_t split_k = split_k_of(algo);
-      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
-                                           &written);
-      text += " (split-K " + std::to_string(split_k) + ", reduction scheme " + std::to_string(scheme) + ")";
-    }
-    if (!times_ms_.empty() && times_ms_[0] != FLT_MAX && times_ms_[chosen_] != FLT_MAX) {
-      char t[96];
-      std::snprintf(t, sizeof t, " (%.1f us; heuristic #0 %.1f us)", times_ms_[chosen_] * 1000.0f,
-                    times_ms_[0] * 1000.0f);
-      text += t;
-    }
-    return text;
+    std::int32_t split_k = 1;
+    std::uint32_t scheme = 0;
+    std::size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo_.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k),
+                                         &written);
+    cublasLtMatmulAlgoConfigGetAttribute(&algo_.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                         &written);
+    return describe(key_) + ": split-K " + std::to_string(split_k) + ", reduction scheme " + std::to_string(scheme);
   }
 
  private:
   static bool uses_bias(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS;
-  }
-  static std::int32_t split_k_of(const cublasLtMatmulAlgo_t& algo) {
-    std::int32_t split_k = 1;
-    std::size_t written = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k),
-                                         &written);
-    return split_k;
-  }
-  static void set_batch(cublasLtMatrixLayout_t layout, std::int64_t count, std::int64_t stride) {
-    const std::int32_t count32 = static_cast<std::int32_t>(count);
-    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count32,
-                                                      sizeof(count32)));
-    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                      sizeof(stride)));
   }
   void set_bias(const void* bias) {
     DDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -372,10 +269,8 @@ class GemmPlan {
   cublasLtMatrixLayout_t layout_a_ = nullptr;
   cublasLtMatrixLayout_t layout_b_ = nullptr;
   cublasLtMatrixLayout_t layout_c_ = nullptr;
-  std::vector<cublasLtMatmulHeuristicResult_t> candidates_;  // cuBLASLt's order: its estimate, best first
-  std::vector<float> times_ms_;                               // per candidate, when tuned
-  std::size_t chosen_ = 0;
-  bool tuned_ = false;
+  cublasLtMatmulHeuristicResult_t algo_{};
+  bool has_algo_ = false;
 };
 
 // Operand types of one GEMM: A and B share `ab`; C, D and the bias (gradient) are `cd`.
@@ -384,21 +279,13 @@ struct GemmTypes {
   DType cd;
 };
 
-// `count` GEMMs of one call, operand i at A + i·stride_a, B + i·stride_b, D + i·stride_d (elements).
-struct GemmBatch {
-  std::int64_t count, stride_a, stride_b, stride_d;
-};
-
-// One GEMM D = alpha·op(A)·op(B) + beta·C (C == D) with `epilogue`, or a strided `batch` of them. Returns false
-// when cuBLASLt has no algorithm for a fused epilogue (the caller then does the epilogue itself) or for a batch
-// (which takes only algorithms that do not split K); a plain GEMM without one throws. A batch runs in the lower
-// half of the stream's workspace, so that its output may lie in the upper half (partials_of).
+// One GEMM D = alpha·op(A)·op(B) + beta·C (C == D) with `epilogue`. Returns false when cuBLASLt has no algorithm
+// for a fused epilogue (the caller then does the epilogue itself); a plain GEMM without one throws.
 bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
           std::int64_t n, std::int64_t k, const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
           float beta, void* d, std::int64_t ldd, cublasLtEpilogue_t epilogue, const void* bias,
-          cudaStream_t stream, const GemmBatch* batch = nullptr) {
-  BlasContext ctx = blas_context(stream);
-  if (batch != nullptr) ctx.workspace_bytes /= 2;
+          cudaStream_t stream) {
+  const BlasContext ctx = blas_context(stream);
   GemmKey key;
   DDP_CUDA_CHECK(cudaGetDevice(&key.device));
   key.ab_type = cuda_type(types.ab);
@@ -418,12 +305,6 @@ bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperat
   key.align_b = alignment_of(b);
   key.align_c = alignment_of(d);
   key.align_bias = bias != nullptr ? alignment_of(bias) : 0;
-  if (batch != nullptr) {
-    key.batch = batch->count;
-    key.stride_a = batch->stride_a;
-    key.stride_b = batch->stride_b;
-    key.stride_c = batch->stride_d;
-  }
 
   thread_local std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
   auto it = plans.find(key);
@@ -432,24 +313,17 @@ bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperat
     auto plan = std::make_unique<GemmPlan>();
     plan->build(key, bias, ctx.handle, ctx.workspace_bytes);
     it = plans.emplace(key, std::move(plan)).first;
-    if (options.log && !options.autotune && it->second->has_algo())
+    if (options.log && it->second->has_algo())
       std::fprintf(stderr, "ddp gemm: %s\n", it->second->summary().c_str());
-    if (options.log && batch != nullptr && !it->second->has_algo())
-      std::fprintf(stderr, "ddp gemm: %s: no algorithm without a split of K; computed without partial products\n",
-                   describe(key).c_str());
   }
   GemmPlan& plan = *it->second;
   if (!plan.has_algo()) {
-    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT || batch != nullptr) return false;
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
     throw Error("cuBLASLt found no matmul algorithm for " + describe(key) + " (alignment A/B/D " +
                     std::to_string(key.align_a) + "/" + std::to_string(key.align_b) + "/" +
                     std::to_string(key.align_c) +
                     " bytes); check the shapes and that the buffers are at least element-aligned",
                 __FILE__, __LINE__);
-  }
-  if (options.autotune && plan.needs_tuning()) {
-    plan.tune(ctx.handle, ctx.workspace, ctx.workspace_bytes, a, b, bias, stream);
-    if (options.log && !plan.needs_tuning()) std::fprintf(stderr, "ddp gemm: %s\n", plan.summary().c_str());
   }
   plan.run(ctx.handle, ctx.workspace, ctx.workspace_bytes, 1.0f, a, b, beta, d, d, bias, stream);
   return true;
@@ -491,52 +365,6 @@ void check_types(const LinearTypes& t, const char* what) {
                                 "input only)");
 }
 
-// ---- partial products (GemmOptions::parts) ----
-
-// How many slices of K a GEMM of m x n outputs and depth k is computed in, for `requested` (GemmOptions::parts):
-// 1 for none. Each slice must be a whole number of 16-byte vectors deep (the batch's operands stay aligned). The
-// rule (-1) takes the most slices, up to kMaxPartialProducts, that keep 64 x 64 output tiles times slices
-// within 128 (about one wave of an H100/H200's 132 SMs) and each slice at least 64 deep: what cuBLASLt's own
-// split of K aims at. Fewer than 4 slices are not worth it: a GEMM with that many tiles already half fills the
-// GPU, and the extra pass over the parts costs more than cuBLASLt's own split (bench/RESULTS.md: the big
-// model's step is slower with 2 or 4 slices). It reads the shape only, never the device, so a run's arithmetic
-// does not depend on the GPU it lands on.
-int partial_product_count(std::int64_t m, std::int64_t n, std::int64_t k, int requested) {
-  auto allowed = [k](int parts) { return parts >= 2 && parts <= detail::kMaxPartialProducts && k % (4 * parts) == 0; };
-  if (requested >= 0) return allowed(requested) ? requested : 1;
-  const std::int64_t tiles = ((m + 63) / 64) * ((n + 63) / 64);
-  for (int parts = detail::kMaxPartialProducts; parts >= 4; parts /= 2) {
-    if (allowed(parts) && tiles * parts <= 128 && k / parts >= 64) return parts;
-  }
-  return 1;
-}
-
-// `parts` when that many results of `elements` floats fit in partials_of's half of the workspace, else 1.
-int parts_within_workspace(int parts, std::int64_t elements) {
-  const std::size_t bytes = static_cast<std::size_t>(parts) * static_cast<std::size_t>(elements) * sizeof(float);
-  return bytes <= kBlasWorkspaceBytes / 2 ? parts : 1;
-}
-
-// The upper half of the stream's GEMM workspace, where a pair's partial products live from the batched GEMM
-// that writes them to the narrow kernel that adds them (stream-ordered; the batch itself runs in the lower half).
-float* partials_of(cudaStream_t stream) {
-  const BlasContext ctx = blas_context(stream);
-  return reinterpret_cast<float*>(static_cast<char*>(ctx.workspace) + ctx.workspace_bytes / 2);
-}
-
-// A Linear's forward GEMM (x·wᵀ, float32 or bfloat16 operands, float32 parts) as `parts` partial products over
-// slices of `in`, into partials_of(stream): part p is x's columns of slice p times w's columns of slice p. False
-// when cuBLASLt has no algorithm for the batch (nothing was computed).
-bool forward_partial_products(DType dtype, MathMode math, const LinearShape& shape, const void* x, const void* w,
-                              int parts, cudaStream_t stream) {
-  const std::int64_t slice = shape.in / parts;
-  const GemmBatch slices{parts, slice, slice, shape.batch * shape.out};
-  // part_pᵀ[out, batch] = op_T(w's columns of slice p) · (x's columns of slice p)
-  return gemm(GemmTypes{dtype, DType::kFloat32}, math, CUBLAS_OP_T, CUBLAS_OP_N, shape.out, shape.batch, slice, w,
-              shape.in, x, shape.in, 0.0f, partials_of(stream), shape.out, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
-              stream, &slices);
-}
-
 void zero(void* p, std::int64_t elements, DType dtype, cudaStream_t stream) {
   if (p == nullptr || elements <= 0) return;
   DDP_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<std::size_t>(elements) * element_size(dtype), stream));
@@ -552,42 +380,6 @@ GemmOptions gemm_options() {
 void set_gemm_options(const GemmOptions& options) {
   std::lock_guard<std::mutex> lock(options_mutex());
   options_storage() = options;
-}
-
-int linear_pair_parts(DType dtype, const LinearShape& first, std::int64_t out) {
-  const GemmOptions options = gemm_options();
-  const LinearShape second{first.batch, first.out, out};
-  // A narrow first layer runs on the narrow kernel already, with no split of K to remove.
-  if (dtype != DType::kFloat32 || !options.narrow_layers || !detail::narrow_forward_fits(second) ||
-      detail::narrow_forward_fits(first) || first.in <= 0) {
-    return 1;
-  }
-  return parts_within_workspace(partial_product_count(first.out, first.batch, first.in, options.parts),
-                                first.batch * first.out);
-}
-
-int linear_forward_parts(LinearTypes types, const LinearShape& shape) {
-  const GemmOptions options = gemm_options();
-  const bool float32 = types.input == DType::kFloat32 && types.output == DType::kFloat32;
-  if (!options.plain_layer_parts || !float32 || (options.narrow_layers && detail::narrow_forward_fits(shape)) ||
-      shape.out % 8 != 0 || shape.batch <= 0 || shape.in <= 0) {
-    return 1;
-  }
-  return parts_within_workspace(partial_product_count(shape.out, shape.batch, shape.in, options.parts),
-                                shape.batch * shape.out);
-}
-
-int input_gradient_parts(LinearTypes types, const LinearShape& shape) {
-  const GemmOptions options = gemm_options();
-  const bool float32 =
-      types.input == DType::kFloat32 && types.output == DType::kFloat32 && types.grad == DType::kFloat32;
-  // The narrow backward computes dx in its own kernel; the activation pass takes rows of whole 8-float vectors.
-  if (!float32 || (options.narrow_layers && detail::narrow_backward_fits(shape)) || shape.in % 8 != 0 ||
-      shape.batch <= 0 || shape.out <= 0) {
-    return 1;
-  }
-  return parts_within_workspace(partial_product_count(shape.in, shape.batch, shape.out, options.parts),
-                                shape.batch * shape.in);
 }
 
 void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, const void* x, const void* w,
@@ -610,20 +402,9 @@ void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
                                   act == Activation::kGelu ? pre_activation : nullptr, stream);
     return;
   }
-  // With plain_layer_parts: the GEMM as partial products, added with the bias and the activation by our pass
-  // instead of cuBLASLt's split-K reduction kernel.
-  void* pre_out = act == Activation::kGelu ? pre_activation : nullptr;
-  const int parts = linear_forward_parts(types, shape);
-  if (parts > 1 && detail::bias_activation_takes_parts(bias, pre_out, y, out) &&
-      forward_partial_products(types.input, math, shape, x, w, parts, stream)) {
-    detail::bias_activation_from_parts(detail::PartialProducts{partials_of(stream), parts, batch * out},
-                                       static_cast<const float*>(bias), act, static_cast<float*>(pre_out),
-                                       static_cast<float*>(y), batch, out, stream);
-    return;
-  }
   // Bias epilogues only with a 16-byte aligned bias: the MIN_ALIGNMENT preferences cover A, B, C and D but not the
   // bias vector, and a bias that is a view into a flat parameter buffer need not be aligned.
-  const bool bias_fusable = (bias == nullptr || alignment_of(bias) >= 16) && gemm_options().bias_epilogue;
+  const bool bias_fusable = bias == nullptr || alignment_of(bias) >= 16;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (bias_fusable) {
     if (act == Activation::kRelu) {
@@ -653,33 +434,11 @@ void linear_forward(LinearTypes types, MathMode math, const LinearShape& shape, 
   }
 }
 
-void linear_pair_forward(DType dtype, MathMode math, const LinearShape& first, std::int64_t out, const void* x,
-                         const void* w1, const void* b1, Activation act, void* h, void* pre, const void* w2,
-                         const void* b2, void* y, StreamHandle stream) {
-  const LinearShape second{first.batch, first.out, out};
-  const int parts = linear_pair_parts(dtype, first, out);
-  if (parts > 1) {
-    DDP_ASSERT(act != Activation::kGelu || pre != nullptr, "linear_pair_forward: GELU needs pre");
-    if (forward_partial_products(dtype, math, first, x, w1, parts, stream)) {
-      const detail::PartialProducts hidden{partials_of(stream), parts, first.batch * first.out};
-      detail::narrow_linear_forward_from_parts(second, hidden,
-                                               static_cast<const float*>(b1), act, static_cast<float*>(h),
-                                               static_cast<float*>(pre), static_cast<const float*>(w2),
-                                               static_cast<const float*>(b2), static_cast<float*>(y), stream);
-      return;
-    }
-  }
-  linear_forward(dtype, math, first, x, w1, b1, act, h, pre, stream);
-  linear_forward(dtype, math, second, h, w2, b2, Activation::kNone, y, nullptr, stream);
-}
-
 void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape, const void* dy, const void* x,
                      const void* w, const void* y, const void* pre_activation, Activation act, void* dx, void* dw,
-                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle stream,
-                     const InputActivation* through) {
+                     void* dbias, bool accumulate, void* scratch_dz, StreamHandle stream) {
   check_types(types, "linear_backward");
   DDP_CHECK(shape.batch >= 0 && shape.in >= 0 && shape.out >= 0, "linear_backward: negative shape");
-  DDP_ASSERT(through == nullptr || dx != nullptr, "linear_backward: `through` needs dx");
   const std::int64_t batch = shape.batch, in = shape.in, out = shape.out;
   if (batch == 0 || out == 0) {
     // No rows (or no outputs): the weight and bias gradients are empty sums, dx is 0.
@@ -688,13 +447,12 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
       zero(dbias, out, types.grad, stream);
     }
     zero(dx, batch * in, types.input, stream);
-    if (through != nullptr && !through->accumulate) zero(through->dbias, in, types.grad, stream);
     return;
   }
   // What the activation's derivative is taken of: ReLU's from y, GELU's from x·wᵀ+b.
   const void* saved = act == Activation::kRelu ? y : pre_activation;
   if (gemm_options().narrow_layers && detail::narrow_backward_fits(shape)) {
-    detail::narrow_linear_backward(types, shape, dy, saved, act, x, w, dx, dw, dbias, accumulate, scratch_dz, through,
+    detail::narrow_linear_backward(types, shape, dy, saved, act, x, w, dx, dw, dbias, accumulate, scratch_dz,
                                    stream);
     return;
   }
@@ -715,7 +473,6 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
 
   const bool want_dw = dw != nullptr && in > 0;
   const bool want_dx = dx != nullptr && in > 0;
-  bool want_dx_gemm = want_dx;
   // dw on a second stream while dx runs on this one (both only read dz, x and w).
   SideStream* side = nullptr;
   if (want_dw && want_dx && gemm_options().concurrent_backward) {
@@ -734,28 +491,7 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
     detail::activation_grad_bias(types.output, types.input, types.grad, Activation::kNone, dz, nullptr, nullptr,
                                  dbias, accumulate, batch, out, stream);
   }
-  // dx through the input's activation may come as partial products that the activation pass adds (no split-K
-  // reduction kernel); `through_done` once that pass has run.
-  bool through_done = false;
-  if (want_dx && through != nullptr) {
-    const int parts = input_gradient_parts(types, shape);
-    if (parts > 1 && detail::activation_grad_bias_takes_parts(through->act, through->saved, dx, in)) {
-      const std::int64_t slice = out / parts;
-      float* partials = partials_of(stream);
-      const GemmBatch slices{parts, slice * in, slice, in * batch};
-      // part_pᵀ[in, batch] = (w's rows of slice p as cm [in, slice]) · (dz's columns of slice p as cm [slice, batch])
-      if (gemm(GemmTypes{types.input, types.input}, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, slice, w, in, dz, out,
-               0.0f, partials, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream, &slices)) {
-        detail::activation_grad_bias_from_parts(detail::PartialProducts{partials, parts, in * batch}, through->act,
-                                                static_cast<const float*>(through->saved), static_cast<float*>(dx),
-                                                static_cast<float*>(through->dbias), through->accumulate, batch, in,
-                                                stream);
-        through_done = true;
-        want_dx_gemm = false;
-      }
-    }
-  }
-  if (want_dx_gemm) {
+  if (want_dx) {
     // dxᵀ[in, batch] = w_cm[in, out] · dz_cm[out, batch]
     gemm(GemmTypes{types.input, types.input}, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dz, out, 0.0f,
          dx, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
@@ -763,13 +499,6 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
   if (side != nullptr) {
     DDP_CUDA_CHECK(cudaEventRecord(side->join, side->stream));
     DDP_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));
-  }
-  if (!through_done && through != nullptr && (through->act != Activation::kNone || through->dbias != nullptr)) {
-    // dx through the input's activation, in place, and the previous layer's bias gradient: the same pass that
-    // layer's own backward would run on it.
-    detail::activation_grad_bias(types.input, types.input, types.grad, through->act, dx, through->saved,
-                                 through->act != Activation::kNone ? dx : nullptr, through->dbias,
-                                 through->accumulate, batch, in, stream);
   }
 }
 

@@ -23,61 +23,15 @@ constexpr int kRowsPerLane = kChunkRows / kRowLanes;
 // Each backward block walks every row; past this many cuBLASLt's GEMMs, which split the rows, are faster.
 constexpr std::int64_t kMaxBackwardRows = 1024;
 
-// Where the forward's input row comes from when it is assembled from a previous layer's partial products
-// (narrow_linear_forward_from_parts): x = act(Σ_p parts + bias), stored into h (and pre) on the way.
-struct InputFromParts {
-  PartialProducts parts;
-  const float* bias;
-  Activation act;
-  float* h;
-  float* pre;
-};
-
-// The lane's elements i = first + 32k (k < kPerLane) of a row assembled from partial products: each is
-// act(Σ_p parts[p][row, i] + bias[i]) with the parts added in part order, stored into from.h (and the sum into
-// from.pre) and returned in xv; 0 outside the row.
-template <int kPerLane>
-__device__ __forceinline__ void assemble_input_from_parts(const InputFromParts& from, bool row_ok, std::int64_t row,
-                                                          std::int64_t in, std::int64_t first, float (&xv)[kPerLane]) {
-  float part[kPerLane][kMaxPartialProducts];
-  float b[kPerLane];
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const std::int64_t i = first + 32 * k;
-    const bool ok = row_ok && i < in;
-#pragma unroll
-    for (int p = 0; p < kMaxPartialProducts; ++p)
-      part[k][p] = ok && p < from.parts.count ? from.parts.data[p * from.parts.stride + row * in + i] : 0.0f;
-    b[k] = ok && from.bias != nullptr ? from.bias[i] : 0.0f;
-  }
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const std::int64_t i = first + 32 * k;
-    float z = part[k][0];
-#pragma unroll
-    for (int p = 1; p < kMaxPartialProducts; ++p)
-      if (p < from.parts.count) z += part[k][p];
-    z += b[k];
-    xv[k] = 0.0f;
-    if (row_ok && i < in) {
-      if (from.pre != nullptr) from.pre[row * in + i] = z;
-      xv[k] = apply_activation(from.act, z);
-      from.h[row * in + i] = xv[k];
-    }
-  }
-}
-
 // A block of 8 warps takes 8 rows (one per warp) and walks `in` in chunks of kWeightFloats / kMaxOut columns:
 // each lane loads its elements of the row's chunk (every 32nd), the block stages the weights' chunk in shared
 // memory (all outputs), and each lane accumulates its elements' products for every output; then one butterfly
 // reduction per output, and lane o finishes output o.
-// kFromParts: the lane's elements of x are summed from the previous layer's parts instead (every part's load in
-// flight together, then added in part order), with that layer's bias and activation, and stored for its backward.
-template <typename TIn, typename TOut, int kMaxOut, bool kFromParts>
+template <typename TIn, typename TOut, int kMaxOut>
 __global__ void __launch_bounds__(kThreads)
     narrow_forward_kernel(const TIn* __restrict__ x, const TIn* __restrict__ w, const TOut* __restrict__ bias,
                           Activation act, TOut* __restrict__ y, TOut* __restrict__ pre, std::int64_t batch,
-                          std::int64_t in, int out, InputFromParts from) {
+                          std::int64_t in, int out) {
   detail::begin_kernel();
   constexpr int kChunk = kWeightFloats / kMaxOut;  // columns per chunk
   constexpr int kPerLane = kChunk / 32;
@@ -93,14 +47,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int o = 0; o < kMaxOut; ++o) acc[o] = 0.0f;
     for (std::int64_t c0 = 0; c0 < in; c0 += kChunk) {
       float xv[kPerLane];
-      if constexpr (kFromParts) {
-        assemble_input_from_parts<kPerLane>(from, row_ok, row, in, c0 + lane, xv);
-      } else {
 #pragma unroll
-        for (int k = 0; k < kPerLane; ++k) {
-          const std::int64_t i = c0 + lane + 32 * k;
-          xv[k] = row_ok && i < in ? to_float(x[row * in + i]) : 0.0f;
-        }
+      for (int k = 0; k < kPerLane; ++k) {
+        const std::int64_t i = c0 + lane + 32 * k;
+        xv[k] = row_ok && i < in ? to_float(x[row * in + i]) : 0.0f;
       }
       __syncthreads();  // the previous chunk's weights are no longer read
 #pragma unroll
@@ -139,17 +89,12 @@ __global__ void __launch_bounds__(kThreads)
 //   dx[r, c] = Σ_o dz[r, o]·w[o, c],   dw[o, c] += dz[r, o]·x[r, c] (a partial per thread row),
 // and in block 0, lane 0 also sums dbias's partials. The next chunk's loads are issued before this chunk's
 // products. At the end the kRowLanes partials of dw (and dbias) are added in row-lane order.
-// With an input activation (linear_backward's `through`), dx[r, c] is multiplied by its derivative (ReLU's from
-// x[r, c], already in a register; GELU's from in_saved) before it is stored, and each thread also sums the stored
-// values of its column: the previous layer's bias gradient, whose partials are added in row-lane order too.
 template <typename TIn, typename TOut, typename TGrad, int kMaxOut>
 __global__ void __launch_bounds__(kColumns* kRowLanes)
     narrow_backward_kernel(const TOut* __restrict__ dy, const TOut* __restrict__ saved, Activation act,
                            const TIn* __restrict__ x, const TIn* __restrict__ w, TIn* __restrict__ dx,
                            TGrad* __restrict__ dw, TGrad* __restrict__ dbias, bool accumulate,
-                           TIn* __restrict__ scratch_dz, std::int64_t batch, std::int64_t in, int out,
-                           Activation in_act, const TIn* __restrict__ in_saved, TGrad* __restrict__ in_dbias,
-                           bool in_accumulate) {
+                           TIn* __restrict__ scratch_dz, std::int64_t batch, std::int64_t in, int out) {
   detail::begin_kernel();
   constexpr int kThreadsPerBlock = kColumns * kRowLanes;
   constexpr int kDzPerThread = kChunkRows * kMaxOut / kThreadsPerBlock;
@@ -194,7 +139,6 @@ __global__ void __launch_bounds__(kColumns* kRowLanes)
   float dw_acc[kMaxOut], db_acc[kMaxOut];
 #pragma unroll
   for (int o = 0; o < kMaxOut; ++o) dw_acc[o] = db_acc[o] = 0.0f;
-  float in_db_acc = 0.0f;
   load_chunk(0);
   for (std::int64_t r0 = 0; r0 < batch; r0 += kChunkRows) {
     const std::int64_t elements = chunk_elements(r0);
@@ -228,14 +172,7 @@ __global__ void __launch_bounds__(kColumns* kRowLanes)
         dw_acc[o] = fmaf(g[o], xv[j], dw_acc[o]);
         s = fmaf(g[o], w_r[o], s);
       }
-      if (dx != nullptr && col_ok && r0 + b < batch) {
-        const std::int64_t i = (r0 + b) * in + col;
-        if (in_act == Activation::kRelu) s *= activation_grad(in_act, xv[j]);
-        if (in_act == Activation::kGelu) s *= activation_grad(in_act, to_float(in_saved[i]));
-        const TIn stored = from_float<TIn>(s);
-        dx[i] = stored;
-        in_db_acc += to_float(stored);  // the bias gradient sums exactly the dx the previous layer will read
-      }
+      if (dx != nullptr && col_ok && r0 + b < batch) dx[(r0 + b) * in + col] = from_float<TIn>(s);
       if (sums_bias) {
 #pragma unroll
         for (int o = 0; o < kMaxOut; ++o) db_acc[o] += g[o];
@@ -255,17 +192,6 @@ __global__ void __launch_bounds__(kColumns* kRowLanes)
       for (int y = 0; y < kRowLanes; ++y) sum += partial_s[y][o][tx];
       TGrad* g = dw + o * in + col;
       *g = from_float<TGrad>(accumulate ? to_float(*g) + sum : sum);
-    }
-  }
-  if (in_dbias != nullptr) {
-    __syncthreads();  // partial_s was read above
-    partial_s[ty][0][tx] = in_db_acc;
-    __syncthreads();
-    if (ty == 0 && col_ok) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int y = 0; y < kRowLanes; ++y) sum += partial_s[y][0][tx];
-      in_dbias[col] = from_float<TGrad>(in_accumulate ? to_float(in_dbias[col]) + sum : sum);
     }
   }
   if (dbias == nullptr || !first_block) return;
@@ -317,41 +243,17 @@ void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const vo
     auto run = [&](auto kernel) {
       launch(kernel, blocks, kThreads, 0, stream, static_cast<const TIn*>(x), static_cast<const TIn*>(w),
              static_cast<const TOut*>(bias), act, static_cast<TOut*>(y), static_cast<TOut*>(pre_activation),
-             shape.batch, shape.in, out, InputFromParts{});
+             shape.batch, shape.in, out);
     };
-    out <= 16 ? run(narrow_forward_kernel<TIn, TOut, 16, false>) : run(narrow_forward_kernel<TIn, TOut, 32, false>);
+    out <= 16 ? run(narrow_forward_kernel<TIn, TOut, 16>) : run(narrow_forward_kernel<TIn, TOut, 32>);
   });
-}
-
-void narrow_linear_forward_from_parts(const LinearShape& shape, const PartialProducts& parts,
-                                      const float* hidden_bias, Activation hidden_act, float* h, float* h_pre,
-                                      const float* w, const float* bias, float* y, cudaStream_t stream) {
-  DDP_ASSERT(narrow_forward_fits(shape), "narrow_linear_forward_from_parts: shape out of range");
-  DDP_ASSERT(parts.count >= 1 && parts.count <= kMaxPartialProducts && parts.stride >= shape.batch * shape.in,
-             "narrow_linear_forward_from_parts: bad partial products");
-  DDP_ASSERT(hidden_act != Activation::kGelu || h_pre != nullptr,
-             "narrow_linear_forward_from_parts: GELU's backward needs the pre-activation");
-  const unsigned int blocks = blocks_for(shape.batch, kWarpsPerBlock);
-  const int out = static_cast<int>(shape.out);
-  const InputFromParts from{parts, hidden_bias, hidden_act, h, h_pre};
-  auto run = [&](auto kernel) {
-    launch(kernel, blocks, kThreads, 0, stream, static_cast<const float*>(nullptr), w, bias, Activation::kNone, y,
-           static_cast<float*>(nullptr), shape.batch, shape.in, out, from);
-  };
-  out <= 16 ? run(narrow_forward_kernel<float, float, 16, true>) : run(narrow_forward_kernel<float, float, 32, true>);
 }
 
 void narrow_linear_backward(LinearTypes types, const LinearShape& shape, const void* dy, const void* saved,
                             Activation act, const void* x, const void* w, void* dx, void* dw, void* dbias,
-                            bool accumulate, void* scratch_dz, const InputActivation* through, cudaStream_t stream) {
+                            bool accumulate, void* scratch_dz, cudaStream_t stream) {
   DDP_ASSERT(narrow_backward_fits(shape), "narrow_linear_backward: shape out of range");
   DDP_ASSERT(act == Activation::kNone || saved != nullptr, "narrow_linear_backward: the activation needs `saved`");
-  // ReLU's derivative is read from x, which the kernel holds anyway (the contract makes `saved` x for kRelu).
-  const InputActivation none{Activation::kNone, nullptr, nullptr, false};
-  const InputActivation& in = through != nullptr ? *through : none;
-  DDP_ASSERT(through == nullptr || dx != nullptr, "narrow_linear_backward: `through` needs dx");
-  DDP_ASSERT(in.act != Activation::kRelu || in.saved == x, "narrow_linear_backward: ReLU's `saved` must be x");
-  DDP_ASSERT(in.act != Activation::kGelu || in.saved != nullptr, "narrow_linear_backward: GELU needs `saved`");
   const std::int64_t blocks = (shape.in + kColumns - 1) / kColumns;
   const int out = static_cast<int>(shape.out);
   with_types(types, [&](auto in_tag, auto out_tag, auto grad_tag) {
@@ -362,8 +264,7 @@ void narrow_linear_backward(LinearTypes types, const LinearShape& shape, const v
       launch(kernel, static_cast<unsigned int>(blocks), dim3(kColumns, kRowLanes), 0, stream,
              static_cast<const TOut*>(dy), static_cast<const TOut*>(saved), act, static_cast<const TIn*>(x),
              static_cast<const TIn*>(w), static_cast<TIn*>(dx), static_cast<TGrad*>(dw), static_cast<TGrad*>(dbias),
-             accumulate, static_cast<TIn*>(scratch_dz), shape.batch, shape.in, out, in.act,
-             static_cast<const TIn*>(in.saved), static_cast<TGrad*>(in.dbias), in.accumulate);
+             accumulate, static_cast<TIn*>(scratch_dz), shape.batch, shape.in, out);
     };
     out <= 16 ? run(narrow_backward_kernel<TIn, TOut, TGrad, 16>) : run(narrow_backward_kernel<TIn, TOut, TGrad, 32>);
   });

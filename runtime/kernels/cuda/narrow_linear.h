@@ -13,7 +13,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "runtime/kernels/cuda/partial_products.h"
 #include "runtime/kernels/kernels.h"
 
 namespace ddp::kernels::cuda::detail {
@@ -31,20 +30,11 @@ bool narrow_backward_fits(const LinearShape& shape);
 void narrow_linear_forward(LinearTypes types, const LinearShape& shape, const void* x, const void* w,
                            const void* bias, Activation act, void* y, void* pre_activation, cudaStream_t stream);
 
-// linear_pair_forward's second half (float32): the narrow layer's forward, whose input row it first assembles
-// from the first layer's partial products ([batch, hidden]): h = hidden_act(Σ_p parts + hidden_bias), with
-// hidden_bias possibly null, stored into `h` (and, for kGelu, the sum into `h_pre`) for the backward; then
-// y = h·wᵀ + bias. `shape` is the narrow layer's (batch, hidden, out).
-void narrow_linear_forward_from_parts(const LinearShape& shape, const PartialProducts& parts,
-                                      const float* hidden_bias, Activation hidden_act, float* h, float* h_pre,
-                                      const float* w, const float* bias, float* y, cudaStream_t stream);
-
 // linear_backward's contract in one launch: dz = dy ⊙ act'(saved) in float (saved is y for kRelu,
 // pre_activation for kGelu), dx = dz·w (when non-null), dw (+)= dzᵀ·x (when non-null), dbias (+)= Σ_rows dz (when
-// non-null), and, when scratch_dz is non-null, dz stored there in the input type. `through` (may be null) as in
-// linear_backward: dx through the input's activation, and the previous layer's bias gradient, in the same launch.
+// non-null), and, when scratch_dz is non-null, dz stored there in the input type.
 void narrow_linear_backward(LinearTypes types, const LinearShape& shape, const void* dy, const void* saved,
                             Activation act, const void* x, const void* w, void* dx, void* dw, void* dbias,
-                            bool accumulate, void* scratch_dz, const InputActivation* through, cudaStream_t stream);
+                            bool accumulate, void* scratch_dz, cudaStream_t stream);
 
 }  // namespace ddp::kernels::cuda::detail
