@@ -23,8 +23,8 @@
 //   runtime/autograd/autograd.h          backward, NoGradGuard, recording ops of one's own
 //   models/module.h, models/layers.h     Module, Linear, Sequential, MLP; models/bf16_weights.h: bf16 training
 //   runtime/optim/optimizer.h            Sgd, AdamW, LR schedules; runtime/optim/clip_grad.h
-//   runtime/data/*.h                     Fashion-MNIST/IDX, DistributedSampler, BatchLoader + to_device,
-//                                        ResidentDataset, EvaluationShard
+//   runtime/data/*.h                     Fashion-MNIST/IDX, .npy/safetensors, DistributedSampler, BatchLoader +
+//                                        to_device, ResidentDataset and HostBatches, EvaluationShard
 //   runtime/training/training_checkpoint.h  saving and restoring model, optimizer and where the run stands
 //   runtime/io/*.h                       checkpoint files, metrics (JSON lines), Chrome traces
 //   runtime/core/*.h                     errors, Device, Stream/Event, CudaGraph, memory statistics
@@ -50,6 +50,7 @@
 #include "runtime/core/stream.h"
 #include "runtime/data/array_file.h"
 #include "runtime/data/evaluation_shard.h"
+#include "runtime/data/host_batches.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/resident_dataset.h"

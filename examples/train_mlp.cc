@@ -67,6 +67,7 @@ struct Flags {
   double clip_grad_norm = 0;            // 0: no clipping
   int threads = 0;
   bool no_cuda_graph = false;
+  std::string data_placement = "auto";
   bool shard_optimizer = false;  // ZeRO stage 1: each rank keeps 1/N of the optimizer state
 };
 
@@ -160,6 +161,9 @@ Flags parse_flags(int argc, char** argv, int rank) {
       ->capture_default_str()
       ->check(kNonNegativeNumber);
   app.add_flag("--no-cuda-graph", f.no_cuda_graph, "run every step eagerly instead of replaying a CUDA graph");
+  app.add_option("--data-placement", f.data_placement, "where the training set is held: device, host (pinned, "
+                 "copied per step: a set larger than the GPU) or auto (host when it would fill the GPU)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "device", "host"}));
   app.add_flag("--shard-optimizer", f.shard_optimizer,
                "shard the optimizer state over the ranks (ZeRO stage 1): reduce-scatter, update 1/N, all-gather");
   app.add_option("--threads", f.threads, "OpenBLAS threads per rank (0: cores / ranks on this node)")
@@ -198,6 +202,9 @@ ddp::TrainerOptions trainer_options(const Flags& f) {
       .skip_nonfinite_limit = f.skip_nonfinite_limit,
       .precision = ddp::parse_precision(f.precision),
       .cuda_graph = !f.no_cuda_graph,
+      .data_placement = f.data_placement == "host"     ? ddp::DataPlacement::kHost
+                        : f.data_placement == "device" ? ddp::DataPlacement::kDevice
+                                                       : ddp::DataPlacement::kAuto,
       .bucket_mb = f.bucket_mb,
       .shard_optimizer = f.shard_optimizer,
       .checkpoint_dir = f.checkpoint_dir,

@@ -29,6 +29,14 @@ const CudaAvailability& cuda_availability() {
 
 int cuda_device_count() { return cuda_availability().device_count; }
 
+std::size_t cuda_free_memory(const Device& device) {
+  if (!device.is_cuda()) return 0;
+  CudaDeviceGuard guard(device);
+  std::size_t free = 0, total = 0;
+  DDP_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 std::string cuda_pci_address(int index) {
   if (index < 0 || index >= cuda_device_count()) return "";
   char id[32] = {};

@@ -4,6 +4,7 @@
 // runtime runs on the CPU and says why, instead of crashing at the first CUDA call.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace ddp {
@@ -35,6 +36,8 @@ int cuda_device_count();
 // The PCI address of CUDA device `index` as sysfs spells it ("0000:1b:00.0"), so that its NUMA node can be read
 // from /sys/bus/pci/devices/ADDRESS/numa_node; empty when CUDA cannot say.
 std::string cuda_pci_address(int index);
+// Bytes of `device`'s memory free now (cudaMemGetInfo), for deciding whether a data set fits; 0 for the CPU.
+std::size_t cuda_free_memory(const Device& device);
 
 // Makes `device` current for the calling thread for the guard's lifetime (no-op for the CPU).
 class CudaDeviceGuard {

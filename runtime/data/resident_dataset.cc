@@ -67,6 +67,11 @@ Tensor ResidentDataset::empty_y(int64_t n, const Stream& stream) const {
   return Tensor::empty({n}, DType::kInt32, device_, stream);
 }
 
+void ResidentDataset::start_epoch(const DistributedSampler& sampler, const Stream& stream) {
+  set_order(sampler.indices(), stream);
+  set_cursor(sampler.local_position(), stream);
+}
+
 void ResidentDataset::set_order(const std::vector<int64_t>& order, const Stream& stream) {
   for (std::size_t i = 0; i < order.size(); ++i) {
     if (order[i] < 0 || order[i] >= size_) {

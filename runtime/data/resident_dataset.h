@@ -5,7 +5,7 @@
 // copy of the batch, no allocation and no synchronisation, so a CUDA graph of the step can replay right behind
 // it and the GPU never waits for the host. The order is a DistributedSampler's, uploaded once per epoch, so the
 // batches are the samples, in the order, that BatchLoader gives: the CPU path and resumes do not change. Data
-// sets larger than the device's memory go through BatchLoader (pinned, double-buffered) instead.
+// sets larger than the device's memory stay in the host's (HostBatches) instead.
 #pragma once
 
 #include <cstddef>
@@ -14,13 +14,14 @@
 
 #include "runtime/core/device.h"
 #include "runtime/core/stream.h"
+#include "runtime/data/batch_source.h"
 #include "runtime/data/idx.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp {
 namespace data {
 
-class ResidentDataset {
+class ResidentDataset final : public BatchSource {
  public:
   // Copies `data` to `device` (in pieces, so the pinned staging stays small). `data` may go away afterwards.
   // With targets (data.target_width > 0), y is float32 [n, target_width] where it is int32 [n] for labels.
@@ -29,6 +30,8 @@ class ResidentDataset {
   // The epoch's order: row numbers of the data set (a sampler's indices()). Throws InvalidArgument naming the
   // first one out of range. Queued on `stream` after the gathers already queued there.
   void set_order(const std::vector<int64_t>& order, const Stream& stream);
+  // set_order(sampler.indices()) and set_cursor(sampler.local_position()).
+  void start_epoch(const DistributedSampler& sampler, const Stream& stream) override;
   int64_t order_size() const { return order_size_; }
 
   // Rows order[begin, begin + n) of the data set into x ([n, feature_count] float32) and y (labels: [n] int32;
@@ -43,7 +46,8 @@ class ResidentDataset {
   // order of up to the data set's size; a longer one, with repeated rows, moves it), so a captured gather stays
   // valid across epochs of any length.
   void set_cursor(int64_t position, const Stream& stream);
-  void gather_next(const Tensor& x, const Tensor& y, const Stream& stream);
+  void gather_next(const Tensor& x, const Tensor& y, const Stream& stream) override;
+  bool capturable() const override { return true; }
   int64_t cursor() const { return cursor_position_; }
 
   // The next step's batch gathered while this step's update runs, for a CUDA graph of the whole step. Called
@@ -54,15 +58,15 @@ class ResidentDataset {
   // next epoch's first are gathered by the steps that take them. take_prefetched(n) is true, once, when x and y
   // hold the next n rows from a prefetch (as of the replays and calls made so far); otherwise the step calls
   // gather_next itself. On the CPU the prefetch is a gather_next that stops at the end of the order.
-  void prefetch_next(const Tensor& x, const Tensor& y, const Stream& stream);
-  void join_prefetch(const Stream& stream);
-  bool take_prefetched(int64_t n);
+  void prefetch_next(const Tensor& x, const Tensor& y, const Stream& stream) override;
+  void join_prefetch(const Stream& stream) override;
+  bool take_prefetched(int64_t n) override;
 
   int64_t size() const { return size_; }
   int64_t feature_count() const { return feature_count_; }
   int64_t target_width() const { return target_width_; }  // 0: labels
   // An empty y of n rows of this data set's kind (int32 labels, or float targets).
-  Tensor empty_y(int64_t n, const Stream& stream) const;
+  Tensor empty_y(int64_t n, const Stream& stream) const override;
   const Device& device() const { return device_; }
 
  private:

@@ -19,6 +19,7 @@
 #include "runtime/core/phase.h"
 #include "runtime/core/stop_request.h"
 #include "runtime/data/evaluation_shard.h"
+#include "runtime/data/host_batches.h"
 #include "runtime/data/resident_dataset.h"
 #include "runtime/data/sampler.h"
 #include "runtime/distributed/distributed_data_parallel.h"
@@ -212,10 +213,21 @@ std::string trace_path(const TrainerOptions& o, int rank) {
   return rank == 0 ? o.trace_file : o.trace_file + ".rank" + std::to_string(rank) + ".json";
 }
 
+// Whether the training set stays in the host's memory (TrainerOptions::data_placement); every rank alike.
+bool train_from_host(const TrainerOptions& o, const Session& session, const data::Dataset& train_set) {
+  if (o.data_placement != DataPlacement::kAuto) return o.data_placement == DataPlacement::kHost;
+  if (!session.device().is_cuda()) return false;
+  const data::DatasetView v = data::view(train_set);
+  const double bytes = static_cast<double>(v.size) * (static_cast<double>(v.feature_count) * 4.0 +
+                                                      static_cast<double>(v.y_row_bytes()));
+  return session.any(bytes > 0.5 * static_cast<double>(cuda_free_memory(session.device())));
+}
+
 // Why the step cannot be a CUDA graph in this run, or "" when it can.
-std::string graph_refusal(const TrainerOptions& o, const Session& session) {
+std::string graph_refusal(const TrainerOptions& o, const Session& session, const data::BatchSource& train) {
   if (!o.cuda_graph) return "--no-cuda-graph";
   if (!session.device().is_cuda()) return "the CPU has no graphs";
+  if (!train.capturable()) return "the training set is copied from host memory at each step";
   if (session.backend() != Backend::kNccl) return "the MPI backend stages through the host";
   if (o.skip_nonfinite) return "--skip-nonfinite reads every loss on the host";
   if (o.clip_grad_norm > 0) return "--clip-grad-norm reads every gradient norm on the host";
@@ -252,9 +264,9 @@ class Trainer::Run {
   Run(const TrainerOptions& o, Session& session, MLP& mlp, const TrainerHooks& hooks)
       : o_(o), session_(session), mlp_(mlp), hooks_(hooks) {}
 
-  // The data, held on the device that trains (the GPU's memory, or the host's), the sampler that orders the
-  // training set, and the batch buffers each step gathers into (allocated once; the last, shorter batch of an
-  // epoch goes into their first rows).
+  // The data, held on the device that trains (or in the host's memory: TrainerOptions::data_placement), the
+  // sampler that orders the training set, and the batch buffers each step gathers into (allocated once; the
+  // last, shorter batch of an epoch goes into their first rows).
   void load_data(const data::Dataset& train_set, const data::Dataset& test_set) {
     session_.agree(data_problem(train_set, test_set), "the data does not fit the model");
     sampler_options_ = data::SamplerOptions{
@@ -268,7 +280,12 @@ class Trainer::Run {
     }
     session_.agree(error, "bad batch size");
     steps_per_epoch_ = sampler_->batches_per_epoch(o_.batch_size);
-    train_ = std::make_unique<data::ResidentDataset>(data::view(train_set), session_.device(), stream_);
+    if (train_from_host(o_, session_, train_set)) {
+      train_ = std::make_unique<data::HostBatches>(data::view(train_set), sampler_options_, o_.batch_size,
+                                                   session_.device(), stream_);
+    } else {
+      train_ = std::make_unique<data::ResidentDataset>(data::view(train_set), session_.device(), stream_);
+    }
     if (test_set.size > 0) {
       test_ = std::make_unique<data::EvaluationShard>(test_set, session_.rank(), session_.size(), session_.device(),
                                                       stream_);
@@ -335,7 +352,7 @@ class Trainer::Run {
       error = e.what();
     }
     session_.agree(error, "cannot write the run's outputs");
-    graph_error_ = graph_refusal(o_, session_);
+    graph_error_ = graph_refusal(o_, session_, *train_);
     print_run();
     progress_ = std::make_unique<training::Progress>(total_steps_, step_);
     if (graph_error_.empty() && total_steps_ > step_) {
@@ -528,8 +545,7 @@ class Trainer::Run {
     data::DistributedSampler& sampler = *sampler_;
     sampler.set_epoch(epoch);
     sampler.set_global_position(epoch == start_.epoch ? start_.position : 0);
-    train_->set_order(sampler.indices(), stream_);
-    train_->set_cursor(sampler.local_position(), stream_);
+    train_->start_epoch(sampler, stream_);
     long long position = sampler.global_position();
     while (sampler.next_batch(o_.batch_size, &rows_)) {
       const auto n = static_cast<std::int64_t>(rows_.size());
@@ -789,7 +805,7 @@ class Trainer::Run {
   data::SamplerOptions sampler_options_;
   std::unique_ptr<data::DistributedSampler> sampler_;
   long long steps_per_epoch_ = 0, total_steps_ = 0;
-  std::unique_ptr<data::ResidentDataset> train_;
+  std::unique_ptr<data::BatchSource> train_;
   std::unique_ptr<data::EvaluationShard> test_;
   Tensor batch_x_, batch_y_;
   std::vector<std::int64_t> rows_;

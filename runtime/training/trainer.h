@@ -56,7 +56,12 @@ enum class Loss { kCrossEntropy, kMse };
 Loss parse_loss(const std::string& name);  // "cross-entropy" or "mse"
 std::string loss_name(Loss loss);
 
-enum class LrScheduleKind { kConstant, kCosine };  // kCosine: linear warmup, then cosine decay to 0
+enum class LrScheduleKind { kConstant, kCosine };
+// Where the training set is held while it trains: kDevice in the device's memory (data::ResidentDataset, the
+// batch gathered there, the step a CUDA graph); kHost in the host's, each batch copied from pinned buffers that
+// a prefetch thread fills (data::HostBatches; eager steps), for a data set larger than the device; kAuto picks
+// kHost when the set would take more than half of the device memory free at the start on some rank.
+enum class DataPlacement { kAuto, kDevice, kHost };  // kCosine: linear warmup, then cosine decay to 0
 
 struct TrainerOptions {
   // The batch: per rank, or (global_batch_size > 0) over all ranks, split evenly (the per-rank size derived).
@@ -80,6 +85,7 @@ struct TrainerOptions {
 
   Precision precision = Precision::kFloat32;
   bool cuda_graph = true;  // capture the step on a GPU over NCCL (it falls back to eager where it cannot)
+  DataPlacement data_placement = DataPlacement::kAuto;
   double bucket_mb = 25.0;
   bool shard_optimizer = false;  // ZeRO stage 1
 

@@ -3,6 +3,8 @@
 //     evaluation; a regression on float targets learns;
 //   - a stop asked for from a hook ends fit() with kStoppedExitStatus and a checkpoint at that step, and a new
 //     trainer resumed from it ends with bitwise the parameters of a run never stopped;
+//   - a training set held in host memory (pinned, copied at each step) trains the bits of one held on the device,
+//     for float targets and for labels, across short last batches;
 //   - data that does not fit the model, or a loss that does not fit the targets, is refused before any step
 //     with a message that says what to change.
 #include <gtest/gtest.h>
@@ -100,6 +102,35 @@ TEST(Trainer, AStopFromAHookCheckpointsThereAndTheResumedRunEndsAsOneNeverStoppe
   Trainer again(s, resumed, o);
   ASSERT_EQ(again.fit(train, test), 0);
   EXPECT_EQ(parameters(resumed), parameters(straight));
+}
+
+TEST(Trainer, ATrainingSetInHostMemoryTrainsTheBitsOfOneOnTheDevice) {
+  Session& s = *g_session;
+  data::Dataset labelled = regression_set(200, 11);
+  labelled.target_width = 0;
+  labelled.targets.clear();
+  labelled.num_classes = 3;
+  for (int64_t i = 0; i < labelled.size; ++i) labelled.labels.push_back(static_cast<int32_t>(i * 7 % 3));
+  for (const data::Dataset& train : {regression_set(200, 5), labelled}) {
+    const bool regression = train.regression();
+    std::vector<std::vector<double>> losses;
+    std::vector<std::vector<float>> trained;
+    for (DataPlacement placement : {DataPlacement::kDevice, DataPlacement::kHost}) {
+      MLP model({3, 16, regression ? 2 : 3}, Activation::kRelu, 4, s.device(), s.stream());
+      TrainerOptions o = quiet_options();
+      o.data_placement = placement;
+      o.log_every = 1;
+      if (!regression) o.loss = Loss::kCrossEntropy;
+      std::vector<double> logged;
+      TrainerHooks hooks{.on_step_end = [&](const StepEnd& e) { logged.push_back(e.loss); }};
+      ASSERT_EQ(Trainer(s, model, o, hooks).fit(train, data::Dataset{}), 0);
+      losses.push_back(logged);
+      trained.push_back(parameters(model));
+    }
+    const std::string what = regression ? "float targets" : "labels";
+    EXPECT_EQ(losses[1], losses[0]) << what;
+    EXPECT_EQ(trained[1], trained[0]) << what;
+  }
 }
 
 TEST(Trainer, DataOrALossThatDoesNotFitTheModelIsRefusedBeforeAnyStep) {
