@@ -24,7 +24,8 @@
 //   models/module.h, models/layers.h     Module, Linear, Sequential, MLP; models/bf16_weights.h: bf16 training
 //   runtime/optim/optimizer.h            Sgd, AdamW, LR schedules; runtime/optim/clip_grad.h
 //   runtime/data/*.h                     Fashion-MNIST/IDX, .npy/safetensors, DistributedSampler, BatchLoader +
-//                                        to_device, ResidentDataset and HostBatches, EvaluationShard
+//                                        to_device, ResidentDataset and HostBatches, EvaluationShard,
+//                                        ReplayBuffer (samples streamed in)
 //   runtime/training/training_checkpoint.h  saving and restoring model, optimizer and where the run stands
 //   runtime/io/*.h                       checkpoint files, metrics (JSON lines), Chrome traces
 //   runtime/core/*.h                     errors, Device, Stream/Event, CudaGraph, memory statistics
@@ -53,6 +54,7 @@
 #include "runtime/data/host_batches.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/loader.h"
+#include "runtime/data/replay_buffer.h"
 #include "runtime/data/resident_dataset.h"
 #include "runtime/data/sampler.h"
 #include "runtime/distributed/distributed_data_parallel.h"

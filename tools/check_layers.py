@@ -26,6 +26,8 @@ LAYERS = [  # (folder or file, rank): equal ranks may not include each other unl
     ("runtime/data", 8),
     ("runtime/training", 9),
     ("ddp.h", 10),
+    ("ddp_mpi.h", 11),
+    ("capi", 12),
 ]
 LAUNCHER_MAY_INCLUDE = ("runtime/core", "launcher")
 UNCHECKED = ("examples/", "bench/", "tests/", "third_party/", "bazel/", "tools/")

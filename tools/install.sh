@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Installs the runtime into PREFIX for programs built with CMake, a plain Makefile or anything else:
 #   PREFIX/include/ddp.h, and under PREFIX/include/ddp/ exactly the headers it includes (nothing internal);
-#   PREFIX/lib/libddp.so, the whole runtime as one shared library;
+#   PREFIX/include/ddp_mpi.h (a Session on an application's MPI_Comm) and PREFIX/include/ddp_c.h (the C API);
+#   PREFIX/share/ddp/fortran/ddp.f90, the Fortran module's source (programs compile it with their compiler);
+#   PREFIX/lib/libddp.so, the whole runtime as one shared library, the C API included;
 #   PREFIX/lib/pkgconfig/ddp.pc                 pkg-config --cflags --libs ddp
-#   PREFIX/lib/cmake/ddp/ddpConfig.cmake        find_package(ddp) gives the imported target ddp::ddp
+#   PREFIX/lib/cmake/ddp/ddpConfig.cmake        find_package(ddp) gives the imported targets ddp::ddp (C++),
+#                                               ddp::ddp_c (C) and ddp::fortran (the module, compiled into
+#                                               the program), for the languages the project enables
 #   PREFIX/bin/ddprun, the launcher.
 # Both ddp.pc and ddp::ddp carry the CUDA, NCCL, MPI (Open MPI, through pkg-config's mpi-c or CMake's FindMPI)
 # and OpenBLAS include and link flags, and C++20.
 #
 #   tools/install.sh PREFIX                     builds //:libddp and //launcher:ddprun with Bazel, then installs
 #   tools/install.sh --prebuilt DIR PREFIX      installs from DIR without building: DIR holds ddp.h and the
-#                                               headers it includes, libddp.so and launcher/ddprun (what a Bazel
-#                                               test's runfiles hold: tests/api/install_test.sh)
+#                                               headers it includes, ddp_mpi.h, capi/ddp_c.h, capi/ddp.f90,
+#                                               libddp.so and launcher/ddprun (what a Bazel test's runfiles hold:
+#                                               tests/api/install_test.sh)
 # CUDA_HOME (default /usr/local/cuda, where the build takes it from) names the CUDA toolkit the flags point at.
 # Installing again over an older copy replaces its files; nothing else under PREFIX is touched.
 set -euo pipefail
@@ -39,13 +44,14 @@ else
   src="$PWD"
   bin="$(bazel info bazel-bin 2>/dev/null)"
 fi
-for f in "$src/ddp.h" "$bin/libddp.so" "$bin/launcher/ddprun"; do
+for f in "$src/ddp.h" "$src/ddp_mpi.h" "$src/capi/ddp_c.h" "$src/capi/ddp.f90" "$bin/libddp.so" \
+         "$bin/launcher/ddprun"; do
   [ -e "$f" ] || { echo "install: $f is missing" >&2; exit 1; }
 done
 
 # The public headers: ddp.h and every header of the runtime it reaches, as the compiler sees them.
 headers=$("${CXX:-c++}" -std=c++20 -MM -MT ddp -I"$src" "$src/ddp.h" | tr ' \\' '\n\n' | grep -v -e '^$' -e '^ddp:$')
-mkdir -p "$prefix/include/ddp" "$prefix/lib/pkgconfig" "$prefix/lib/cmake/ddp" "$prefix/bin"
+mkdir -p "$prefix/include/ddp" "$prefix/lib/pkgconfig" "$prefix/lib/cmake/ddp" "$prefix/bin" "$prefix/share/ddp/fortran"
 count=0
 while read -r header; do
   case "$header" in
@@ -58,6 +64,9 @@ while read -r header; do
   count=$((count + 1))
 done <<<"$headers"
 install -m 0644 "$src/ddp.h" "$prefix/include/ddp.h"
+install -m 0644 "$src/ddp_mpi.h" "$prefix/include/ddp_mpi.h"
+install -m 0644 "$src/capi/ddp_c.h" "$prefix/include/ddp_c.h"
+install -m 0644 "$src/capi/ddp.f90" "$prefix/share/ddp/fortran/ddp.f90"
 install -m 0755 "$bin/libddp.so" "$prefix/lib/libddp.so"
 install -m 0755 "$bin/launcher/ddprun" "$prefix/bin/ddprun"
 
@@ -67,6 +76,8 @@ prefix=\${pcfiledir}/../..
 includedir=\${prefix}/include
 libdir=\${prefix}/lib
 cudadir=$cuda_home
+# The Fortran module's source: compile it with the program (mpifort \$(pkg-config --variable=fortran_module ddp) ...).
+fortran_module=\${prefix}/share/ddp/fortran/ddp.f90
 
 Name: ddp
 Description: Data-parallel training in C++: DistributedDataParallel over NCCL (GPUs) and MPI (CPUs)
@@ -83,10 +94,18 @@ cat >"$prefix/lib/cmake/ddp/ddpConfig.cmake" <<EOF
 include(CMakeFindDependencyMacro)
 get_filename_component(_ddp_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
 set(_ddp_cuda "$cuda_home")
+# MPI for the languages the project enables: C++ (ddp::ddp), C (ddp::ddp_c), Fortran (ddp::fortran).
+get_property(_ddp_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+set(_ddp_mpi_components)
+foreach(_ddp_language CXX C Fortran)
+  if(_ddp_language IN_LIST _ddp_languages)
+    list(APPEND _ddp_mpi_components \${_ddp_language})
+  endif()
+endforeach()
 find_dependency(Threads)
 find_dependency(ZLIB)
 set(MPI_CXX_SKIP_MPICXX ON)  # Open MPI's C++ bindings are not used (and break the link)
-find_dependency(MPI COMPONENTS CXX)
+find_dependency(MPI COMPONENTS \${_ddp_mpi_components})
 set(_ddp_libraries)
 foreach(_ddp_lib nccl cublasLt cublas cudart)
   find_library(DDP_\${_ddp_lib}_LIBRARY NAMES \${_ddp_lib} HINTS "\${_ddp_cuda}/lib64" NO_DEFAULT_PATH)
@@ -103,7 +122,25 @@ if(NOT DDP_openblas_LIBRARY)
   set(ddp_NOT_FOUND_MESSAGE "ddp: OpenBLAS not found (apt-get install libopenblas-dev)")
   return()
 endif()
-if(NOT TARGET ddp::ddp)
+set(_ddp_link "\${_ddp_libraries};\${DDP_openblas_LIBRARY};ZLIB::ZLIB;Threads::Threads")
+if("C" IN_LIST _ddp_languages AND NOT TARGET ddp::ddp_c)
+  # The C API: ddp_c.h (it includes mpi.h) and the same library.
+  add_library(ddp::ddp_c SHARED IMPORTED)
+  set_target_properties(ddp::ddp_c PROPERTIES
+    IMPORTED_LOCATION "\${_ddp_prefix}/lib/libddp.so"
+    IMPORTED_SONAME "libddp.so"
+    INTERFACE_INCLUDE_DIRECTORIES "\${_ddp_prefix}/include"
+    INTERFACE_LINK_LIBRARIES "MPI::MPI_C;\${_ddp_link}")
+endif()
+if("Fortran" IN_LIST _ddp_languages AND NOT TARGET ddp::fortran)
+  # The Fortran module: its source is compiled into each program that links this (a .mod file is specific to
+  # the compiler), over the C API in libddp.so.
+  add_library(ddp::fortran INTERFACE IMPORTED)
+  set_target_properties(ddp::fortran PROPERTIES
+    INTERFACE_SOURCES "\${_ddp_prefix}/share/ddp/fortran/ddp.f90"
+    INTERFACE_LINK_LIBRARIES "\${_ddp_prefix}/lib/libddp.so;MPI::MPI_Fortran;\${_ddp_link}")
+endif()
+if("CXX" IN_LIST _ddp_languages AND NOT TARGET ddp::ddp)
   add_library(ddp::ddp SHARED IMPORTED)
   set_target_properties(ddp::ddp PROPERTIES
     IMPORTED_LOCATION "\${_ddp_prefix}/lib/libddp.so"
@@ -128,4 +165,4 @@ else()
   endif()
 endif()
 EOF
-echo "install: ddp $version in $prefix ($count headers under include/ddp, lib/libddp.so, bin/ddprun, pkg-config and CMake files)"
+echo "install: ddp $version in $prefix ($count headers under include/ddp, ddp_mpi.h, ddp_c.h, the Fortran module, lib/libddp.so, bin/ddprun, pkg-config and CMake files)"

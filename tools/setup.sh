@@ -7,7 +7,8 @@ packages=(
   bazel-bootstrap bazel-rules-java bazel-platforms bazel-skylib   # Bazel 4.2.3 and the repositories it needs
   g++ clang libclang-rt-14-dev                                    # compilers; clang + runtime for fuzzers
   cmake pkg-config make                                           # building against an installed runtime (tools/install.sh)
-  openmpi-bin libopenmpi-dev                                      # MPI bootstrap and the CPU backend
+  openmpi-bin libopenmpi-dev                                      # MPI bootstrap and the CPU backend (and mpifort)
+  gfortran                                                        # the Fortran module (capi/ddp.f90) and its tests
   openssh-client openssh-server                                   # several hosts: Open MPI's ssh launch, tested
   slurm-wlm slurmctld slurmd slurm-client munge                   # a real Slurm for tests/slurm (started by the test)
   libpmix2 libpmi2-0                                              # srun --mpi=pmix for Open MPI's ranks

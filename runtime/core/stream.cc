@@ -20,20 +20,29 @@ Stream Stream::create(const Device& device, int priority) {
   return s;
 }
 
+Stream Stream::borrow(const Device& device, StreamHandle handle) {
+  Stream s;
+  s.device_ = device;
+  s.stream_ = handle;
+  s.owned_ = false;
+  return s;
+}
+
 Stream::Stream(Stream&& other) noexcept
-    : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)) {}
+    : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)), owned_(other.owned_) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
-    if (stream_ != nullptr) DDP_CUDA_WARN(cudaStreamDestroy(stream_));
+    if (stream_ != nullptr && owned_) DDP_CUDA_WARN(cudaStreamDestroy(stream_));
     device_ = other.device_;
     stream_ = std::exchange(other.stream_, nullptr);
+    owned_ = other.owned_;
   }
   return *this;
 }
 
 Stream::~Stream() {
-  if (stream_ != nullptr) DDP_CUDA_WARN(cudaStreamDestroy(stream_));
+  if (stream_ != nullptr && owned_) DDP_CUDA_WARN(cudaStreamDestroy(stream_));
 }
 
 void Stream::synchronize() const {

@@ -27,6 +27,9 @@ class Stream {
   Stream() = default;
   // Creates a non-blocking CUDA stream on `device` (priority: lower is higher, as in CUDA).
   static Stream create(const Device& device, int priority = 0);
+  // A stream someone else owns (an application's cudaStream_t): used, never destroyed. The owner keeps it
+  // alive for as long as this Stream and everything ordered on it.
+  static Stream borrow(const Device& device, StreamHandle handle);
 
   Stream(Stream&& other) noexcept;
   Stream& operator=(Stream&& other) noexcept;
@@ -41,6 +44,7 @@ class Stream {
  private:
   Device device_ = Device::cpu();
   CUstream_st* stream_ = nullptr;
+  bool owned_ = true;
 };
 
 // CPU completion flag shared between an Event and whoever signals it.

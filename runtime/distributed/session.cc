@@ -42,6 +42,7 @@ WorldOptions world_options(const SessionOptions& options) {
   // unknown name makes no communicator, so that the error said is that name (not a GPU shared by ranks).
   w.nccl = options.process_group && unknown.empty() && (!backend || *backend == Backend::kNccl);
   w.nccl_init_timeout_s = options.nccl_init_timeout_s;
+  w.cuda_device = options.cuda_device;
   return w;
 }
 
@@ -49,6 +50,15 @@ WorldOptions world_options(const SessionOptions& options) {
 
 Session::Session(int* argc, char*** argv, SessionOptions options)
     : world_(argc, argv, world_options(options)), wants_group_(options.process_group) {
+  start(options);
+}
+
+Session::Session(ApplicationCommunicator comm, SessionOptions options)
+    : world_(comm, world_options(options)), wants_group_(options.process_group) {
+  start(options);
+}
+
+void Session::start(const SessionOptions& options) {
   std::string error;
   const std::optional<Backend> requested = requested_backend(options.backend, &error);
   backend_ = requested.value_or(device().is_cuda() ? Backend::kNccl : Backend::kMpi);
@@ -58,7 +68,13 @@ Session::Session(int* argc, char*** argv, SessionOptions options)
   }
   world_.agree(error, "bad backend");
 
-  stream_ = Stream::create(device());
+  if (options.cuda_stream != nullptr && !device().is_cuda()) {
+    error = "an application's CUDA stream was given, but this rank runs on " + device().str() +
+            ": pass no stream on the CPU";
+  }
+  world_.agree(error, "bad stream");
+  stream_ = options.cuda_stream != nullptr ? Stream::borrow(device(), static_cast<StreamHandle>(options.cuda_stream))
+                                           : Stream::create(device());
   if (device().is_cpu()) {
     cpu_threads_ = options.cpu_threads;
     if (cpu_threads_ <= 0) {

@@ -47,6 +47,11 @@ struct SessionOptions {
   int cpu_threads = 0;
   // Deadline for creating the NCCL communicator.
   double nccl_init_timeout_s = 120.0;
+  // For an application that runs on the GPU itself: its device (-1: rank r takes GPU `local_rank % gpus`) and
+  // its cudaStream_t, which becomes the session's stream (borrowed: the application keeps it alive until the
+  // session is gone, and destroys it). nullptr: the session creates its own, which stream() hands over.
+  int cuda_device = -1;
+  void* cuda_stream = nullptr;
 };
 
 // A command line as named settings for Session::agree_same: "--name value" and "--name=value" as (--name,
@@ -59,6 +64,12 @@ class Session {
   // Collective over all ranks of the job. Throws CollectiveError (every rank alike) when a rank cannot bind
   // its device, the backend is unknown or cannot serve the device (NCCL on the CPU), or NCCL cannot start.
   Session(int* argc, char*** argv, SessionOptions options = {});
+  // A session of an MPI application on its own communicator (ddp::communicator(MPI_Comm) in ddp_mpi.h): the
+  // application owns MPI (MPI_Init_thread at MPI_THREAD_MULTIPLE, MPI_Finalize after the session is gone), and
+  // the session talks only over its duplicate of `comm`. Collective over `comm`. Throws InvalidArgument on the
+  // calling rank alone, before communicating, for MPI not running, a lower thread level or a null communicator
+  // (World's constructor); then as the other constructor.
+  Session(ApplicationCommunicator comm, SessionOptions options = {});
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -115,6 +126,8 @@ class Session {
   }
 
  private:
+  void start(const SessionOptions& options);
+
   World world_;
   Stream stream_;
   Backend backend_ = Backend::kMpi;

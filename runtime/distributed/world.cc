@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
+#include <limits>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -27,6 +29,26 @@
 
 namespace ddp {
 namespace {
+
+// This process's rank in the runtime's communicator, for reports made where no World is at hand (a host
+// collective's error). MPI_COMM_WORLD's rank until a World exists.
+std::atomic<int> g_runtime_rank{-1};
+
+int runtime_rank() {
+  int rank = g_runtime_rank.load();
+  if (rank < 0) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "an unknown thread level";
+  }
+}
 
 // Initialised and not yet finalised: MPI may be called.
 bool mpi_is_running() {
@@ -76,8 +98,7 @@ DeviceRequest parse_device_request(const std::string& text) {
 
 void run_host_collective(const char* operation, std::int64_t count, DType dtype,
                          const std::function<int(MPI_Request*)>& start) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = runtime_rank();
   // A DDP_COLLECTIVE_TIMEOUT_S out of bounds ends every rank here, in the first collective, with one message
   // (ddprun gives every rank the same environment).
   static const std::string timeout_error = [] {
@@ -127,6 +148,22 @@ constexpr bool kOpenMpi = true;
 constexpr bool kOpenMpi = false;
 #endif
 
+std::string mpi_thread_level_problem() {
+  if (!mpi_is_running()) {
+    return "MPI is not running: the application must call MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, "
+           "&provided) (Fortran: call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)) before making a "
+           "session on its communicator, and MPI_Finalize only after the last session is gone";
+  }
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided >= MPI_THREAD_MULTIPLE) return "";
+  return std::string("MPI was initialised at ") + thread_level_name(provided) +
+         ", but the runtime needs MPI_THREAD_MULTIPLE (its communication thread calls MPI while the application's "
+         "threads may call it too): initialise MPI with MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, "
+         "&provided) (Fortran: call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)) instead of MPI_Init, "
+         "and check that provided is MPI_THREAD_MULTIPLE";
+}
+
 World::World(int* argc, char*** argv, const WorldOptions& options)
     : uncaught_at_start_(std::uncaught_exceptions()), mpi_(std::make_unique<WorldMpi>()) {
   // srun without a PMI the MPI library can use: refused before anything starts (srun_check.h).
@@ -136,30 +173,75 @@ World::World(int* argc, char*** argv, const WorldOptions& options)
   if (const std::string problem = already ? "" : srun_start_problem(srun_env, kOpenMpi); !problem.empty()) {
     refuse_start(problem, srun_env);
   }
-  std::future<void> device_warm_up = warm_up_device(options.device);
+  std::future<void> device_warm_up = warm_up_device(options.cuda_device >= 0 ? DeviceRequest::kCpu : options.device);
   const auto mpi_start = std::chrono::steady_clock::now();
-  MPI_Comm& comm = mpi_->comm;
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
     DDP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     owns_mpi_ = true;
-    if (provided < MPI_THREAD_MULTIPLE) {
+    if (provided < MPI_THREAD_SERIALIZED) {
       // The communication thread makes every MPI call, but the main thread still calls MPI for setup and
-      // agreement; MPI_THREAD_SERIALIZED is the least that supports that with our own locking.
-      if (provided < MPI_THREAD_SERIALIZED) {
-        throw Error("MPI provides thread level " + std::to_string(provided) +
-                    "; the runtime needs at least MPI_THREAD_SERIALIZED");
-      }
+      // agreement; MPI_THREAD_SERIALIZED is the least that supports that with our own locking (the MPI backend
+      // asks for MPI_THREAD_MULTIPLE when it starts).
+      throw Error("MPI provides thread level " + std::string(thread_level_name(provided)) +
+                  "; the runtime needs at least MPI_THREAD_SERIALIZED");
     }
   }
-  DDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  join(MPI_Comm_c2f(MPI_COMM_WORLD));
+  if (const std::string problem = singleton_problem(size_, srun_env); !problem.empty()) throw Error(problem);
+  startup_.mpi_s = seconds_since(mpi_start);
+
+  const auto device_start = std::chrono::steady_clock::now();
+  if (device_warm_up.valid()) device_warm_up.wait();
+  bind_device(options);
+  startup_.device_s = seconds_since(device_start);
+  start_nccl(options);
+}
+
+World::World(ApplicationCommunicator application, const WorldOptions& options)
+    : uncaught_at_start_(std::uncaught_exceptions()), mpi_(std::make_unique<WorldMpi>()) {
+  // Checked on this rank alone, before any communication: a refusal must not leave the other ranks waiting
+  // in a collective of ours (each rank of a job usually sees the same MPI and passes the same kind of handle).
+  if (const std::string problem = mpi_thread_level_problem(); !problem.empty()) throw InvalidArgument(problem);
+  const std::int64_t handle = application.fortran_handle;
+  MPI_Comm parent = MPI_COMM_NULL;
+  if (handle >= 0 && handle <= std::numeric_limits<MPI_Fint>::max()) parent = MPI_Comm_f2c(static_cast<MPI_Fint>(handle));
+  if (parent == MPI_COMM_NULL) {
+    throw InvalidArgument("the communicator passed is MPI_COMM_NULL or not a valid handle (Fortran handle " +
+                          std::to_string(handle) + "): pass a communicator this rank belongs to, such as "
+                          "MPI_COMM_WORLD or one from MPI_Comm_split (a rank that MPI_Comm_split left out with "
+                          "MPI_UNDEFINED gets MPI_COMM_NULL and must not make a session)");
+  }
+  int inter = 0;
+  if (MPI_Comm_test_inter(parent, &inter) != MPI_SUCCESS) {
+    throw InvalidArgument("the communicator passed (Fortran handle " + std::to_string(handle) +
+                          ") is not a valid communicator: pass MPI_COMM_WORLD or one made by MPI_Comm_split/dup");
+  }
+  if (inter) {
+    throw InvalidArgument("the communicator passed is an intercommunicator: pass an intracommunicator (for "
+                          "example from MPI_Intercomm_merge) whose ranks all train");
+  }
+  const auto mpi_start = std::chrono::steady_clock::now();
+  join(handle);
+  startup_.mpi_s = seconds_since(mpi_start);
+  const auto device_start = std::chrono::steady_clock::now();
+  bind_device(options);
+  startup_.device_s = seconds_since(device_start);
+  start_nccl(options);
+}
+
+void World::join(std::int64_t parent_handle) {
+  const MPI_Comm parent = MPI_Comm_f2c(static_cast<MPI_Fint>(parent_handle));
+  MPI_Comm& comm = mpi_->comm;
+  // The runtime's own communicator: no message of ours can match one of the application's on `parent`.
+  DDP_MPI_CHECK(MPI_Comm_dup(parent, &comm));
   // Errors come back as status codes (and so as exceptions) instead of aborting inside MPI.
   DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   DDP_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   DDP_MPI_CHECK(MPI_Comm_size(comm, &size_));
-  if (const std::string problem = singleton_problem(size_, srun_env); !problem.empty()) throw Error(problem);
+  g_runtime_rank.store(rank_);
 
   MPI_Comm node = MPI_COMM_NULL;
   DDP_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
@@ -171,19 +253,18 @@ World::World(int* argc, char*** argv, const WorldOptions& options)
   int length = 0;
   DDP_MPI_CHECK(MPI_Get_processor_name(name, &length));
   node_name_.assign(name, length);
+  // One job-wide side channel and collective check per process: a second World (an application that makes a
+  // session again after the first ended) starts its own.
   side_channel_ = SideChannel::start(comm);
   const std::string debug_error = start_collective_check(comm);
   if (!debug_error.empty()) throw CollectiveError(debug_error, rank_);
-  startup_.mpi_s = seconds_since(mpi_start);
+}
 
-  const auto device_start = std::chrono::steady_clock::now();
-  if (device_warm_up.valid()) device_warm_up.wait();
-  bind_device(options);
-  startup_.device_s = seconds_since(device_start);
-
+void World::start_nccl(const WorldOptions& options) {
   nccl_wanted_ = device_.is_cuda() && options.nccl;
   nccl_init_timeout_s_ = options.nccl_init_timeout_s;
   const auto nccl_start = std::chrono::steady_clock::now();
+  // The unique ID goes over this World's communicator: the application's, duplicated.
   if (nccl_wanted_ && size_ > 1) create_nccl();
   startup_.nccl_s = seconds_since(nccl_start);
 }
@@ -224,13 +305,17 @@ void World::bind_device(const WorldOptions& options) {
       }
       break;
   }
-  if (use_cuda && error.empty() && options.nccl && local_size_ > gpus) {
+  if (use_cuda && error.empty() && options.cuda_device >= gpus) {
+    error = "the CUDA device given, " + std::to_string(options.cuda_device) + ", is not among node " + node_name_ +
+            "'s " + std::to_string(gpus) + " GPU(s): pass an ordinal from 0 to " + std::to_string(gpus - 1);
+  }
+  if (use_cuda && error.empty() && options.nccl && options.cuda_device < 0 && local_size_ > gpus) {
     error = std::to_string(local_size_) + " ranks share node " + node_name_ + ", which has " +
             std::to_string(gpus) + " GPU(s); NCCL needs one GPU per rank. Start at most " +
             std::to_string(gpus) + " ranks per node, or use the MPI backend (--backend mpi) to share GPUs.";
   }
   if (use_cuda && error.empty()) {
-    const int ordinal = local_rank_ % gpus;
+    const int ordinal = options.cuda_device >= 0 ? options.cuda_device : local_rank_ % gpus;
     const cudaError_t status = cudaSetDevice(ordinal);
     if (status != cudaSuccess) {
       error = "cudaSetDevice(" + std::to_string(ordinal) + ") failed: " + detail::cuda_error_string(status);
@@ -259,7 +344,7 @@ World::~World() {
   nccl_.reset();
   side_channel_.reset();
   stop_collective_check();
-  if (mpi_->comm != MPI_COMM_NULL) MPI_Comm_free(&mpi_->comm);
+  if (mpi_->comm != MPI_COMM_NULL && mpi_is_running()) MPI_Comm_free(&mpi_->comm);
   if (owns_mpi_ && mpi_is_running()) MPI_Finalize();
 }
 

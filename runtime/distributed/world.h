@@ -10,10 +10,17 @@
 // and, under DDP_DEBUG=collectives, the comparison of every collective across ranks (collective_check.h). Its
 // own host collectives (agree, sum, max) are recorded in the flight recorder and have the collective deadline.
 //
+// An MPI application that embeds the runtime makes the World on a communicator of its own instead (the world or
+// a split of it): the application owns MPI_Init_thread and MPI_Finalize, the World duplicates the communicator so
+// that none of the runtime's messages can match the application's, and every rank of that communicator (and only
+// those) must make it. See docs/embedding.md.
+//
 // MPI stays out of this header (it is part of the public one): the communicator lives in a WorldMpi that only
-// the runtime's own code sees, through runtime/distributed/world_mpi.h.
+// the runtime's own code sees, through runtime/distributed/world_mpi.h; an application's communicator comes in
+// as its Fortran handle (ddp_mpi.h converts an MPI_Comm).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -37,6 +44,9 @@ DeviceRequest parse_device_request(const std::string& text);
 
 struct WorldOptions {
   DeviceRequest device = DeviceRequest::kAuto;
+  // The CUDA device this rank runs on, for an application that has chosen its own (cudaSetDevice); -1 binds
+  // rank r to GPU `local_rank % gpus`.
+  int cuda_device = -1;
   // Create an NCCL communicator when the world runs on CUDA. Without it (the MPI backend) several ranks may
   // share a GPU.
   bool nccl = true;
@@ -61,10 +71,26 @@ class CollectiveError : public Error {
   int rank_;
 };
 
+// An application's MPI communicator, carried as its Fortran handle (MPI_Comm_c2f) so that no public header
+// needs <mpi.h>. Make one with ddp::communicator(MPI_Comm) from ddp_mpi.h, or from Fortran's integer handle.
+struct ApplicationCommunicator {
+  std::int64_t fortran_handle = -1;
+};
+
+// The MPI thread level the runtime needs when an application started MPI itself: MPI_THREAD_MULTIPLE, since the
+// runtime's communication thread calls MPI while the application's threads may call it too. Returns "" when the
+// running MPI provides it, else what to change (names the level provided and the call to make).
+std::string mpi_thread_level_problem();
+
 class World {
  public:
   // Initialises MPI if nobody has yet (and finalises it in the destructor), or joins an MPI the caller set up.
   World(int* argc, char*** argv, const WorldOptions& options = {});
+  // Joins the application's MPI on `comm` (collective over comm: each of its ranks, and no other, makes it).
+  // MPI must be initialised (at MPI_THREAD_MULTIPLE) and stays the application's: the World never finalises
+  // it. Throws InvalidArgument, on the calling rank alone and before any communication, when MPI is not
+  // running, its thread level is too low, or `comm` is null, invalid or an intercommunicator.
+  World(ApplicationCommunicator comm, const WorldOptions& options = {});
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;
@@ -110,7 +136,10 @@ class World {
   [[noreturn]] void abort(const std::string& message, int exit_code = 1) const;
 
  private:
+  // Duplicates the communicator of Fortran handle `parent` and learns rank, size, node and the side channel.
+  void join(std::int64_t parent);
   void bind_device(const WorldOptions& options);
+  void start_nccl(const WorldOptions& options);
   void create_nccl() const;
 
   int uncaught_at_start_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding

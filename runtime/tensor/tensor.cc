@@ -37,8 +37,17 @@ std::shared_ptr<Storage> Storage::allocate_pinned(std::size_t bytes, const Strea
   return s;
 }
 
+std::shared_ptr<Storage> Storage::borrow(void* data, std::size_t bytes, const Device& device) {
+  std::shared_ptr<Storage> s(new Storage());
+  s->bytes_ = bytes;
+  s->device_ = device;
+  s->data_ = data;
+  s->borrowed_ = true;
+  return s;
+}
+
 Storage::~Storage() {
-  if (data_ == nullptr) return;
+  if (data_ == nullptr || borrowed_) return;
   try {
     if (pinned_) {
       pinned_allocator().free(data_);
@@ -53,7 +62,7 @@ Storage::~Storage() {
 }
 
 void Storage::record_stream(const Stream& stream) {
-  if (data_ == nullptr || stream.handle() == nullptr) return;
+  if (data_ == nullptr || borrowed_ || stream.handle() == nullptr) return;
   if (pinned_) {
     pinned_allocator().record_stream(data_, stream.handle());
   } else if (device_.is_cuda()) {
@@ -71,6 +80,20 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device, cons
   impl->shape = shape;
   impl->dtype = dtype;
   impl->storage = Storage::allocate(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype), device, stream);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, const Device& device) {
+  for (std::int64_t d : shape) DDP_CHECK(d >= 0, "Tensor::from_blob: negative dimension in shape " + shape_str(shape));
+  DDP_CHECK(is_compute_dtype(dtype), std::string("Tensor::from_blob: tensors hold float32, bfloat16, int32 or int64, "
+                                                 "not ") + dtype_name(dtype));
+  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  DDP_CHECK(data != nullptr || bytes == 0, "Tensor::from_blob: null data for a tensor of shape " + shape_str(shape) +
+                                               ": pass the address of the caller's array");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->storage = Storage::borrow(data, bytes, device);
   return Tensor(std::move(impl));
 }
 

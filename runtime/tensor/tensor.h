@@ -35,6 +35,8 @@ class Storage {
   static std::shared_ptr<Storage> allocate(std::size_t bytes, const Device& device, const Stream& stream);
   // Page-locked host memory (ordinary host memory when no GPU exists), ordered on `stream`.
   static std::shared_ptr<Storage> allocate_pinned(std::size_t bytes, const Stream& stream);
+  // `bytes` at `data` on `device`, owned by the caller: never freed here (Tensor::from_blob states the rules).
+  static std::shared_ptr<Storage> borrow(void* data, std::size_t bytes, const Device& device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -52,6 +54,7 @@ class Storage {
   std::size_t bytes_ = 0;
   Device device_ = Device::cpu();
   bool pinned_ = false;
+  bool borrowed_ = false;
 };
 
 class Tensor;
@@ -105,6 +108,12 @@ class Tensor {
   static Tensor from_host(const void* data, const Shape& shape, DType dtype, const Device& device,
                           const Stream& stream);
 
+  // A tensor over `shape`'s number of `dtype` elements at `data`, memory the caller owns on `device` (host memory
+  // for the CPU, device memory of that GPU), without a copy: ops read it, and write it where they write their
+  // input (an in-place op, an optimizer step). The caller keeps ownership and must keep the memory valid, and
+  // not write it, until every tensor over it is gone and the work enqueued on it has completed (synchronise the
+  // stream it was used on). Throws InvalidArgument for a null `data` with elements or a dtype tensors cannot hold.
+  static Tensor from_blob(void* data, const Shape& shape, DType dtype, const Device& device);
   // ---- Properties ----
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;

@@ -14,7 +14,8 @@ mkdir -p "$work"
 
 "$root/tools/install.sh" --prebuilt "$root" "$prefix" || fail "tools/install.sh failed"
 for f in include/ddp.h lib/libddp.so lib/pkgconfig/ddp.pc lib/cmake/ddp/ddpConfig.cmake \
-         lib/cmake/ddp/ddpConfigVersion.cmake bin/ddprun include/ddp/runtime/distributed/session.h; do
+         lib/cmake/ddp/ddpConfigVersion.cmake bin/ddprun include/ddp/runtime/distributed/session.h \
+         include/ddp_mpi.h include/ddp_c.h share/ddp/fortran/ddp.f90; do
   [ -f "$prefix/$f" ] || fail "$f was not installed"
 done
 internal=$(cd "$prefix/include" && find . -name 'world_mpi.h' -o -name 'nccl_communicator.h' -o -name 'process_group_*.h' \
@@ -40,4 +41,27 @@ PKG_CONFIG_PATH="$prefix/lib/pkgconfig" make -C "$work/make" >"$work/make.log" 2
 out=$("$prefix/bin/ddprun" -np 2 -- "$work/make/ring" 2>&1) || fail "the Makefile consumer failed: $out"
 grep -q '^\[rank 0\] ring: ranks=2 device=cpu sum 3.0 OK$' <<<"$out" || fail "Makefile consumer: $out"
 echo "make consumer ($(($(date +%s) - begin)) s): $(grep 'ring:' <<<"$out")"
+# The C and Fortran programs of an MPI application (examples/embedded) through CMake and through pkg-config,
+# each at 2 and 3 ranks under plain mpirun: a surrogate trained on a split communicator while the program keeps
+# using its own communicators.
+run_embedded() {  # DIR LABEL
+  for ranks in 2 3; do
+    for program in surrogate surrogate_f; do
+      out=$(cd "$1" && mpirun -np "$ranks" --oversubscribe --bind-to none "./$program" "$TEST_TMPDIR/ckpt-$2-$program-$ranks" 2>&1) ||
+        fail "$2 $program at $ranks ranks: $out"
+      grep -q "^$program: OK$" <<<"$out" || fail "$2 $program at $ranks ranks: $out"
+      echo "$2 $program: $(grep "^$program: ranks" <<<"$out")"
+    done
+  done
+}
+begin=$(date +%s)
+cmake -S "$root/examples/embedded" -B "$work/embedded-cmake" -DCMAKE_PREFIX_PATH="$prefix" >"$work/embedded-cmake.log" 2>&1 &&
+  cmake --build "$work/embedded-cmake" >>"$work/embedded-cmake.log" 2>&1 ||
+  { tail -30 "$work/embedded-cmake.log"; fail "the CMake C and Fortran consumers did not build"; }
+run_embedded "$work/embedded-cmake" cmake
+mkdir -p "$work/embedded-make" && cp -L "$root/examples/embedded/"{Makefile,surrogate.c,surrogate.f90} "$work/embedded-make/"
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" make -C "$work/embedded-make" >"$work/embedded-make.log" 2>&1 ||
+  { cat "$work/embedded-make.log"; fail "the pkg-config C and Fortran consumers did not build"; }
+run_embedded "$work/embedded-make" pkg-config
+echo "C and Fortran consumers ($(($(date +%s) - begin)) s)"
 echo "install: all checks passed"

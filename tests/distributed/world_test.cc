@@ -33,6 +33,50 @@ TEST(World, RanksCoverZeroToSizeOnce) {
   EXPECT_EQ(ranks, expected);
 }
 
+// An application's communicator: a World on the odd and even halves of the world has the half's ranks, talks
+// over a duplicate (a receive the application posted on the half, matching anything, sees none of its
+// traffic), and leaves MPI running (the application owns it).
+TEST(World, JoinsASplitOfTheApplicationsCommunicator) {
+  World& world = test_world();
+  MPI_Comm half = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(mpi_comm(world), world.rank() % 2, world.rank(), &half), MPI_SUCCESS);
+  int half_rank = -1;
+  int half_size = 0;
+  MPI_Comm_rank(half, &half_rank);
+  MPI_Comm_size(half, &half_size);
+  int incoming = -1;
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Irecv(&incoming, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, half, &request);
+  {
+    World sub(ApplicationCommunicator{MPI_Comm_c2f(half)}, WorldOptions{.device = DeviceRequest::kCpu});
+    EXPECT_EQ(sub.rank(), half_rank);
+    EXPECT_EQ(sub.size(), half_size);
+    EXPECT_EQ(sub.sum(1.0), half_size);
+    int same = MPI_UNEQUAL;
+    MPI_Comm_compare(mpi_comm(sub), half, &same);
+    EXPECT_EQ(same, MPI_CONGRUENT);  // the same ranks, another context: its messages never match ours
+    int arrived = 1;
+    MPI_Test(&request, &arrived, MPI_STATUS_IGNORE);
+    EXPECT_FALSE(arrived) << "the runtime's traffic matched the application's receive";
+  }
+  MPI_Barrier(half);  // every rank has looked before any sends the message it waits for
+  const int mine = 100 + half_rank;
+  MPI_Send(&mine, 1, MPI_INT, (half_rank + 1) % half_size, 3, half);
+  MPI_Wait(&request, MPI_STATUS_IGNORE);
+  EXPECT_EQ(incoming, 100 + (half_rank + half_size - 1) % half_size);
+  MPI_Comm_free(&half);
+}
+
+TEST(World, RefusesANullCommunicatorOnTheCallingRankAlone) {
+  try {
+    World sub(ApplicationCommunicator{-1}, WorldOptions{.device = DeviceRequest::kCpu});
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("MPI_COMM_NULL"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(mpi_thread_level_problem(), "");
+}
+
 TEST(World, LocalRanksDescribeThisNode) {
   World& world = test_world();
   EXPECT_GE(world.local_rank(), 0);

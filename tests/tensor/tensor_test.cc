@@ -41,6 +41,22 @@ TEST(Tensor, CreationAndProperties) {
   EXPECT_THROW(undefined.shape(), Error);
 }
 
+// A tensor over the caller's memory reads and writes it in place, and leaves it to the caller when it goes.
+TEST(Tensor, FromBlobIsTheCallersMemoryWithoutACopy) {
+  const ddp::Stream& stream = ddp::cpu_stream();
+  std::vector<float> mine = {1, 2, 3, 4, 5, 6};
+  {
+    Tensor t = Tensor::from_blob(mine.data(), {2, 3}, DType::kFloat32, Device::cpu());
+    EXPECT_EQ(t.data_ptr(), mine.data());
+    EXPECT_EQ(t.shape(), (Shape{2, 3}));
+    EXPECT_EQ(t.slice_rows(1, 2).to_vector<float>(stream), (std::vector<float>{4, 5, 6}));
+    t.scale_(2.0, stream);
+  }
+  EXPECT_EQ(mine, (std::vector<float>{2, 4, 6, 8, 10, 12}));
+  EXPECT_THROW(Tensor::from_blob(nullptr, {2, 3}, DType::kFloat32, Device::cpu()), ddp::InvalidArgument);
+  EXPECT_NO_THROW(Tensor::from_blob(nullptr, {0, 3}, DType::kFloat32, Device::cpu()));
+}
+
 TEST(Tensor, ItemAndFromHost) {
   const std::int64_t counts[3] = {7, -2, 1LL << 40};
   Tensor t = Tensor::from_host(counts, {3}, DType::kInt64, Device::cpu(), cpu_stream());

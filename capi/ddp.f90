@@ -1,0 +1,280 @@
+! The runtime for Fortran programs: a module over the C API (ddp_c.h) with iso_c_binding. Compile this file with
+! the program (gfortran or mpifort; a .mod file is specific to the compiler's version) and link libddp.
+!
+!   use ddp
+!   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)     ! the application owns MPI
+!   status = ddp_session_create(comm, "auto", session)            ! comm: an integer communicator (or %MPI_VAL)
+!   status = ddp_mlp_create(session, [2_int64, 64_int64, 1_int64], "tanh", 0_int64, model)
+!   status = ddp_model_distribute(model)
+!   status = ddp_optimizer_create_adamw(model, 1d-3, 0d0, optimizer)
+!   status = ddp_train_step(model, optimizer, x, y, loss)          ! x(2, batch), y(1, batch): real(c_float)
+!   status = ddp_predict(model, x, prediction)
+!   if (status /= DDP_OK) print *, trim(ddp_last_error())
+!
+! Every function returns the C API's status (DDP_OK = 0); arrays are column-major x(features, samples), which is
+! the C API's row-major samples x features, passed in place (no copy). ddp_c.h states the rules.
+module ddp
+  use, intrinsic :: iso_c_binding, only: c_ptr, c_null_ptr, c_int, c_int64_t, c_double, c_float, c_char, &
+      c_null_char, c_loc, c_associated
+  implicit none
+  private
+
+  integer, parameter, public :: DDP_OK = 0, DDP_ERROR_INVALID_ARGUMENT = 1, DDP_ERROR_INVALID_HANDLE = 2, &
+      DDP_ERROR_MPI = 3, DDP_ERROR_COLLECTIVE = 4, DDP_ERROR_OUT_OF_MEMORY = 5, DDP_ERROR_RUNTIME = 6, &
+      DDP_ERROR_INTERNAL = 7
+  integer, parameter, public :: DDP_MEMORY_HOST = 0, DDP_MEMORY_DEVICE = 1
+
+  type, public :: ddp_session
+    type(c_ptr) :: handle = c_null_ptr
+  end type
+  type, public :: ddp_model
+    type(c_ptr) :: handle = c_null_ptr
+  end type
+  type, public :: ddp_optimizer
+    type(c_ptr) :: handle = c_null_ptr
+  end type
+
+  public :: ddp_last_error, ddp_session_create, ddp_session_rank, ddp_session_size, ddp_session_mean, &
+      ddp_session_destroy, ddp_mlp_create, ddp_model_distribute, ddp_model_destroy, ddp_optimizer_create_adamw, &
+      ddp_optimizer_create_sgd, ddp_optimizer_set_lr, ddp_optimizer_destroy, ddp_train_step, ddp_predict, &
+      ddp_checkpoint_save, ddp_checkpoint_load
+
+  interface
+    subroutine c_last_error_copy(buffer, size) bind(C, name="ddp_last_error_copy")
+      import :: c_char, c_int64_t
+      character(kind=c_char), intent(out) :: buffer(*)
+      integer(c_int64_t), value :: size
+    end subroutine
+    integer(c_int) function c_session_create_f(comm, device, out) bind(C, name="ddp_session_create_f")
+      import :: c_int, c_char, c_ptr
+      integer(c_int), value :: comm
+      character(kind=c_char), intent(in) :: device(*)
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function c_session_rank(session, rank) bind(C, name="ddp_session_rank")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: session
+      integer(c_int), intent(out) :: rank
+    end function
+    integer(c_int) function c_session_size(session, size) bind(C, name="ddp_session_size")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: session
+      integer(c_int), intent(out) :: size
+    end function
+    integer(c_int) function c_session_mean(session, value, mean) bind(C, name="ddp_session_mean")
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: session
+      real(c_double), value :: value
+      real(c_double), intent(out) :: mean
+    end function
+    integer(c_int) function c_session_destroy(session) bind(C, name="ddp_session_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: session
+    end function
+    integer(c_int) function c_mlp_create(session, count, sizes, activation, seed, out) bind(C, name="ddp_mlp_create")
+      import :: c_int, c_ptr, c_int64_t, c_char
+      type(c_ptr), value :: session
+      integer(c_int), value :: count
+      integer(c_int64_t), intent(in) :: sizes(*)
+      character(kind=c_char), intent(in) :: activation(*)
+      integer(c_int64_t), value :: seed
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function c_model_distribute(model) bind(C, name="ddp_model_distribute")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+    end function
+    integer(c_int) function c_model_destroy(model) bind(C, name="ddp_model_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+    end function
+    integer(c_int) function c_optimizer_create_adamw(model, lr, weight_decay, out) &
+        bind(C, name="ddp_optimizer_create_adamw")
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: model
+      real(c_double), value :: lr, weight_decay
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function c_optimizer_create_sgd(model, lr, momentum, out) bind(C, name="ddp_optimizer_create_sgd")
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: model
+      real(c_double), value :: lr, momentum
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function c_optimizer_set_lr(optimizer, lr) bind(C, name="ddp_optimizer_set_lr")
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: optimizer
+      real(c_double), value :: lr
+    end function
+    integer(c_int) function c_optimizer_destroy(optimizer) bind(C, name="ddp_optimizer_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: optimizer
+    end function
+    integer(c_int) function c_train_step(model, optimizer, x, x_rows, x_cols, y, y_rows, y_cols, memory, loss) &
+        bind(C, name="ddp_train_step")
+      import :: c_int, c_ptr, c_int64_t, c_double
+      type(c_ptr), value :: model, optimizer, x, y
+      integer(c_int64_t), value :: x_rows, x_cols, y_rows, y_cols
+      integer(c_int), value :: memory
+      real(c_double), intent(out) :: loss
+    end function
+    integer(c_int) function c_predict(model, x, x_rows, x_cols, memory, y, y_rows, y_cols) bind(C, name="ddp_predict")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: model, x, y
+      integer(c_int64_t), value :: x_rows, x_cols, y_rows, y_cols
+      integer(c_int), value :: memory
+    end function
+    integer(c_int) function c_checkpoint_save(model, optimizer, dir, step) bind(C, name="ddp_checkpoint_save")
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: model, optimizer
+      character(kind=c_char), intent(in) :: dir(*)
+      integer(c_int64_t), value :: step
+    end function
+    integer(c_int) function c_checkpoint_load(model, optimizer, dir, step) bind(C, name="ddp_checkpoint_load")
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: model, optimizer
+      character(kind=c_char), intent(in) :: dir(*)
+      integer(c_int64_t), intent(out) :: step
+    end function
+  end interface
+
+contains
+
+  ! The message of this thread's last failed call, "" if none failed.
+  function ddp_last_error() result(message)
+    character(len=:), allocatable :: message
+    character(kind=c_char) :: buffer(2048)
+    integer :: n
+    call c_last_error_copy(buffer, int(size(buffer), c_int64_t))
+    n = 0
+    do while (n < size(buffer))
+      if (buffer(n + 1) == c_null_char) exit
+      n = n + 1
+    end do
+    allocate(character(len=n) :: message)
+    message = transfer(buffer(1:n), message)
+  end function
+
+  ! comm: the application's communicator as Fortran sees it (an integer; with the mpi_f08 module, comm%MPI_VAL).
+  integer function ddp_session_create(comm, device, session) result(status)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: device
+    type(ddp_session), intent(out) :: session
+    status = c_session_create_f(int(comm, c_int), device // c_null_char, session%handle)
+  end function
+
+  integer function ddp_session_rank(session, rank) result(status)
+    type(ddp_session), intent(in) :: session
+    integer, intent(out) :: rank
+    integer(c_int) :: r
+    r = -1
+    status = c_session_rank(session%handle, r)
+    rank = r
+  end function
+
+  integer function ddp_session_size(session, size) result(status)
+    type(ddp_session), intent(in) :: session
+    integer, intent(out) :: size
+    integer(c_int) :: s
+    s = 0
+    status = c_session_size(session%handle, s)
+    size = s
+  end function
+
+  integer function ddp_session_mean(session, value, mean) result(status)
+    type(ddp_session), intent(in) :: session
+    real(c_double), intent(in) :: value
+    real(c_double), intent(out) :: mean
+    status = c_session_mean(session%handle, value, mean)
+  end function
+
+  integer function ddp_session_destroy(session) result(status)
+    type(ddp_session), intent(inout) :: session
+    status = c_session_destroy(session%handle)
+    if (status == DDP_OK) session%handle = c_null_ptr
+  end function
+
+  integer function ddp_mlp_create(session, sizes, activation, seed, model) result(status)
+    type(ddp_session), intent(in) :: session
+    integer(c_int64_t), intent(in) :: sizes(:)
+    character(len=*), intent(in) :: activation
+    integer(c_int64_t), intent(in) :: seed
+    type(ddp_model), intent(out) :: model
+    status = c_mlp_create(session%handle, int(size(sizes), c_int), sizes, activation // c_null_char, seed, &
+        model%handle)
+  end function
+
+  integer function ddp_model_distribute(model) result(status)
+    type(ddp_model), intent(in) :: model
+    status = c_model_distribute(model%handle)
+  end function
+
+  integer function ddp_model_destroy(model) result(status)
+    type(ddp_model), intent(inout) :: model
+    status = c_model_destroy(model%handle)
+    if (status == DDP_OK) model%handle = c_null_ptr
+  end function
+
+  integer function ddp_optimizer_create_adamw(model, lr, weight_decay, optimizer) result(status)
+    type(ddp_model), intent(in) :: model
+    real(c_double), intent(in) :: lr, weight_decay
+    type(ddp_optimizer), intent(out) :: optimizer
+    status = c_optimizer_create_adamw(model%handle, lr, weight_decay, optimizer%handle)
+  end function
+
+  integer function ddp_optimizer_create_sgd(model, lr, momentum, optimizer) result(status)
+    type(ddp_model), intent(in) :: model
+    real(c_double), intent(in) :: lr, momentum
+    type(ddp_optimizer), intent(out) :: optimizer
+    status = c_optimizer_create_sgd(model%handle, lr, momentum, optimizer%handle)
+  end function
+
+  integer function ddp_optimizer_set_lr(optimizer, lr) result(status)
+    type(ddp_optimizer), intent(in) :: optimizer
+    real(c_double), intent(in) :: lr
+    status = c_optimizer_set_lr(optimizer%handle, lr)
+  end function
+
+  integer function ddp_optimizer_destroy(optimizer) result(status)
+    type(ddp_optimizer), intent(inout) :: optimizer
+    status = c_optimizer_destroy(optimizer%handle)
+    if (status == DDP_OK) optimizer%handle = c_null_ptr
+  end function
+
+  ! x(input_size, samples), y(output_size, samples): host arrays, read in place.
+  integer function ddp_train_step(model, optimizer, x, y, loss) result(status)
+    type(ddp_model), intent(in) :: model
+    type(ddp_optimizer), intent(in) :: optimizer
+    real(c_float), intent(in), target, contiguous :: x(:, :), y(:, :)
+    real(c_double), intent(out) :: loss
+    status = c_train_step(model%handle, optimizer%handle, c_loc(x), int(size(x, 2), c_int64_t), &
+        int(size(x, 1), c_int64_t), c_loc(y), int(size(y, 2), c_int64_t), int(size(y, 1), c_int64_t), &
+        int(DDP_MEMORY_HOST, c_int), loss)
+  end function
+
+  ! y(output_size, samples) = model(x(input_size, samples)).
+  integer function ddp_predict(model, x, y) result(status)
+    type(ddp_model), intent(in) :: model
+    real(c_float), intent(in), target, contiguous :: x(:, :)
+    real(c_float), intent(inout), target, contiguous :: y(:, :)
+    status = c_predict(model%handle, c_loc(x), int(size(x, 2), c_int64_t), int(size(x, 1), c_int64_t), &
+        int(DDP_MEMORY_HOST, c_int), c_loc(y), int(size(y, 2), c_int64_t), int(size(y, 1), c_int64_t))
+  end function
+
+  integer function ddp_checkpoint_save(model, optimizer, dir, step) result(status)
+    type(ddp_model), intent(in) :: model
+    type(ddp_optimizer), intent(in) :: optimizer
+    character(len=*), intent(in) :: dir
+    integer(c_int64_t), intent(in) :: step
+    status = c_checkpoint_save(model%handle, optimizer%handle, dir // c_null_char, step)
+  end function
+
+  integer function ddp_checkpoint_load(model, optimizer, dir, step) result(status)
+    type(ddp_model), intent(in) :: model
+    type(ddp_optimizer), intent(in) :: optimizer
+    character(len=*), intent(in) :: dir
+    integer(c_int64_t), intent(out) :: step
+    status = c_checkpoint_load(model%handle, optimizer%handle, dir // c_null_char, step)
+  end function
+
+end module ddp

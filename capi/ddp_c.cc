@@ -1,0 +1,500 @@
+// The C API (ddp_c.h) over the C++ runtime: each call checks its arguments and handles, runs the C++ call inside
+// one catch-all, and turns whatever was thrown into a status code and this thread's last message, so that no
+// exception ever reaches a C or Fortran caller.
+#include "capi/ddp_c.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ddp_mpi.h"
+
+struct ddp_session {
+  std::unique_ptr<ddp::Session> session;
+  int models = 0;
+};
+
+struct ddp_model {
+  ddp_session* owner = nullptr;
+  std::unique_ptr<ddp::MLP> mlp;
+  std::unique_ptr<ddp::DistributedDataParallel> data_parallel;
+  std::int64_t in = 0;
+  std::int64_t out = 0;
+  int optimizers = 0;
+};
+
+struct ddp_optimizer {
+  ddp_model* owner = nullptr;
+  std::unique_ptr<ddp::Optimizer> optimizer;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+// Every live handle and its kind, so that a destroyed or foreign pointer is refused instead of dereferenced.
+enum class Kind { kSession, kModel, kOptimizer };
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<const void*, Kind> live;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: calls may come during static destruction
+  return *r;
+}
+
+void add(const void* handle, Kind kind) {
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  registry().live[handle] = kind;
+}
+
+void remove(const void* handle) {
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  registry().live.erase(handle);
+}
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kSession: return "ddp_session";
+    case Kind::kModel: return "ddp_model";
+    case Kind::kOptimizer: return "ddp_optimizer";
+  }
+  return "handle";
+}
+
+// A failure to report: its code and message.
+struct Failure {
+  int status;
+  std::string message;
+};
+
+void check_handle(const void* handle, Kind kind, const char* argument) {
+  if (handle == nullptr) {
+    throw Failure{DDP_ERROR_INVALID_HANDLE, std::string(argument) + " is NULL: pass a " + kind_name(kind) +
+                                                " made by its create call"};
+  }
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  const auto it = registry().live.find(handle);
+  if (it == registry().live.end()) {
+    throw Failure{DDP_ERROR_INVALID_HANDLE, std::string(argument) + " is not a live " + kind_name(kind) +
+                                                " (destroyed already, or never made by this library)"};
+  }
+  if (it->second != kind) {
+    throw Failure{DDP_ERROR_INVALID_HANDLE, std::string(argument) + " is a " + kind_name(it->second) + ", not a " +
+                                                kind_name(kind)};
+  }
+}
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw Failure{DDP_ERROR_INVALID_ARGUMENT, message};
+}
+
+// MPI must be running for any call that may communicate or free communicators.
+void require_mpi(const char* call) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    throw Failure{DDP_ERROR_MPI, std::string(call) + " after MPI_Finalize: destroy optimizers, models and sessions "
+                                                     "before the application finalises MPI"};
+  }
+  if (!initialized) {
+    throw Failure{DDP_ERROR_MPI, std::string(call) + " before MPI_Init_thread: the application initialises MPI "
+                                                     "(MPI_Init_thread with MPI_THREAD_MULTIPLE) first"};
+  }
+}
+
+// Runs `body`, mapping anything it throws to a status and this thread's message.
+template <typename Body>
+int guarded(const char* call, Body&& body) {
+  try {
+    body();
+    t_last_error.clear();
+    return DDP_OK;
+  } catch (const Failure& f) {
+    t_last_error = std::string(call) + ": " + f.message;
+    return f.status;
+  } catch (const ddp::CollectiveError& e) {
+    t_last_error = std::string(call) + ": " + e.what();
+    return DDP_ERROR_COLLECTIVE;
+  } catch (const ddp::InvalidArgument& e) {
+    t_last_error = std::string(call) + ": " + e.what();
+    return DDP_ERROR_INVALID_ARGUMENT;
+  } catch (const ddp::InternalError& e) {
+    t_last_error = std::string(call) + ": " + e.what();
+    return DDP_ERROR_INTERNAL;
+  } catch (const ddp::Error& e) {
+    t_last_error = std::string(call) + ": " + e.what();
+    return std::strstr(e.what(), "MPI") != nullptr ? DDP_ERROR_MPI : DDP_ERROR_RUNTIME;
+  } catch (const std::bad_alloc&) {
+    t_last_error = std::string(call) + ": out of memory";
+    return DDP_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    t_last_error = std::string(call) + ": " + e.what();
+    return DDP_ERROR_RUNTIME;
+  } catch (...) {
+    t_last_error = std::string(call) + ": an unknown exception";
+    return DDP_ERROR_INTERNAL;
+  }
+}
+
+ddp::DeviceRequest device_of(const char* device) {
+  if (device == nullptr) return ddp::DeviceRequest::kAuto;
+  return ddp::parse_device_request(device);
+}
+
+int create_session(const char* call, ddp::ApplicationCommunicator comm, ddp::SessionOptions options,
+                   ddp_session** out) {
+  return guarded(call, [&] {
+    require(out != nullptr, "out is NULL: pass the address of a ddp_session* to receive the session");
+    *out = nullptr;
+    require_mpi(call);
+    auto s = std::make_unique<ddp_session>();
+    s->session = std::make_unique<ddp::Session>(comm, options);
+    *out = s.release();
+    add(*out, Kind::kSession);
+  });
+}
+
+// The communicator's Fortran handle, without calling MPI when it is not running (create_session refuses then).
+ddp::ApplicationCommunicator handle_of(MPI_Comm comm) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized ? ddp::communicator(comm) : ddp::ApplicationCommunicator{};
+}
+
+// A tensor over the caller's array: in place where it lives on the session's device, else a copy to it.
+ddp::Tensor wrap(const float* data, std::int64_t rows, std::int64_t cols, int memory, const ddp::Session& session) {
+  const ddp::Shape shape{rows, cols};
+  if (memory == DDP_MEMORY_DEVICE || session.device().is_cpu()) {
+    return ddp::Tensor::from_blob(const_cast<float*>(data), shape, ddp::DType::kFloat32, session.device());
+  }
+  return ddp::Tensor::from_host(data, shape, ddp::DType::kFloat32, session.device(), session.stream());
+}
+
+void check_arrays(const ddp_model* m, const void* x, std::int64_t x_rows, std::int64_t x_cols, const void* y,
+                  std::int64_t y_rows, std::int64_t y_cols, int memory) {
+  const std::string in = std::to_string(m->in), out = std::to_string(m->out);
+  require(x != nullptr, "x is NULL: pass the inputs, rows x " + in + " float32 values");
+  require(y != nullptr, "y is NULL: pass rows x " + out + " float32 values");
+  require(x_rows > 0, "x_rows is " + std::to_string(x_rows) + ": pass the number of samples (at least 1)");
+  require(x_cols == m->in, "x_cols is " + std::to_string(x_cols) + ", but the model takes " + in +
+                               " inputs: pass arrays of rows x " + in + " (in Fortran, x(" + in + ", rows))");
+  require(y_cols == m->out, "y_cols is " + std::to_string(y_cols) + ", but the model has " + out +
+                                " outputs: pass arrays of rows x " + out + " (in Fortran, y(" + out + ", rows))");
+  require(y_rows == x_rows, "y_rows is " + std::to_string(y_rows) + " but x_rows is " + std::to_string(x_rows) +
+                                ": x and y hold the same samples, one row each");
+  require(memory == DDP_MEMORY_HOST || memory == DDP_MEMORY_DEVICE,
+          "memory is " + std::to_string(memory) + ": pass DDP_MEMORY_HOST (0) or DDP_MEMORY_DEVICE (1)");
+  require(memory == DDP_MEMORY_HOST || m->owner->session->device().is_cuda(),
+          "DDP_MEMORY_DEVICE was passed, but the session runs on the CPU: pass DDP_MEMORY_HOST");
+}
+
+int create_optimizer(const char* call, ddp_model* model, ddp_optimizer** out,
+                     const std::function<std::unique_ptr<ddp::Optimizer>(ddp_model&)>& make) {
+  return guarded(call, [&] {
+    require(out != nullptr, "out is NULL: pass the address of a ddp_optimizer* to receive the optimizer");
+    *out = nullptr;
+    check_handle(model, Kind::kModel, "model");
+    auto o = std::make_unique<ddp_optimizer>();
+    o->owner = model;
+    o->optimizer = make(*model);
+    *out = o.release();
+    ++model->optimizers;
+    add(*out, Kind::kOptimizer);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* ddp_last_error(void) { return t_last_error.c_str(); }
+
+void ddp_last_error_copy(char* buffer, int64_t size) {
+  if (buffer == nullptr || size <= 0) return;
+  const std::size_t n = std::min<std::size_t>(t_last_error.size(), static_cast<std::size_t>(size - 1));
+  std::memcpy(buffer, t_last_error.data(), n);
+  buffer[n] = '\0';
+}
+
+const char* ddp_status_name(int status) {
+  switch (status) {
+    case DDP_OK: return "DDP_OK";
+    case DDP_ERROR_INVALID_ARGUMENT: return "DDP_ERROR_INVALID_ARGUMENT";
+    case DDP_ERROR_INVALID_HANDLE: return "DDP_ERROR_INVALID_HANDLE";
+    case DDP_ERROR_MPI: return "DDP_ERROR_MPI";
+    case DDP_ERROR_COLLECTIVE: return "DDP_ERROR_COLLECTIVE";
+    case DDP_ERROR_OUT_OF_MEMORY: return "DDP_ERROR_OUT_OF_MEMORY";
+    case DDP_ERROR_RUNTIME: return "DDP_ERROR_RUNTIME";
+    case DDP_ERROR_INTERNAL: return "DDP_ERROR_INTERNAL";
+    default: return "unknown status";
+  }
+}
+
+int ddp_session_create(MPI_Comm comm, const char* device, ddp_session** out) {
+  ddp::SessionOptions options;
+  const int status = guarded("ddp_session_create", [&] { options.device = device_of(device); });
+  if (status != DDP_OK) return status;
+  return create_session("ddp_session_create", handle_of(comm), options, out);
+}
+
+int ddp_session_create_f(MPI_Fint comm, const char* device, ddp_session** out) {
+  ddp::SessionOptions options;
+  const int status = guarded("ddp_session_create_f", [&] { options.device = device_of(device); });
+  if (status != DDP_OK) return status;
+  return create_session("ddp_session_create_f", ddp::ApplicationCommunicator{comm}, options, out);
+}
+
+int ddp_session_create_cuda(MPI_Comm comm, int cuda_device, void* cuda_stream, ddp_session** out) {
+  ddp::SessionOptions options;
+  options.device = ddp::DeviceRequest::kCuda;
+  options.cuda_device = cuda_device;
+  options.cuda_stream = cuda_stream;
+  return create_session("ddp_session_create_cuda", handle_of(comm), options, out);
+}
+
+int ddp_session_rank(const ddp_session* session, int* rank) {
+  return guarded("ddp_session_rank", [&] {
+    check_handle(session, Kind::kSession, "session");
+    require(rank != nullptr, "rank is NULL: pass the address of an int");
+    *rank = session->session->rank();
+  });
+}
+
+int ddp_session_size(const ddp_session* session, int* size) {
+  return guarded("ddp_session_size", [&] {
+    check_handle(session, Kind::kSession, "session");
+    require(size != nullptr, "size is NULL: pass the address of an int");
+    *size = session->session->size();
+  });
+}
+
+int ddp_session_on_gpu(const ddp_session* session, int* on_gpu) {
+  return guarded("ddp_session_on_gpu", [&] {
+    check_handle(session, Kind::kSession, "session");
+    require(on_gpu != nullptr, "on_gpu is NULL: pass the address of an int");
+    *on_gpu = session->session->device().is_cuda() ? 1 : 0;
+  });
+}
+
+int ddp_session_cuda_stream(const ddp_session* session, void** stream) {
+  return guarded("ddp_session_cuda_stream", [&] {
+    check_handle(session, Kind::kSession, "session");
+    require(stream != nullptr, "stream is NULL: pass the address of a void* (a cudaStream_t)");
+    *stream = static_cast<void*>(session->session->stream().handle());
+  });
+}
+
+int ddp_session_mean(const ddp_session* session, double value, double* mean) {
+  return guarded("ddp_session_mean", [&] {
+    check_handle(session, Kind::kSession, "session");
+    require(mean != nullptr, "mean is NULL: pass the address of a double");
+    require_mpi("ddp_session_mean");
+    *mean = session->session->mean(value);
+  });
+}
+
+int ddp_session_destroy(ddp_session* session) {
+  return guarded("ddp_session_destroy", [&] {
+    check_handle(session, Kind::kSession, "session");
+    require(session->models == 0, std::to_string(session->models) +
+                                      " model(s) of this session still exist: destroy them first");
+    // After MPI_Finalize its communicators cannot be freed: the session is left allocated and stays live, so
+    // that the call is refused again rather than crashing.
+    require_mpi("ddp_session_destroy");
+    remove(session);
+    delete session;
+  });
+}
+
+int ddp_mlp_create(ddp_session* session, int count, const int64_t* sizes, const char* activation, uint64_t seed,
+                   ddp_model** out) {
+  return guarded("ddp_mlp_create", [&] {
+    require(out != nullptr, "out is NULL: pass the address of a ddp_model* to receive the model");
+    *out = nullptr;
+    check_handle(session, Kind::kSession, "session");
+    require(sizes != nullptr, "sizes is NULL: pass the layer widths, inputs first and outputs last");
+    require(count >= 2, "count is " + std::to_string(count) + ": an MLP needs at least 2 sizes (inputs, outputs)");
+    std::vector<std::int64_t> widths(sizes, sizes + count);
+    for (int i = 0; i < count; ++i) {
+      require(widths[i] > 0 && widths[i] <= (1 << 24),
+              "sizes[" + std::to_string(i) + "] is " + std::to_string(widths[i]) + ": widths are 1 to 16777216");
+    }
+    const ddp::Activation act = ddp::parse_activation(activation == nullptr ? "relu" : activation);
+    auto m = std::make_unique<ddp_model>();
+    m->owner = session;
+    m->in = widths.front();
+    m->out = widths.back();
+    const ddp::Session& s = *session->session;
+    m->mlp = std::make_unique<ddp::MLP>(widths, act, seed, s.device(), s.stream());
+    *out = m.release();
+    ++session->models;
+    add(*out, Kind::kModel);
+  });
+}
+
+int ddp_model_input_size(const ddp_model* model, int64_t* size) {
+  return guarded("ddp_model_input_size", [&] {
+    check_handle(model, Kind::kModel, "model");
+    require(size != nullptr, "size is NULL: pass the address of an int64_t");
+    *size = model->in;
+  });
+}
+
+int ddp_model_output_size(const ddp_model* model, int64_t* size) {
+  return guarded("ddp_model_output_size", [&] {
+    check_handle(model, Kind::kModel, "model");
+    require(size != nullptr, "size is NULL: pass the address of an int64_t");
+    *size = model->out;
+  });
+}
+
+int ddp_model_distribute(ddp_model* model) {
+  return guarded("ddp_model_distribute", [&] {
+    check_handle(model, Kind::kModel, "model");
+    require(model->data_parallel == nullptr, "the model is distributed already: call ddp_model_distribute once");
+    require_mpi("ddp_model_distribute");
+    model->data_parallel = std::make_unique<ddp::DistributedDataParallel>(*model->mlp, *model->owner->session);
+  });
+}
+
+int ddp_model_destroy(ddp_model* model) {
+  return guarded("ddp_model_destroy", [&] {
+    check_handle(model, Kind::kModel, "model");
+    require(model->optimizers == 0, std::to_string(model->optimizers) +
+                                        " optimizer(s) of this model still exist: destroy them first");
+    if (model->data_parallel != nullptr) require_mpi("ddp_model_destroy");
+    remove(model);
+    --model->owner->models;
+    delete model;
+  });
+}
+
+int ddp_optimizer_create_adamw(ddp_model* model, double lr, double weight_decay, ddp_optimizer** out) {
+  return create_optimizer("ddp_optimizer_create_adamw", model, out, [&](ddp_model& m) {
+    ddp::AdamWOptions options;
+    options.lr = lr;
+    options.weight_decay = weight_decay;
+    return std::make_unique<ddp::AdamW>(*m.mlp, options, m.owner->session->stream());
+  });
+}
+
+int ddp_optimizer_create_sgd(ddp_model* model, double lr, double momentum, ddp_optimizer** out) {
+  return create_optimizer("ddp_optimizer_create_sgd", model, out, [&](ddp_model& m) {
+    ddp::SgdOptions options;
+    options.lr = lr;
+    options.momentum = momentum;
+    return std::make_unique<ddp::Sgd>(*m.mlp, options, m.owner->session->stream());
+  });
+}
+
+int ddp_optimizer_set_lr(ddp_optimizer* optimizer, double lr) {
+  return guarded("ddp_optimizer_set_lr", [&] {
+    check_handle(optimizer, Kind::kOptimizer, "optimizer");
+    require(lr >= 0 && lr == lr, "lr is " + std::to_string(lr) + ": pass a learning rate >= 0");
+    optimizer->optimizer->set_lr(lr);
+  });
+}
+
+int ddp_optimizer_destroy(ddp_optimizer* optimizer) {
+  return guarded("ddp_optimizer_destroy", [&] {
+    check_handle(optimizer, Kind::kOptimizer, "optimizer");
+    remove(optimizer);
+    --optimizer->owner->optimizers;
+    delete optimizer;
+  });
+}
+
+int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
+                   const float* y, int64_t y_rows, int64_t y_cols, int memory, double* loss) {
+  return guarded("ddp_train_step", [&] {
+    check_handle(model, Kind::kModel, "model");
+    check_handle(optimizer, Kind::kOptimizer, "optimizer");
+    require(optimizer->owner == model, "the optimizer was made for another model: pass the model it updates");
+    check_arrays(model, x, x_rows, x_cols, y, y_rows, y_cols, memory);
+    const std::int64_t batch = x_rows;
+    if (model->data_parallel != nullptr) require_mpi("ddp_train_step");
+    const ddp::Session& s = *model->owner->session;
+    const ddp::Stream& stream = s.stream();
+    const ddp::Tensor inputs = wrap(x, batch, model->in, memory, s);
+    const ddp::Tensor targets = wrap(y, batch, model->out, memory, s);
+    model->mlp->zero_grad(stream);
+    const ddp::Tensor l = ddp::ops::mse_loss(model->mlp->forward(inputs, stream), targets, stream);
+    if (model->data_parallel != nullptr) {
+      model->data_parallel->backward(l);
+    } else {
+      ddp::autograd::backward(l, stream);
+    }
+    optimizer->optimizer->step(stream);
+    if (loss != nullptr) {
+      *loss = l.item(stream);
+    } else {
+      // The caller may overwrite its arrays once this returns: the step's reads must be done.
+      stream.synchronize();
+    }
+  });
+}
+
+int ddp_predict(ddp_model* model, const float* x, int64_t x_rows, int64_t x_cols, int memory, float* y,
+                int64_t y_rows, int64_t y_cols) {
+  return guarded("ddp_predict", [&] {
+    check_handle(model, Kind::kModel, "model");
+    check_arrays(model, x, x_rows, x_cols, y, y_rows, y_cols, memory);
+    const std::int64_t batch = x_rows;
+    const ddp::Session& s = *model->owner->session;
+    const ddp::Stream& stream = s.stream();
+    ddp::autograd::NoGradGuard no_grad;
+    const ddp::Tensor outputs = model->mlp->forward(wrap(x, batch, model->in, memory, s), stream);
+    ddp::Tensor destination =
+        memory == DDP_MEMORY_DEVICE
+            ? ddp::Tensor::from_blob(y, {batch, model->out}, ddp::DType::kFloat32, s.device())
+            : ddp::Tensor::from_blob(y, {batch, model->out}, ddp::DType::kFloat32, ddp::Device::cpu());
+    destination.copy_from(outputs, stream);
+    stream.synchronize();
+  });
+}
+
+int ddp_checkpoint_save(ddp_model* model, ddp_optimizer* optimizer, const char* dir, int64_t step) {
+  return guarded("ddp_checkpoint_save", [&] {
+    check_handle(model, Kind::kModel, "model");
+    check_handle(optimizer, Kind::kOptimizer, "optimizer");
+    require(optimizer->owner == model, "the optimizer was made for another model: pass the model it updates");
+    require(dir != nullptr && dir[0] != '\0', "dir is NULL or empty: pass the checkpoint directory");
+    require(step >= 0, "step is " + std::to_string(step) + ": pass the number of steps taken (>= 0)");
+    require_mpi("ddp_checkpoint_save");
+    ddp::io::CheckpointMetadata where;
+    where.step = step;
+    ddp::training::save_training_checkpoint(*model->owner->session, dir, *model->mlp, *optimizer->optimizer, where);
+  });
+}
+
+int ddp_checkpoint_load(ddp_model* model, ddp_optimizer* optimizer, const char* dir, int64_t* step) {
+  return guarded("ddp_checkpoint_load", [&] {
+    check_handle(model, Kind::kModel, "model");
+    check_handle(optimizer, Kind::kOptimizer, "optimizer");
+    require(optimizer->owner == model, "the optimizer was made for another model: pass the model it updates");
+    require(dir != nullptr && dir[0] != '\0', "dir is NULL or empty: pass the checkpoint directory");
+    require(step != nullptr, "step is NULL: pass the address of an int64_t");
+    require_mpi("ddp_checkpoint_load");
+    const std::optional<ddp::training::RestoredCheckpoint> restored =
+        ddp::training::restore_latest_training_checkpoint(*model->owner->session, dir, *model->mlp,
+                                                          *optimizer->optimizer);
+    *step = restored ? restored->metadata.step : -1;
+  });
+}
+
+}  // extern "C"

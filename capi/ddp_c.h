@@ -1,0 +1,136 @@
+/* The runtime's C API, for C programs and (through the Fortran module ddp.f90, which binds these calls) Fortran
+ * programs that embed training in an MPI application: a session on the application's communicator, an MLP,
+ * an optimizer, data-parallel gradients, a training step on the application's own arrays, prediction, and
+ * checkpoints. No C++ exception crosses it: every call returns a ddp_status (DDP_OK or an error code) and,
+ * on error, ddp_last_error() says what was wrong and what to do.
+ *
+ *   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);   // the application owns MPI
+ *   ddp_session* s;  ddp_model* m;  ddp_optimizer* o;
+ *   int64_t sizes[] = {2, 64, 64, 1};
+ *   if (ddp_session_create(comm, "auto", &s) != DDP_OK) fprintf(stderr, "%s\n", ddp_last_error());
+ *   ddp_mlp_create(s, 4, sizes, "tanh", 0, &m);
+ *   ddp_model_distribute(m);                        // DDP: rank 0's weights everywhere, gradients averaged
+ *   ddp_optimizer_create_adamw(m, 1e-3, 0.0, &o);
+ *   for (...) ddp_train_step(m, o, x, batch, 2, y, batch, 1, DDP_MEMORY_HOST, &loss);
+ *   ddp_predict(m, x, batch, 2, DDP_MEMORY_HOST, prediction, batch, 1);
+ *   ddp_optimizer_destroy(o); ddp_model_destroy(m); ddp_session_destroy(s);
+ *   MPI_Finalize();
+ *
+ * Rules (docs/embedding.md has them in full):
+ *   - MPI: initialised by the application at MPI_THREAD_MULTIPLE before ddp_session_create, finalised after
+ *     the last ddp_session_destroy. A lower level is refused with a message naming the call to make. The
+ *     session duplicates the communicator it is given: the application may go on using its own communicators,
+ *     from any thread, between and during the calls here; calls of this API that communicate (marked
+ *     "collective") are made by every rank of the session's communicator in the same order.
+ *   - Arrays: float32, row-major: x holds `batch` rows of the model's input width (in Fortran, x(in, batch)).
+ *     DDP_MEMORY_HOST: host memory; DDP_MEMORY_DEVICE: memory of the session's GPU. On the CPU, and for device
+ *     arrays on the GPU, the step reads the caller's memory in place (no copy); the caller keeps ownership and
+ *     may reuse the arrays once the call returns (the call completes its reads before returning).
+ *   - Handles: a model belongs to its session and an optimizer to its model; destroying one that still has
+ *     children is refused (destroy the children first). A handle used after it was destroyed is refused with
+ *     DDP_ERROR_INVALID_HANDLE. Handles are for the thread that made them.
+ */
+#ifndef DDP_C_H_
+#define DDP_C_H_
+
+#include <mpi.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ddp_status {
+  DDP_OK = 0,
+  DDP_ERROR_INVALID_ARGUMENT = 1, /* a null pointer, a wrong size, a bad name: the message says which */
+  DDP_ERROR_INVALID_HANDLE = 2,   /* a handle that is null, destroyed, or of another kind */
+  DDP_ERROR_MPI = 3,              /* MPI not running (not initialised, or finalised), or an MPI call failed */
+  DDP_ERROR_COLLECTIVE = 4,       /* a failure every rank of the session agreed on (the message names ranks) */
+  DDP_ERROR_OUT_OF_MEMORY = 5,
+  DDP_ERROR_RUNTIME = 6,          /* any other failure of the runtime (CUDA, a file, a checkpoint) */
+  DDP_ERROR_INTERNAL = 7          /* a bug in the runtime: please report it with the message */
+} ddp_status;
+
+typedef enum ddp_memory {
+  DDP_MEMORY_HOST = 0,
+  DDP_MEMORY_DEVICE = 1 /* memory of the session's GPU (cudaMalloc'd by the application) */
+} ddp_memory;
+
+typedef struct ddp_session ddp_session;
+typedef struct ddp_model ddp_model;
+typedef struct ddp_optimizer ddp_optimizer;
+
+/* The message of this thread's last failed call ("" if none failed yet); valid until its next call. */
+const char* ddp_last_error(void);
+/* Copies that message into `buffer` (at most size - 1 bytes and a NUL); for Fortran. */
+void ddp_last_error_copy(char* buffer, int64_t size);
+/* "DDP_OK", "DDP_ERROR_INVALID_ARGUMENT", ... */
+const char* ddp_status_name(int status);
+
+/* ---- Session ---- */
+/* Collective over `comm` (every rank of it, and only those): a session on the application's communicator.
+ * device: "auto" (GPUs when every rank has one), "cpu" or "cuda"; NULL means "auto". */
+int ddp_session_create(MPI_Comm comm, const char* device, ddp_session** out);
+/* The same from a Fortran communicator handle (MPI_Comm_c2f; in Fortran, the integer communicator). */
+int ddp_session_create_f(MPI_Fint comm, const char* device, ddp_session** out);
+/* For an application on the GPU: `cuda_device` (its cudaSetDevice ordinal, or -1 for local rank % GPUs) and
+ * `cuda_stream` (its cudaStream_t, borrowed: kept alive by the application until the session is destroyed;
+ * NULL: the session makes its own, which ddp_session_cuda_stream hands over). Collective. */
+int ddp_session_create_cuda(MPI_Comm comm, int cuda_device, void* cuda_stream, ddp_session** out);
+int ddp_session_rank(const ddp_session* session, int* rank);
+int ddp_session_size(const ddp_session* session, int* size);
+/* 1 when the session runs on a GPU, 0 on the CPU. */
+int ddp_session_on_gpu(const ddp_session* session, int* on_gpu);
+/* The session's cudaStream_t (NULL on the CPU): order the application's work on the arrays it passes with it. */
+int ddp_session_cuda_stream(const ddp_session* session, void** stream);
+/* Collective: the mean of every rank's `value` (a loss), on every rank. */
+int ddp_session_mean(const ddp_session* session, double value, double* mean);
+/* Refused while models of the session exist. Must come before MPI_Finalize. */
+int ddp_session_destroy(ddp_session* session);
+
+/* ---- Model: a multi-layer perceptron ---- */
+/* sizes[0] inputs, sizes[count-1] outputs, count >= 2; activation "relu", "tanh", "gelu" or "sigmoid"
+ * between layers (NULL: "relu"); the same seed on every rank gives the same initial weights. */
+int ddp_mlp_create(ddp_session* session, int count, const int64_t* sizes, const char* activation, uint64_t seed,
+                   ddp_model** out);
+int ddp_model_input_size(const ddp_model* model, int64_t* size);
+int ddp_model_output_size(const ddp_model* model, int64_t* size);
+/* Collective: data-parallel training (DistributedDataParallel): rank 0's weights are broadcast, and every
+ * train step averages the gradients across the session's ranks, overlapped with backward. Call once, before
+ * the first train step. */
+int ddp_model_distribute(ddp_model* model);
+/* Refused while optimizers of the model exist. */
+int ddp_model_destroy(ddp_model* model);
+
+/* ---- Optimizer ---- */
+int ddp_optimizer_create_adamw(ddp_model* model, double lr, double weight_decay, ddp_optimizer** out);
+int ddp_optimizer_create_sgd(ddp_model* model, double lr, double momentum, ddp_optimizer** out);
+int ddp_optimizer_set_lr(ddp_optimizer* optimizer, double lr);
+int ddp_optimizer_destroy(ddp_optimizer* optimizer);
+
+/* ---- Training on the application's arrays ---- */
+/* One step of mean-squared-error regression on x (x_rows x x_cols: a batch of x_rows samples of the model's
+ * input_size features) against y (y_rows x y_cols: the same rows, output_size targets each), float32 row-major
+ * in `memory`. The sizes are checked against the model and each other. Collective when the model is
+ * distributed (every rank steps; batches may differ in size). loss: this rank's loss of the step, read back to
+ * the host; NULL skips the read (the step still completes before the call returns). */
+int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
+                   const float* y, int64_t y_rows, int64_t y_cols, int memory, double* loss);
+/* The model's outputs for x (x_rows x input_size) into y (y_rows = x_rows, y_cols = output_size), both in
+ * `memory`; no gradients, no communication. Complete when the call returns. */
+int ddp_predict(ddp_model* model, const float* x, int64_t x_rows, int64_t x_cols, int memory, float* y,
+                int64_t y_rows, int64_t y_cols);
+
+/* ---- Checkpoints ---- */
+/* Collective: rank 0 writes DIR/ckpt-<step>.safetensors atomically (model and optimizer state, PyTorch's
+ * state_dict names), keeping the 3 newest. */
+int ddp_checkpoint_save(ddp_model* model, ddp_optimizer* optimizer, const char* dir, int64_t step);
+/* Collective: loads the newest checkpoint of DIR into the model and optimizer; *step is its step, or -1 when
+ * DIR holds none (nothing is loaded then). */
+int ddp_checkpoint_load(ddp_model* model, ddp_optimizer* optimizer, const char* dir, int64_t* step);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DDP_C_H_ */
