@@ -89,7 +89,7 @@ def note(ax, text):
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.4")
 
 
-def plot(runs, x_axis, title, output):
+def plot(runs, x_axis, title, output, dpi=120):
     colours = [f"C{i % 10}" for i in range(len(runs))]
     fig, axes = plt.subplots(3, 2, figsize=(12, 11), sharex=True)
     (loss_ax, eval_ax), (lr_ax, rate_ax), (time_ax, comm_ax) = axes
@@ -137,7 +137,7 @@ def plot(runs, x_axis, title, output):
     written = []
     for ext in ("png", "svg"):
         path = f"{output}.{ext}"
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=dpi)
         written.append(path)
     plt.close(fig)
     return written
@@ -154,6 +154,8 @@ def main(argv=None):
     parser.add_argument("--x", choices=("step", "time"), default="step",
                         help="horizontal axis: the step, or the seconds since the first record (needs \"time\")")
     parser.add_argument("--title", default="", help="a title over the panels")
+    parser.add_argument("--dpi", type=int, default=120,
+                        help="the PNG's dots per inch (default 120; 90 keeps a picture for a README near 100 KB)")
     args = parser.parse_args(argv)
     if args.label and len(args.label) != len(args.metrics):
         parser.error(f"{len(args.label)} --label for {len(args.metrics)} files: give one per file, or none")
@@ -167,7 +169,7 @@ def main(argv=None):
     if out_dir and not os.path.isdir(out_dir):
         sys.exit(f"plot_run: the output directory {out_dir} does not exist; create it or pick another -o")
     runs = [read_run(p, label, args.x) for p, label in zip(args.metrics, labels)]
-    for path in plot(runs, args.x, args.title, args.output):
+    for path in plot(runs, args.x, args.title, args.output, args.dpi):
         print(f"plot_run: wrote {path}")
 
 
