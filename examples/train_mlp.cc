@@ -11,6 +11,7 @@
 // as a run never stopped. SIGTERM, SIGINT or SIGUSR1 (to ddprun or to any rank) stops every rank after the same
 // step, writes a checkpoint there and exits with status 75 (ddp::kStoppedExitStatus).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -273,6 +274,19 @@ std::vector<std::int64_t> layer_sizes(const Flags& f, std::int64_t features, std
   return sizes;
 }
 
+// The command line as the recipe every rank must share: without the flags that name a place on the rank's own
+// node (its data, its outputs, which may differ from node to node) or its share of the node's cores.
+std::vector<std::pair<std::string, std::string>> recipe_settings(int argc, char** argv) {
+  static const char* const kPerNode[] = {"--data",     "--test-data",   "--checkpoint-dir", "--resume",
+                                         "--metrics-file", "--trace-file", "--tensorboard-dir", "--onnx",
+                                         "--threads"};
+  std::vector<std::pair<std::string, std::string>> settings = ddp::command_line_settings(argc, argv);
+  std::erase_if(settings, [](const auto& setting) {
+    return std::find(std::begin(kPerNode), std::end(kPerNode), setting.first) != std::end(kPerNode);
+  });
+  return settings;
+}
+
 int train(int argc, char** argv) {
   // SIGTERM, SIGINT and SIGUSR1 (from ddprun, Slurm, Ctrl-C) ask for a stop after the current step, with a
   // checkpoint; a second one ends the process at once.
@@ -307,7 +321,7 @@ int train(int argc, char** argv) {
     }
   }
   session.agree(flag_error, "bad command line");
-  session.agree_same(ddp::command_line_settings(argc, argv), "the ranks were started with different flags");
+  session.agree_same(recipe_settings(argc, argv), "the ranks were started with different flags");
   ddp::TrainerOptions options = trainer_options(flags);
   const ddp::Activation activation = ddp::parse_activation(flags.activation);
   if (!ddp::data::is_array_dataset(flags.data)) {  // Fashion-MNIST's sizes are known: warm the device up meanwhile

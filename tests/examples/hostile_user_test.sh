@@ -127,6 +127,13 @@ flags_that_differ_across_ranks_are_refused_naming_the_flag_and_the_ranks() {
     grep -q "the ranks were started with different flags" <<<"$out" && grep -q -- "--$flag: $zero on rank 0, $one on rank 1" <<<"$out" ||
       fail "per-rank --$flag: no message naming the flag and the ranks: $out"
   done
+  # Paths name places on a rank's own node: a per-node --data (the same data under another path) is no
+  # difference in the recipe.
+  ln -sfn /usr/share/datasets/fashion-mnist "$work/fashion-mnist-of-node-1"
+  out=$(timeout 60 "$ddprun" -np 2 -- bash -c \
+    'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then v=$2; else v=$1; fi; shift 2; exec "$0" "$@" --data "$v"' \
+    "$train" /usr/share/datasets/fashion-mnist "$work/fashion-mnist-of-node-1" "${small[@]}" --max-steps 5 2>&1) ||
+    fail "a per-node --data path was refused: $out"
   out=$(timeout 60 mpirun -np 1 --oversubscribe --bind-to none "$custom_loop" --device cpu --steps 20 : \
     -np 1 --oversubscribe --bind-to none "$custom_loop" --device cpu --steps 20 --shard-optimizer 2>&1)
   status=$?
