@@ -11,12 +11,14 @@
 // as a run never stopped. SIGTERM, SIGINT or SIGUSR1 (to ddprun or to any rank) stops every rank after the same
 // step, writes a checkpoint there and exits with status 75 (ddp::kStoppedExitStatus).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -144,7 +146,7 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--metrics-file", f.metrics_file, "JSON lines: one per logged step and one per epoch");
   app.add_option(
       "--trace-file", f.trace_file,
-      "Chrome trace JSON of backward and the all-reduces (rank 0's; rank r's beside it as FILE.rank<r>.json)");
+      "Chrome trace JSON of backward and the all-reduces, one per rank: rank 0's in FILE, rank r's in FILE.rank<r>.json");
   app.add_option("--tensorboard-dir", f.tensorboard_dir,
                  "TensorBoard event files here (rank 0): losses, LR, speed, tests");
   app.add_option("--onnx", f.onnx, "write the trained model here as ONNX at the end of the run");
@@ -169,6 +171,51 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--threads", f.threads, "OpenBLAS threads per rank (0: cores / ranks on this node)")
       ->capture_default_str()
       ->check(kNonNegativeInteger);
+  // --help in groups, each value said in words (CLI11 would print its type and checks, as
+  // "FLOAT:(NUMBER) AND (FLOAT in [0 - 0.9999])=0.9"), with its default.
+  const std::vector<std::tuple<const char*, const char*, const char*>> help = {
+      {"--data", "Data", "DIR or FILE"},
+      {"--test-data", "Data", "DIR or FILE"},
+      {"--batch-size", "Data", "N"},
+      {"--global-batch-size", "Data", "N"},
+      {"--seed", "Data", "N"},
+      {"--hidden", "Model", "N"},
+      {"--layers", "Model", "N"},
+      {"--activation", "Model", "relu|gelu|tanh|sigmoid"},
+      {"--loss", "Model", "cross-entropy|mse"},
+      {"--optimizer", "Optimization", "sgd|adamw"},
+      {"--lr", "Optimization", "X"},
+      {"--schedule", "Optimization", "constant|cosine"},
+      {"--warmup-epochs", "Optimization", "X"},
+      {"--weight-decay", "Optimization", "X"},
+      {"--momentum", "Optimization", "X in [0, 0.9999]"},
+      {"--epochs", "Optimization", "N"},
+      {"--max-steps", "Optimization", "N"},
+      {"--clip-grad-norm", "Optimization", "X"},
+      {"--skip-nonfinite", "Optimization", ""},
+      {"--skip-nonfinite-limit", "Optimization", "N"},
+      {"--precision", "Precision and devices", "fp32|tf32|bf16"},
+      {"--device", "Precision and devices", "auto|cpu|cuda"},
+      {"--backend", "Precision and devices", "nccl|mpi"},
+      {"--bucket-mb", "Precision and devices", "MB"},
+      {"--shard-optimizer", "Precision and devices", ""},
+      {"--threads", "Precision and devices", "N"},
+      {"--checkpoint-dir", "Checkpoints and resume", "DIR"},
+      {"--checkpoint-every", "Checkpoints and resume", "STEPS"},
+      {"--keep-checkpoints", "Checkpoints and resume", "N"},
+      {"--resume", "Checkpoints and resume", "DIR"},
+      {"--log-every", "Outputs", "STEPS"},
+      {"--metrics-file", "Outputs", "FILE"},
+      {"--tensorboard-dir", "Outputs", "DIR"},
+      {"--onnx", "Outputs", "FILE"},
+      {"--trace-file", "Debugging", "FILE"},
+      {"--no-cuda-graph", "Debugging", ""},
+  };
+  for (const auto& [name, group, value] : help) {
+    CLI::Option* option = app.get_option(name);
+    const std::string fallback = option->get_default_str();
+    option->group(group)->option_text(std::string(value) + (fallback.empty() ? "" : " (default " + fallback + ")"));
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -234,6 +281,19 @@ std::vector<std::int64_t> layer_sizes(const Flags& f, std::int64_t features, std
   return sizes;
 }
 
+// The command line as the recipe every rank must share: without the flags that name a place on the rank's own
+// node (its data, its outputs, which may differ from node to node) or its share of the node's cores.
+std::vector<std::pair<std::string, std::string>> recipe_settings(int argc, char** argv) {
+  static const char* const kPerNode[] = {"--data",     "--test-data",   "--checkpoint-dir", "--resume",
+                                         "--metrics-file", "--trace-file", "--tensorboard-dir", "--onnx",
+                                         "--threads"};
+  std::vector<std::pair<std::string, std::string>> settings = ddp::command_line_settings(argc, argv);
+  std::erase_if(settings, [](const auto& setting) {
+    return std::find(std::begin(kPerNode), std::end(kPerNode), setting.first) != std::end(kPerNode);
+  });
+  return settings;
+}
+
 int train(int argc, char** argv) {
   // SIGTERM, SIGINT and SIGUSR1 (from ddprun, Slurm, Ctrl-C) ask for a stop after the current step, with a
   // checkpoint; a second one ends the process at once.
@@ -249,12 +309,17 @@ int train(int argc, char** argv) {
   } catch (const InvalidArgument& e) {
     flag_error = e.what();
   }
+  // With a bad command line the session only serves to say so: on the CPU, so that nothing about the device
+  // comes before the one message, and without reading the data.
+  const bool bad_flags = !flag_error.empty();
   // The data set is read on a thread of its own while MPI, the device and NCCL start.
-  auto data =
-      std::async(std::launch::async, [&flags] { return ddp::data::load_train_test(flags.data, flags.test_data); });
-  ddp::Session session(
-      &argc, &argv,
-      {.device = ddp::parse_device_request(flags.device), .backend = flags.backend, .cpu_threads = flags.threads});
+  auto data = std::async(std::launch::async, [&flags, bad_flags] {
+    return bad_flags ? ddp::data::TrainTest{} : ddp::data::load_train_test(flags.data, flags.test_data);
+  });
+  ddp::Session session(&argc, &argv,
+                       {.device = bad_flags ? ddp::DeviceRequest::kCpu : ddp::parse_device_request(flags.device),
+                        .backend = bad_flags ? "mpi" : flags.backend,
+                        .cpu_threads = flags.threads});
   if (flag_error.empty() && flags.global_batch_size > 0) {
     try {
       flags.batch_size = ddp::data::per_replica_batch_size(flags.global_batch_size, session.size());
@@ -263,7 +328,7 @@ int train(int argc, char** argv) {
     }
   }
   session.agree(flag_error, "bad command line");
-  session.agree_same(ddp::command_line_settings(argc, argv), "the ranks were started with different flags");
+  session.agree_same(recipe_settings(argc, argv), "the ranks were started with different flags");
   ddp::TrainerOptions options = trainer_options(flags);
   const ddp::Activation activation = ddp::parse_activation(flags.activation);
   if (!ddp::data::is_array_dataset(flags.data)) {  // Fashion-MNIST's sizes are known: warm the device up meanwhile

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "runtime/core/check.h"
@@ -118,6 +119,20 @@ std::vector<HostSlots> job_hosts(const LaunchOptions& options) {
   return {};
 }
 
+namespace {
+
+// ddprun's help: its own usage lines (a job, or --dump) in place of CLI11's one "Usage: ddprun [OPTIONS]".
+class DdprunHelp : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: ddprun [-np N] [--hosts h1:4,h2:4 | --hostfile F] [--backend nccl|mpi] [--max-restarts K]\n"
+           "              [--min-np N] [--rank-memory-mib M] [--stop-grace S] [--dry-run] -- PROGRAM ARGS...\n"
+           "       ddprun --dump [PID]\n";
+  }
+};
+
+}  // namespace
+
 ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   ParsedCommandLine result;
   LaunchOptions options;
@@ -134,19 +149,9 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
     }
   }
 
-  CLI::App app(
-      "ddprun: starts a data-parallel training job, one rank per GPU (or CPU ranks), through mpirun.\n"
-      "Usage: ddprun [-np N] [--hosts h1:4,h2:4 | --hostfile F] [--backend nccl|mpi] [--max-restarts K]\n"
-      "              [--min-np N] [--rank-memory-mib M] [--stop-grace S] [--dry-run] -- PROGRAM ARGS...\n"
-      "       ddprun --dump [PID]   every rank of a running job prints its flight recorder (also: SIGUSR2)\n"
-      "Each output line is prefixed with \"[rank R] \". DDP_* and NCCL_* variables are forwarded to every rank.\n"
-      "The exit status is the job's; on failure ddprun names the rank that failed first. SIGTERM, SIGINT or\n"
-      "SIGUSR1 asks the job to stop gracefully (SIGUSR1 to every rank: train_mlp finishes its step, writes a\n"
-      "checkpoint and exits 75, which ddprun passes on and never restarts); after --stop-grace seconds, or at a\n"
-      "second signal, the job is ended and ddprun exits 128+S (SIGINT 130, SIGTERM 143; a closed output pipe\n"
-      "141), as it does at once for other signals. Inside a Slurm allocation (sbatch, salloc) the nodes, tasks\n"
-      "and the default -np come from the allocation (docs/slurm.md).",
-      "ddprun");
+  CLI::App app("ddprun: starts a data-parallel training job, one rank per GPU (or CPU ranks), through mpirun.",
+               "ddprun");
+  app.formatter(std::make_shared<DdprunHelp>());
   app.add_option("-n,--np", options.np,
                  "number of ranks (also -np); default: the host list's slots, else this node's GPUs, else 2");
   auto* hosts = app.add_option("--hosts", options.hosts, "nodes and slots, e.g. h1:4,h2:4 (mpirun --host)");
@@ -174,8 +179,32 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--dry-run", options.dry_run, "print the mpirun command and exit");
-  app.footer("Example: ddprun -np 2 -- bazel-bin/examples/train_mlp --epochs 1");
+  // Taken before the rest (ddprun.cc): listed here so that --help shows it, refused among other flags.
+  std::vector<std::string> dump;
+  app.add_option("--dump", dump,
+                 "alone: every rank of the running job of ddprun PID (or of the one job of yours) prints its flight "
+                 "recorder, its last collectives and its phase, and the job goes on (also: SIGUSR2 to ddprun)")
+      ->option_text("[PID]")
+      ->expected(0, 1);
+  app.footer(
+      "Each output line is prefixed with \"[rank R] \". DDP_* and NCCL_* variables are forwarded to every rank.\n"
+      "When ddprun's output is a terminal, rank 0 draws its progress bar (DDP_PROGRESS_BAR=0: plain lines).\n"
+      "The exit status is the job's; on failure ddprun names the rank that failed first. SIGTERM, SIGINT or\n"
+      "SIGUSR1 asks the job to stop gracefully (SIGUSR1 to every rank: train_mlp finishes its step, writes a\n"
+      "checkpoint and exits 75, which ddprun passes on and never restarts); after --stop-grace seconds, or at a\n"
+      "second signal, the job is ended and ddprun exits 128+S (SIGINT 130, SIGTERM 143; a closed output pipe\n"
+      "141), as it does at once for other signals. Inside a Slurm allocation (sbatch, salloc) the nodes, tasks\n"
+      "and the default -np come from the allocation (docs/slurm.md).\n\n"
+      "Example: ddprun -np 2 -- bazel-bin/examples/train_mlp --epochs 1");
 
+  // Each value said in words with its default, instead of CLI11's type strings ("INT:NONNEGATIVE=400").
+  for (const auto& [name, value] : std::vector<std::pair<const char*, std::string>>{
+           {"--np", "N"}, {"--hosts", "HOST:SLOTS,... (or --hostfile)"}, {"--hostfile", "FILE (or --hosts)"},
+           {"--backend", "nccl|mpi"}, {"--max-restarts", "K (default 0)"}, {"--min-np", "N"},
+           {"--rank-memory-mib", "MIB (default " + std::to_string(kDefaultRankMemoryMib) + ")"},
+           {"--stop-grace", "SECONDS (default " + std::to_string(kDefaultStopGraceS) + ")"}}) {
+    app.get_option(name)->option_text(value);
+  }
   std::vector<std::string> reversed(flags.rbegin(), flags.rend());  // CLI11 takes its vector reversed
   try {
     app.parse(reversed);
@@ -193,7 +222,9 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
     return result;
   }
   std::string problem;
-  if (app.count("--np") > 0 && options.np <= 0) {
+  if (app.count("--dump") > 0) {
+    problem = "--dump goes alone: ddprun --dump [PID]";
+  } else if (app.count("--np") > 0 && options.np <= 0) {
     problem = "-np must be a positive number of ranks, got " + std::to_string(options.np);
   } else if (app.count("--min-np") > 0 && options.min_np <= 0) {
     problem = "--min-np must be a positive number of ranks, got " + std::to_string(options.min_np);
@@ -480,10 +511,32 @@ std::vector<std::string> TaggedLineJoiner::feed(const std::string& bytes) {
         continue;
       }
     }
-    // Up to the next newline or the next '[' (which may start a tag), whichever comes first.
-    size_t end = pending_.find_first_of("\n[", i + 1);
-    if (pending_[i] == '\n') end = i;
+    // Up to the next newline, carriage return or '[' (which may start a tag), whichever comes first.
+    size_t end = pending_.find_first_of("\n\r[", i + 1);
+    if (pending_[i] == '\n' || pending_[i] == '\r') end = i;
     if (end == std::string::npos) end = pending_.size();
+    // A carriage return ends a rank's redraw, unless a newline follows it ("\r\n"); one at the very end of the
+    // bytes so far waits for the next byte to tell.
+    if (end < pending_.size() && pending_[end] == '\r' && !current_tag_.empty()) {
+      if (end + 1 == pending_.size()) {
+        line_of(current_tag_) += pending_.substr(i, end - i);
+        i = end;
+        break;
+      }
+      if (pending_[end + 1] != '\n') {
+        line_of(current_tag_) += pending_.substr(i, end - i) + "\r";
+        emit_tagged(current_tag_);  // the piece runs on under the same tag (the next redraw, or the line)
+        i = end + 1;
+        continue;
+      }
+      line_of(current_tag_) += pending_.substr(i, end - i);
+      i = end + 1;  // the newline ends the line below
+      continue;
+    }
+    if (end < pending_.size() && pending_[end] == '\r') {  // in mpirun's own text: text, up to the next stop
+      end = pending_.find_first_of("\n[", end + 1);
+      if (end == std::string::npos) end = pending_.size();
+    }
     const bool newline = end < pending_.size() && pending_[end] == '\n';
     const std::string piece = pending_.substr(i, end - i);
     if (!current_tag_.empty()) {
@@ -530,7 +583,70 @@ std::vector<std::string> TaggedLineJoiner::finish() {
 
 std::string rewrite_tagged_line(const std::string& line) {
   const TaggedLine t = parse_tagged_line(line);
-  return t.tagged ? "[rank " + std::to_string(t.rank) + "] " + t.text : line;
+  if (!t.tagged) return line;
+  // The runtime's own "rank R: error: ..." (for plain mpirun) says the rank the prefix already says.
+  const std::string own = "rank " + std::to_string(t.rank) + ": ";
+  const bool says_rank = t.text.rfind(own, 0) == 0;
+  return "[rank " + std::to_string(t.rank) + "] " + (says_rank ? t.text.substr(own.size()) : t.text);
+}
+
+namespace {
+
+bool is_dash_line(const std::string& line) {
+  return line.size() >= 20 && line.find_first_not_of('-') == std::string::npos;
+}
+
+// A banner of mpirun's about the job's end, which ddprun says in its own words.
+bool is_end_banner(const std::vector<std::string>& block) {
+  static const char* const kPhrases[] = {
+      "MPI_ABORT was invoked on rank",
+      "Primary job  terminated normally",
+      "Primary job terminated normally",
+      "mpirun detected that one or more processes exited with non-zero status",
+      "mpirun noticed that process rank",
+      "exiting improperly",
+  };
+  for (const std::string& line : block) {
+    for (const char* phrase : kPhrases) {
+      if (line.find(phrase) != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+// mpirun's loose lines about the same end.
+bool is_end_noise(const std::string& line) {
+  return line.find("ORTE_ERROR_LOG") != std::string::npos ||
+         (line.find("more process") != std::string::npos && line.find("sent help message") != std::string::npos) ||
+         line.find("orte_base_help_aggregate") != std::string::npos;
+}
+
+}  // namespace
+
+std::vector<std::string> MpirunBannerFilter::feed(const std::string& line) {
+  std::vector<std::string> out;
+  if (!in_block_) {
+    if (is_dash_line(line)) {
+      in_block_ = true;
+      block_ = {line};
+    } else if (!is_end_noise(line)) {
+      out.push_back(line);
+    }
+    return out;
+  }
+  block_.push_back(line);
+  if (!is_dash_line(line)) return out;
+  in_block_ = false;
+  if (!is_end_banner(block_)) out = std::move(block_);
+  block_.clear();
+  return out;
+}
+
+std::vector<std::string> MpirunBannerFilter::finish() {
+  std::vector<std::string> out = std::move(block_);
+  block_.clear();
+  in_block_ = false;
+  return out;
 }
 
 namespace {

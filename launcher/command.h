@@ -103,6 +103,9 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
                                               const std::map<std::string, std::string>& extra_env = {},
                                               const std::string& rank_wrapper = "");
 constexpr const char* kRankWrapperFlag = "--ddprun-rank-wrapper";
+// Set to 1 in every rank when ddprun's stdout is a terminal (unless the user set it): rank 0 then draws its
+// progress bar (runtime/training/progress.h), which the relay passes through; 0 asks for plain lines.
+constexpr const char* kProgressBarVariable = "DDP_PROGRESS_BAR";
 
 // The mpirun command that starts `probe` (ddprun's own path) with kProbeFlag once on `host` (hosts.h). With a
 // `session_base`, that mpirun keeps its session directory under it instead of the shared TMPDIR: the probes of
@@ -149,9 +152,13 @@ std::string rewrite_tagged_line(const std::string& line);
 //   [1,1]<stdout>:part-one [1,0]<stdout>:part-one [1,1]<stdout>:part-two\n[1,0]<stdout>:part-two\n
 // Fed the bytes of one of mpirun's pipes as they come, this keeps a line under way per rank and stream and
 // returns each line once it is whole, with its tag ("[1,1]<stdout>:part-one part-two"); mpirun's own untagged
-// lines come back as they are.
+// lines come back as they are. A carriage return in a rank's line ends a redraw (a progress bar drawn in place:
+// "[1,0]<stdout>:[###...] step 5\r"): returned at once with its '\r' and without a newline (is_redraw), so that
+// the bar moves as the rank draws it; "\r\n" is an ordinary line end.
 class TaggedLineJoiner {
  public:
+  // A line the joiner returned that is a redraw: it ends with '\r' and is written without a newline.
+  static bool is_redraw(const std::string& line) { return !line.empty() && line.back() == '\r'; }
   // The lines that `bytes` completes, in the order they were completed.
   std::vector<std::string> feed(const std::string& bytes);
   // At the end of the stream: what is left, lines without their newline.
@@ -162,6 +169,25 @@ class TaggedLineJoiner {
   std::string current_tag_;     // the tag whose piece runs on, or "" between pieces
   std::string untagged_;        // an untagged line under way
   std::vector<std::pair<std::string, std::string>> partial_;  // (tag, the line so far), in order of first piece
+};
+
+// mpirun's own banners about a job's end, which ddprun says in one line of its own (the rank that failed first
+// and how): "MPI_ABORT was invoked on rank R", "Primary job terminated normally, but 1 process returned a
+// non-zero exit code", "mpirun detected that one or more processes exited with non-zero status", "mpirun
+// noticed that process rank R ... exited on signal", "... exiting improperly", each a block between lines of
+// dashes, and the lines around them (ORTE_ERROR_LOG, "N more processes have sent help message", "Set MCA
+// parameter orte_base_help_aggregate"). Fed mpirun's untagged lines in order, it returns those to print: a
+// block is held until it closes, then dropped when it is one of these and returned whole otherwise (mpirun's
+// other messages, such as a program it cannot start, say what to fix). The FailureTracker still sees every line.
+class MpirunBannerFilter {
+ public:
+  std::vector<std::string> feed(const std::string& untagged_line);
+  // At the end of the stream: a block never closed, whole.
+  std::vector<std::string> finish();
+
+ private:
+  bool in_block_ = false;
+  std::vector<std::string> block_;
 };
 
 // The line the rank wrapper prints when its program ends badly (see job.h):

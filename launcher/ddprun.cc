@@ -123,6 +123,11 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
     }
     std::map<std::string, std::string> extra;
     if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
+    // The ranks' output reaches the terminal through mpirun's pipes, so rank 0 cannot see that there is one:
+    // told here, it draws its progress bar, which the relay passes through whole (a user's own setting wins).
+    if (::isatty(STDOUT_FILENO) == 1 && facts.env.count(kProgressBarVariable) == 0) {
+      extra[kProgressBarVariable] = "1";
+    }
     const JobResult result =
         run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000, &signals);
     last_status = result.exit_status;

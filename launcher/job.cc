@@ -277,9 +277,21 @@ class JobStopper {
 // ddprun's own stdout and stderr. A write that fails with EPIPE (the reader is gone, as in
 // `ddprun ... | head -1`) closes that stream for good and stops the job, as SIGPIPE would end any program in
 // a pipeline, except that here the job ends too instead of running on unseen.
+// A rank's redraw (a progress bar drawn in place, ending in '\r') stays on the terminal's last line until
+// something else is written, which first clears that line ("\033[K"), so that a shorter line does not keep the
+// bar's tail.
 class Output {
  public:
-  explicit Output(JobStopper* stopper) : stopper_(stopper) {}
+  explicit Output(JobStopper* stopper) : stopper_(stopper), terminal_(::isatty(STDOUT_FILENO) == 1) {}
+  // A whole line (with its newline), or a redraw (ending in '\r', to stdout).
+  void write_line(int fd, const std::string& text, bool redraw) {
+    if (redraw_showing_ && !redraw) {
+      write(STDOUT_FILENO, "\033[K");
+      redraw_showing_ = false;
+    }
+    write(fd, text);
+    if (redraw && terminal_ && fd == STDOUT_FILENO) redraw_showing_ = true;
+  }
   void write(int fd, const std::string& text) {
     bool& closed = fd == STDOUT_FILENO ? stdout_closed_ : stderr_closed_;
     if (closed) return;
@@ -300,6 +312,8 @@ class Output {
 
  private:
   JobStopper* stopper_;
+  bool terminal_;
+  bool redraw_showing_ = false;
   bool stdout_closed_ = false;
   bool stderr_closed_ = false;
 };
@@ -335,17 +349,23 @@ struct LineRelay {
   int fd;
   int default_out;  // where untagged lines from this pipe go
   TaggedLineJoiner lines;
+  MpirunBannerFilter banners;  // mpirun's own lines on this pipe
   bool open = true;
 };
 
-void emit(const std::string& line, int default_out, FailureTracker* tracker, Output* output) {
+void emit(const std::string& line, LineRelay& r, FailureTracker* tracker, Output* output) {
   tracker->observe(line, realtime_ns());
   if (parse_exit_marker(line)) return;
   // mpirun's note on passing ddprun's SIGUSR1/SIGUSR2 on: ddprun has said what it does with them.
   if (line.rfind("mpirun: Forwarding signal ", 0) == 0) return;
   const TaggedLine t = parse_tagged_line(line);
-  const int out = t.tagged ? (t.stream == "stdout" ? STDOUT_FILENO : STDERR_FILENO) : default_out;
-  output->write(out, rewrite_tagged_line(line) + "\n");
+  if (!t.tagged) {
+    for (const std::string& kept : r.banners.feed(line)) output->write_line(r.default_out, kept + "\n", false);
+    return;
+  }
+  const int out = t.stream == "stdout" ? STDOUT_FILENO : STDERR_FILENO;
+  const bool redraw = TaggedLineJoiner::is_redraw(line);
+  output->write_line(out, rewrite_tagged_line(line) + (redraw ? "" : "\n"), redraw);
 }
 
 // Reads what is there on `r` and emits its complete lines; closes it at end of file.
@@ -354,13 +374,14 @@ void drain(LineRelay& r, FailureTracker* tracker, Output* output) {
   const ssize_t got = ::read(r.fd, buffer, sizeof buffer);
   if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (got <= 0) {
-    for (const std::string& line : r.lines.finish()) emit(line, r.default_out, tracker, output);
+    for (const std::string& line : r.lines.finish()) emit(line, r, tracker, output);
+    for (const std::string& kept : r.banners.finish()) output->write_line(r.default_out, kept + "\n", false);
     r.open = false;
     ::close(r.fd);
     return;
   }
   for (const std::string& line : r.lines.feed(std::string(buffer, static_cast<size_t>(got)))) {
-    emit(line, r.default_out, tracker, output);
+    emit(line, r, tracker, output);
   }
 }
 
@@ -509,7 +530,7 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, Caugh
   JobStopper stopper(child, stop_grace_ms, other_hosts);
   Output output(&stopper);
   FailureTracker tracker;
-  LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, {}, true}, {err_pipe[0], STDERR_FILENO, {}, true}};
+  LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, {}, {}, true}, {err_pipe[0], STDERR_FILENO, {}, {}, true}};
   int status = 0;
   bool reaped = false;
   while (!reaped) {

@@ -3,8 +3,10 @@
 several runs (1, 2 and 4 ranks; fp32 against bf16) so they can be compared at a glance.
 
 Panels: training loss (with the test loss per epoch), test accuracy (test loss when no run has accuracy),
-learning rate, samples/s. Step records carry step, loss, lr, samples_per_s (and maybe grad_norm, time); epoch
-records carry epoch, test_loss, test_accuracy. An epoch record is drawn at the step of the step record before it.
+learning rate, samples/s, step time, and communication: the all-reduce time of a step and the part of it that
+backward did not hide (exposed). Step records carry step, loss, lr, samples_per_s (and maybe grad_norm, time,
+step_ms, allreduce_ms, exposed_comm_ms: a single rank has no communication); epoch records carry epoch,
+test_loss, test_accuracy. An epoch record is drawn at the step of the step record before it.
 Uses Debian's python3-matplotlib (tools/setup.sh) with the Agg backend: no display needed.
 
   tools/plot_run.py runs/a/metrics.jsonl runs/b/metrics.jsonl --label 1-rank --label 2-ranks -o runs/compare
@@ -64,7 +66,8 @@ def read_run(path, label, x_axis):
                 x = record.get("step", last_step)
             if "step" in record:
                 last_step = record["step"]
-                for key in ("loss", "lr", "samples_per_s", "grad_norm"):
+                for key in ("loss", "lr", "samples_per_s", "grad_norm", "step_ms", "allreduce_ms",
+                            "exposed_comm_ms"):
                     run.add(key, x, record.get(key))
             else:
                 for key in ("test_loss", "test_accuracy"):
@@ -82,10 +85,14 @@ def draw(ax, runs, colours, name, style, **kwargs):
             ax.plot(xs, ys, style, color=colour, **kwargs)
 
 
-def plot(runs, x_axis, title, output):
+def note(ax, text):
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.4")
+
+
+def plot(runs, x_axis, title, output, dpi=120):
     colours = [f"C{i % 10}" for i in range(len(runs))]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
-    (loss_ax, eval_ax), (lr_ax, rate_ax) = axes
+    fig, axes = plt.subplots(3, 2, figsize=(12, 11), sharex=True)
+    (loss_ax, eval_ax), (lr_ax, rate_ax), (time_ax, comm_ax) = axes
 
     draw(loss_ax, runs, colours, "loss", "-", linewidth=1)
     draw(loss_ax, runs, colours, "test_loss", "o--", markersize=4, linewidth=1)
@@ -105,9 +112,20 @@ def plot(runs, x_axis, title, output):
     draw(rate_ax, runs, colours, "samples_per_s", "-", linewidth=1)
     rate_ax.set_title("samples/s")
 
+    draw(time_ax, runs, colours, "step_ms", "-", linewidth=1)
+    time_ax.set_title("step time (ms, mean over the logging window)")
+    if not any(r.has("step_ms") for r in runs):
+        note(time_ax, "no step times in these files")
+
+    draw(comm_ax, runs, colours, "allreduce_ms", ":", linewidth=1)
+    draw(comm_ax, runs, colours, "exposed_comm_ms", "-", linewidth=1)
+    comm_ax.set_title("communication per step (ms; dotted: all-reduce, line: exposed)")
+    if not any(r.has("allreduce_ms") or r.has("exposed_comm_ms") for r in runs):
+        note(comm_ax, "no communication measured (one rank, or CUDA graph replays)")
+
     for ax in axes.flat:
         ax.grid(True, alpha=0.3)
-    for ax in axes[1]:
+    for ax in axes[-1]:
         ax.set_xlabel("step" if x_axis == "step" else "seconds since the first record")
     handles = [plt.Line2D([], [], color=c, label=r.label) for r, c in zip(runs, colours)]
     top = 0.95 if title else 0.99  # a title above the legend, the legend above the panels
@@ -119,7 +137,7 @@ def plot(runs, x_axis, title, output):
     written = []
     for ext in ("png", "svg"):
         path = f"{output}.{ext}"
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=dpi)
         written.append(path)
     plt.close(fig)
     return written
@@ -136,6 +154,8 @@ def main(argv=None):
     parser.add_argument("--x", choices=("step", "time"), default="step",
                         help="horizontal axis: the step, or the seconds since the first record (needs \"time\")")
     parser.add_argument("--title", default="", help="a title over the panels")
+    parser.add_argument("--dpi", type=int, default=120,
+                        help="the PNG's dots per inch (default 120; 90 keeps a picture for a README near 100 KB)")
     args = parser.parse_args(argv)
     if args.label and len(args.label) != len(args.metrics):
         parser.error(f"{len(args.label)} --label for {len(args.metrics)} files: give one per file, or none")
@@ -149,7 +169,7 @@ def main(argv=None):
     if out_dir and not os.path.isdir(out_dir):
         sys.exit(f"plot_run: the output directory {out_dir} does not exist; create it or pick another -o")
     runs = [read_run(p, label, args.x) for p, label in zip(args.metrics, labels)]
-    for path in plot(runs, args.x, args.title, args.output):
+    for path in plot(runs, args.x, args.title, args.output, args.dpi):
         print(f"plot_run: wrote {path}")
 
 

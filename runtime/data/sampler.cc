@@ -48,9 +48,20 @@ int64_t per_replica_batch_size(int64_t global_batch_size, int num_replicas) {
   if (global_batch_size <= 0 || global_batch_size % r != 0) {
     const int64_t below = global_batch_size / r * r;
     std::string nearest = below > 0 ? std::to_string(below) + " or " : "";
+    // A run that resumes must keep its checkpoint's global batch: the numbers of ranks nearest to this one that
+    // divide it are the way on; another global batch only suits a new run.
+    std::string ranks;
+    if (global_batch_size > 0) {
+      int64_t fewer = r - 1, more = r + 1;
+      while (fewer > 0 && global_batch_size % fewer != 0) --fewer;
+      while (more <= global_batch_size && global_batch_size % more != 0) ++more;
+      if (fewer > 0) ranks = std::to_string(fewer);
+      if (more <= global_batch_size) ranks += (ranks.empty() ? "" : " or ") + std::to_string(more);
+      ranks = "start " + ranks + " ranks, which divide it (a resumed run keeps its global batch), or for a new run ";
+    }
     throw InvalidArgument("--global-batch-size " + std::to_string(global_batch_size) + " does not split evenly over " +
-                          std::to_string(r) + " ranks; pass a multiple of " + std::to_string(r) + " (" + nearest +
-                          std::to_string(below + r) + "), or a per-rank --batch-size");
+                          std::to_string(r) + " ranks; " + ranks + "pass a multiple of " + std::to_string(r) + " (" +
+                          nearest + std::to_string(below + r) + ") or a per-rank --batch-size");
   }
   return global_batch_size / r;
 }

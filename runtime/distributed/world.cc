@@ -507,9 +507,14 @@ int run_main(const std::function<int()>& body) {
   } catch (const CollectiveError& e) {
     // Every rank is here with the same message: rank 0 reports it and all end cleanly.
     if (e.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    std::fflush(stderr);
     if (mpi_is_running()) MPI_Finalize();
-    // A stop that failed on the way is still a stop: ddprun must not restart it.
-    return stopping() ? kStopFailedExitStatus : 1;
+    // Rank 0 alone ends with the failure's status (a stop that failed on the way is still a stop: ddprun must
+    // not restart it), so that the job's status is the error's. The others end with 0: mpirun ends the whole
+    // job at a rank's first non-zero status, and rank 0, ended before mpirun had relayed its message, would
+    // lose it; a rank's own output is relayed whole before its status is taken.
+    const int status = stopping() ? kStopFailedExitStatus : 1;
+    return e.rank() == 0 ? status : 0;
   } catch (const std::exception& e) {
     int rank = 0;
     int size = 1;

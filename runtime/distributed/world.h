@@ -159,7 +159,8 @@ class World {
 };
 
 // Runs `body`; an exception that escapes it is printed with the rank and ends the job on every rank
-// (MPI_Abort), unless all ranks raised it together, in which case rank 0 prints it and all exit with 1.
+// (MPI_Abort), unless all ranks raised it together, in which case rank 0 prints it and exits with 1, the others
+// with 0 once it has printed (so that mpirun, which ends the job at the first non-zero status, relays it whole).
 int run_main(const std::function<int()>& body);
 
 }  // namespace ddp

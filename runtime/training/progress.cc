@@ -26,11 +26,20 @@ std::string duration(double s) {
   return text;
 }
 
+// DDP_PROGRESS_BAR=1 or 0 when set (ddprun sets 1 when its own stdout is a terminal), else whether stdout is a
+// terminal of our own (not under mpirun).
+bool wants_bar() {
+  if (const char* setting = std::getenv("DDP_PROGRESS_BAR"); setting != nullptr && *setting != '\0') {
+    return std::string(setting) != "0";
+  }
+  return isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
+}
+
 }  // namespace
 
 Progress::Progress(long long total_steps, long long first_step)
     : total_(total_steps),
-      tty_(isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr),
+      tty_(wants_bar()),
       first_step_(first_step),
       started_(now_s()) {}
 
@@ -46,7 +55,11 @@ void Progress::step(long long step, long long epoch, double loss, double samples
   if (tty_) {
     const int width = 30;
     const int filled = total_ > 0 ? static_cast<int>(width * static_cast<double>(step) / total_) : 0;
-    std::printf("\r[%s%s] %s", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), line);
+    // The bar, the rest of the line cleared, the cursor back at its start: the next bar or line overwrites it
+    // (and a relay such as ddprun's passes each bar on whole at its '\r').
+    std::printf("[%s%s] %s\033[K\r", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                line);
+    bar_shown_ = true;
   } else {
     std::printf("%s\n", line);
   }
@@ -54,7 +67,9 @@ void Progress::step(long long step, long long epoch, double loss, double samples
 }
 
 void Progress::line(const std::string& text) {
-  std::printf("%s%s\n", tty_ ? "\n" : "", text.c_str());
+  // On a terminal the line takes the bar's place (cleared first); the next step draws the bar below it.
+  std::printf("%s%s\n", bar_shown_ ? "\033[K" : "", text.c_str());
+  bar_shown_ = false;
   std::fflush(stdout);
 }
 

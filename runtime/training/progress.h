@@ -1,5 +1,7 @@
-// Progress on rank 0: a bar redrawn in place on a terminal, plain lines otherwise (logs, CI, and under mpirun,
-// which hands ranks a pseudo-terminal but relays their output line by line with a prefix).
+// Progress on rank 0: a bar redrawn in place on a terminal, plain lines otherwise (logs, CI). Under mpirun the
+// ranks' output goes through pipes, so a rank cannot see the terminal: DDP_PROGRESS_BAR=1 (which ddprun sets when
+// its own stdout is a terminal) asks for the bar, =0 for plain lines. Each bar ends in "\r", with the cursor at
+// the line's start, so that a relay can pass it on at once.
 #pragma once
 
 #include <string>
@@ -20,6 +22,7 @@ class Progress {
  private:
   long long total_;
   bool tty_;
+  bool bar_shown_ = false;  // a bar is on the terminal's last line
   long long first_step_;  // a resumed run's ETA counts from its own first step
   double started_;        // seconds (steady clock) when training started
 };

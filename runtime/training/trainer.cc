@@ -711,8 +711,13 @@ class Trainer::Run {
                                {"epoch", epoch},
                                {"loss", figures.mean_loss},
                                {"samples_per_s", rate},
+                               {"step_ms", window_steps_ > 0 ? seconds * 1e3 / window_steps_ : 0.0},
                                {"time", wall_time()}};
-        if (hidden >= 0) line["comm_hidden"] = hidden;
+        if (hidden >= 0) {  // the last eager step's all-reduce time, and the part of it backward did not hide
+          line["comm_hidden"] = hidden;
+          line["allreduce_ms"] = stats.allreduce_ms;
+          line["exposed_comm_ms"] = stats.exposed_comm_ms;
+        }
         line["lr"] = optimizer_->lr();
         if (o_.clip_grad_norm > 0) line["grad_norm"] = figures.grad_norm;  // before clipping
         metrics_->write(line);

@@ -127,6 +127,13 @@ flags_that_differ_across_ranks_are_refused_naming_the_flag_and_the_ranks() {
     grep -q "the ranks were started with different flags" <<<"$out" && grep -q -- "--$flag: $zero on rank 0, $one on rank 1" <<<"$out" ||
       fail "per-rank --$flag: no message naming the flag and the ranks: $out"
   done
+  # Paths name places on a rank's own node: a per-node --data (the same data under another path) is no
+  # difference in the recipe.
+  ln -sfn /usr/share/datasets/fashion-mnist "$work/fashion-mnist-of-node-1"
+  out=$(timeout 60 "$ddprun" -np 2 -- bash -c \
+    'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then v=$2; else v=$1; fi; shift 2; exec "$0" "$@" --data "$v"' \
+    "$train" /usr/share/datasets/fashion-mnist "$work/fashion-mnist-of-node-1" "${small[@]}" --max-steps 5 2>&1) ||
+    fail "a per-node --data path was refused: $out"
   out=$(timeout 60 mpirun -np 1 --oversubscribe --bind-to none "$custom_loop" --device cpu --steps 20 : \
     -np 1 --oversubscribe --bind-to none "$custom_loop" --device cpu --steps 20 --shard-optimizer 2>&1)
   status=$?
@@ -221,7 +228,32 @@ too_few_open_files_are_refused_naming_the_limit() {
   done
 }
 
-for case in a_stalled_sharded_checkpoint_ends_the_job_with_a_report a_timeout_too_large_is_refused_naming_its_bounds \
+# A data set larger than the memory a rank may have (ulimit -v; here a sparse file of 1.2 GB under a 1.5 GB limit)
+# is said as such, naming the data set and what to do, not as a data set that cannot be read.
+a_data_set_too_large_for_memory_is_said_as_such() {
+  local dir="$work/too-large" out status
+  mkdir -p "$dir"
+  /usr/bin/python3 - "$dir" <<'PY'
+import os, sys
+def npy(path, descr, shape, item):  # an .npy file of zeros (sparse): version 1.0 header, then the data
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }" % (descr, *shape) if len(shape) == 2 \
+        else "{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }" % (descr, shape[0])
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode())
+        f.truncate(f.tell() + item * eval("*".join(map(str, shape))))
+npy(os.path.join(sys.argv[1], "features.npy"), "<f4", (3000000, 100), 4)
+npy(os.path.join(sys.argv[1], "targets.npy"), "<i8", (3000000,), 8)
+PY
+  out=$(ulimit -v 1500000; timeout 60 "$ddprun" -np 2 -- "$train" "${small[@]}" --data "$dir" --max-steps 1 2>&1)
+  status=$?
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "a data set too large for memory: exit status $status"
+  grep -qF "ranks 0,1: not enough memory to hold the data set $dir in this process; use a machine with more memory, or fewer ranks on this node" <<<"$out" ||
+    fail "a data set too large for memory: not said as such: $out"
+  rm -rf "$dir"
+}
+
+for case in a_data_set_too_large_for_memory_is_said_as_such a_stalled_sharded_checkpoint_ends_the_job_with_a_report a_timeout_too_large_is_refused_naming_its_bounds \
   a_deeper_models_checkpoint_is_refused_naming_its_extra_tensors \
   metadata_out_of_range_falls_back_to_the_previous_checkpoint \
   flags_that_differ_across_ranks_are_refused_naming_the_flag_and_the_ranks a_stop_is_never_restarted \

@@ -15,7 +15,8 @@ import struct
 import sys
 
 # Keys of a metrics line that measure time, not training.
-WALL_CLOCK_KEYS = {"samples_per_s", "comm_hidden", "time", "elapsed_s", "step_ms", "eta_s", "wall_time"}
+WALL_CLOCK_KEYS = {"samples_per_s", "comm_hidden", "time", "elapsed_s", "step_ms", "eta_s", "wall_time",
+                   "allreduce_ms", "exposed_comm_ms"}
 # Output lines that carry results; the rest (timings, start-up) may change freely.
 RESULT_LINE = re.compile(r"(test_loss|test_accuracy|final|stopped at step|resumed from|skipping step)")
 

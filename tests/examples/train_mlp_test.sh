@@ -6,7 +6,8 @@
 #   - gradient clipping with a bound never reached changes nothing, a tight bound logs norms and clips;
 #   - a checkpoint of 2 ranks resumes on 3 and on 1; with --global-batch-size the losses follow the run never
 #     stopped to rounding;
-#   - bad input ends every rank with one clear message and a non-zero exit.
+#   - bad input ends every rank with one clear message and a non-zero exit, and nothing else (the whole output
+#     compared at 2 and 4 ranks).
 set -uo pipefail
 ddprun="$1"
 train="$2"
@@ -105,7 +106,7 @@ paste <(losses "$work/g_full.jsonl") <(losses "$work/g_part.jsonl") | sed 's/"lo
   END { if (n != 6 || bad != "") { print "losses differ after 2 -> 3 ranks (" n " lines):" bad; exit 1 } }' \
   || fail "a --global-batch-size run resumed on 3 ranks does not follow the uninterrupted one"
 expect_error "global batch that does not split" \
-  "--global-batch-size 97 does not split evenly over 2 ranks; pass a multiple of 2 (96 or 98), or a per-rank --batch-size" \
+  "--global-batch-size 97 does not split evenly over 2 ranks; start 1 or 97 ranks, which divide it (a resumed run keeps its global batch), or for a new run pass a multiple of 2 (96 or 98) or a per-rank --batch-size" \
   --global-batch-size 97
 expect_error "both batch sizes" "--batch-size excludes --global-batch-size" --global-batch-size 96 --batch-size 48
 expect_error "resume with another global batch" "was written with --global-batch-size 96, this run has --global-batch-size 64" \
@@ -137,9 +138,36 @@ out=$(DDP_COLLECTIVE_TIMEOUT_S=120 DDP_FAULT_KILL_STEP=5 DDP_FAULT_KILL_RANK=1 D
 status=$?
 elapsed=$(($(date +%s) - t0))
 [ "$status" -ne 0 ] || fail "an error on rank 1 alone: exited 0"
-grep -q "rank 1: error: fault injection: an error on rank 1 alone after step 5" <<<"$out" \
+grep -qF "[rank 1] error: fault injection: an error on rank 1 alone after step 5" <<<"$out" \
   || { fail "rank 1's own error not shown:"; echo "$out" | tail -8; }
 [ "$elapsed" -lt 40 ] || fail "the job took $elapsed s to end after an error on one rank"
+
+# 6b. One error, one message: what the user sees, whole, at 2 and 4 ranks: the message once, naming the ranks and
+#     what to do, then ddprun's line; no MPI banner (MPI_ABORT, "Primary job terminated normally", ORTE_ERROR_LOG)
+#     and nothing about the device before a bad flag.
+expect_output() {  # NAME EXPECTED-FILE COMMAND...
+  local name="$1" expected="$2"
+  shift 2
+  local got
+  got=$("$@" 2>&1)
+  diff <(printf '%s\n' "$got") "$expected" >/dev/null || { fail "$name: the whole output differs:"; diff <(printf '%s\n' "$got") "$expected"; }
+}
+for np in 2 4; do
+  ranks=$(seq -s, 0 $((np - 1)))
+  printf '%s\n' "[rank 0] error: bad command line:" "[rank 0]   ranks $ranks: unknown argument '--bogus' (see --help)" \
+    "ddprun: job failed (rank 0 first, exit status 1) with exit status 1" >"$work/bogus.expected"
+  expect_output "a bad flag on $np ranks" "$work/bogus.expected" "$ddprun" -np "$np" -- "$train" --bogus
+  printf '%s\n' "[rank 0] error: cannot read the data set:" \
+    "[rank 0]   ranks $ranks: IDX file $work/nowhere/train-images-idx3-ubyte.gz: cannot open: No such file or directory; install the data set (apt-get install dataset-fashion-mnist, which fills /usr/share/datasets/fashion-mnist) or pass --data DIR naming a directory with the four Fashion-MNIST .gz files" \
+    "ddprun: job failed (rank 0 first, exit status 1) with exit status 1" >"$work/nodata.expected"
+  expect_output "no data on $np ranks" "$work/nodata.expected" "$ddprun" -np "$np" -- "$train" --device cpu --data "$work/nowhere"
+  # One rank's error alone (stderr only: rank 0's start line goes to stdout).
+  printf '%s\n' "[rank 1] error: fault injection: an error on rank 1 alone after step 5" \
+    "ddprun: job failed (rank 1 first, exit status 1) with exit status 1" >"$work/alone.expected"
+  expect_output "an error on rank 1 of $np alone" "$work/alone.expected" \
+    env DDP_FAULT_KILL_STEP=5 DDP_FAULT_KILL_RANK=1 DDP_FAULT_KIND=throw sh -c '"$@" 2>&1 >/dev/null' - \
+    "$ddprun" -np "$np" -- "$train" "${small[@]}" --device cpu --max-steps 50
+done
 
 # 7. Output paths are checked on every rank before the first step, not when first written.
 mkdir -p "$work/a_directory"

@@ -6,6 +6,7 @@ with a message naming the file.
 
   plot_run_test.py PATH/TO/tools/plot_run.py
 """
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 
-def write_metrics(path, accuracy, with_time, epochs=3, steps_per_epoch=20):
+def write_metrics(path, accuracy, with_time, epochs=3, steps_per_epoch=20, comm=False):
     with open(path, "w") as f:
         step = 0
         for epoch in range(epochs):
@@ -25,6 +26,8 @@ def write_metrics(path, accuracy, with_time, epochs=3, steps_per_epoch=20):
                           "grad_norm": 1.0 / step}
                 if with_time:
                     record["time"] = 1.7e9 + 0.01 * step
+                if comm:  # as train_mlp writes them on several ranks
+                    record.update(step_ms=1.5 + 0.01 * step, allreduce_ms=0.6, exposed_comm_ms=0.1, comm_hidden=0.83)
                 if not accuracy and step == 7:
                     record["loss"] = None  # how MetricsWriter writes a NaN
                 f.write(json.dumps(record) + "\n")
@@ -55,7 +58,7 @@ def main():
     plot_run = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as tmp:
         a, b = os.path.join(tmp, "fp32.jsonl"), os.path.join(tmp, "regression.jsonl")
-        write_metrics(a, accuracy=True, with_time=True)
+        write_metrics(a, accuracy=True, with_time=True, comm=True)
         write_metrics(b, accuracy=False, with_time=False)
 
         # Two runs overlaid, legend from --label.
@@ -63,14 +66,24 @@ def main():
         subprocess.run([sys.executable, plot_run, a, b, "--label", "1 rank", "--label", "bf16 run",
                         "-o", out, "--title", "overlay"], check=True)
         text = check_outputs(out, ["1 rank", "bf16 run"])
-        for title in ("test accuracy", "learning rate", "samples/s"):
+        for title in ("test accuracy", "learning rate", "samples/s", "step time", "communication per step"):
             assert title in text, f"panel {title!r} missing"
+        assert "no communication measured" not in text and "no step times" not in text, text
+
+        # The step time and communication series are read, and a run without them says so in its panels.
+        spec = importlib.util.spec_from_file_location("plot_run", plot_run)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        run = module.read_run(a, "a", "step")
+        assert run.series["step_ms"][0] == (1, 1.51), run.series["step_ms"][0]
+        assert run.series["exposed_comm_ms"][-1] == (60, 0.1) and len(run.series["allreduce_ms"]) == 60
 
         # One run without accuracy: the panel shows test loss; the legend is the file name.
         out = os.path.join(tmp, "single")
         subprocess.run([sys.executable, plot_run, b, "-o", out], check=True)
         text = check_outputs(out, ["regression.jsonl"])
         assert "test loss" in text and "test accuracy" not in text
+        assert "no communication measured" in text and "no step times" in text, text
 
         # Wall time on the horizontal axis.
         out = os.path.join(tmp, "by_time")

@@ -185,9 +185,22 @@ TEST(CommandLine, HelpExitsZero) {
   EXPECT_EQ(p.exit_code, 0);
   for (const char* flag : {"--np", "--hosts", "--hostfile", "--backend", "--max-restarts", "--min-np",
                            "--rank-memory-mib",
-                           "--dry-run", "PROGRAM", "128+S"}) {
+                           "--dry-run", "--stop-grace", "--dump [PID]", "PROGRAM", "128+S", "DDP_PROGRESS_BAR"}) {
     EXPECT_NE(text.find(flag), std::string::npos) << flag;
   }
+  // Once: one usage, no CLI11 type strings.
+  EXPECT_EQ(text.find("Usage:"), text.rfind("Usage:")) << text;
+  EXPECT_EQ(text.find("[OPTIONS]"), std::string::npos) << text;
+  EXPECT_EQ(text.find("INT:"), std::string::npos) << text;
+  EXPECT_NE(text.find("--stop-grace SECONDS (default 25)"), std::string::npos) << text;
+}
+
+TEST(CommandLine, DumpGoesAlone) {
+  std::string text;
+  const auto p = parse({"-np", "2", "--dump", "--", "prog"}, &text);
+  EXPECT_FALSE(p.options);
+  EXPECT_NE(p.exit_code, 0);
+  EXPECT_NE(text.find("--dump goes alone"), std::string::npos) << text;
 }
 
 TEST(CommandLine, BadInputIsAClearError) {
@@ -220,7 +233,9 @@ TEST(CommandLine, BadInputIsAClearError) {
 
 TEST(Output, RewritesTags) {
   EXPECT_EQ(rewrite_tagged_line("[1,0]<stdout>:hello"), "[rank 0] hello");
-  EXPECT_EQ(rewrite_tagged_line("[35713,12]<stderr>:rank 12: error: x"), "[rank 12] rank 12: error: x");
+  // The runtime's "rank R: " (for plain mpirun) is not said twice; another rank's number in the text stays.
+  EXPECT_EQ(rewrite_tagged_line("[35713,12]<stderr>:rank 12: error: x"), "[rank 12] error: x");
+  EXPECT_EQ(rewrite_tagged_line("[1,2]<stderr>:rank 1: error: x"), "[rank 2] rank 1: error: x");
   EXPECT_EQ(rewrite_tagged_line("[1,3]<stdout>:"), "[rank 3] ");
   EXPECT_EQ(rewrite_tagged_line("[1,3]<stdout>:[1,2]<stdout>:nested"), "[rank 3] [1,2]<stdout>:nested");
   for (const char* untouched : {"plain", "", "[x,1]<stdout>:a", "[1,]<stdout>:a", "[1,2]stdout:a",
@@ -452,6 +467,59 @@ TEST(Output, StreamsOfOneRankAndMpirunsOwnLinesStayApart) {
   // Brackets in a rank's text are text; an unfinished line comes out at the end.
   EXPECT_EQ(joined_lines({"[1,2]<stdout>:x[3] = [1,2]\n", "[1,2]<stdout>:no newline"}),
             (std::vector<std::string>{"[1,2]<stdout>:x[3] = [1,2]", "[1,2]<stdout>:no newline"}));
+}
+
+TEST(Output, ACarriageReturnEndsARedrawPassedOnAtOnce) {
+  // A progress bar drawn in place: each bar comes out as soon as its '\r' is read, under its rank's tag, and
+  // the line that follows is a line of its own.
+  EXPECT_EQ(joined_lines({"[1,0]<stdout>:[##..] step 1\r", "[1,0]<stdout>:[###.] step 2\r[1,1]<stdout>:x\n",
+                          "[1,0]<stdout>:epoch done\n"}),
+            (std::vector<std::string>{"[1,0]<stdout>:[##..] step 1\r", "[1,0]<stdout>:[###.] step 2\r",
+                                      "[1,1]<stdout>:x", "[1,0]<stdout>:epoch done"}));
+  TaggedLineJoiner joiner;
+  EXPECT_EQ(joiner.feed("[1,0]<stdout>:bar 1\r"), std::vector<std::string>{});  // "\r\n" or a redraw: not known yet
+  EXPECT_EQ(joiner.feed("bar 2\r"), (std::vector<std::string>{"[1,0]<stdout>:bar 1\r"}));
+  EXPECT_TRUE(TaggedLineJoiner::is_redraw("[1,0]<stdout>:bar 1\r"));
+  // "\r\n" is an ordinary end of line, cut between the two or not.
+  EXPECT_EQ(joined_lines({"[1,3]<stdout>:dos\r\n"}), (std::vector<std::string>{"[1,3]<stdout>:dos"}));
+  EXPECT_EQ(joined_lines({"[1,3]<stdout>:dos\r", "\n"}), (std::vector<std::string>{"[1,3]<stdout>:dos"}));
+  EXPECT_FALSE(TaggedLineJoiner::is_redraw("[1,3]<stdout>:dos"));
+}
+
+std::vector<std::string> filtered(const std::vector<std::string>& lines) {
+  MpirunBannerFilter filter;
+  std::vector<std::string> out;
+  for (const std::string& line : lines) {
+    for (std::string& kept : filter.feed(line)) out.push_back(kept);
+  }
+  for (std::string& kept : filter.finish()) out.push_back(kept);
+  return out;
+}
+
+TEST(Output, MpirunsBannersAboutTheJobsEndAreDroppedItsOtherMessagesKept) {
+  const std::string dashes(74, '-');
+  // As mpirun printed them after one rank's error (MPI_Abort), and after an error all ranks agreed on.
+  EXPECT_EQ(filtered({dashes, "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD", "with errorcode 1.", "",
+                      "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.", dashes,
+                      "[host:01234] 1 more process has sent help message help-mpi-api.txt / mpi-abort",
+                      "[host:01234] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error messages",
+                      "[host:01235] [[1234,0],0] ORTE_ERROR_LOG: Data unpack would read past end of buffer in file "
+                      "grpcomm_direct.c at line 355"}),
+            std::vector<std::string>{});
+  EXPECT_EQ(filtered({dashes, "Primary job  terminated normally, but 1 process returned",
+                      "a non-zero exit code. Per user-direction, the job has been aborted.", dashes, dashes,
+                      "mpirun detected that one or more processes exited with non-zero status, thus causing",
+                      "the job to be terminated. The first process to do so was:", "",
+                      "  Process name: [[11685,1],1]", "  Exit code:    1", dashes}),
+            std::vector<std::string>{});
+  EXPECT_EQ(filtered({dashes, "mpirun noticed that process rank 1 with PID 0 on node h exited on signal 9 (Killed).",
+                      dashes}),
+            std::vector<std::string>{});
+  // Anything else comes out whole: a block that says what to fix, a block never closed, plain lines.
+  const std::vector<std::string> other = {dashes, "mpirun was unable to launch the specified application as it",
+                                          "could not access or execute an executable:", dashes, "a plain line"};
+  EXPECT_EQ(filtered(other), other);
+  EXPECT_EQ(filtered({dashes, "cut short"}), (std::vector<std::string>{dashes, "cut short"}));
 }
 
 TEST(Resources, TooFewOpenFilesAreRefusedNamingTheLimit) {
