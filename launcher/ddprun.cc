@@ -14,6 +14,7 @@
 #include "launcher/job.h"
 #include "launcher/slurm.h"
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 #include "runtime/core/stop_request.h"
 
 namespace {
@@ -122,7 +123,10 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
       run = plan.options;
     }
     std::map<std::string, std::string> extra;
-    if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
+    if (attempt > 0) {
+      extra = {{std::string(ddp::settings::setting("DDP_RESTART").name), std::to_string(attempt)},
+               {std::string(ddp::settings::setting("DDP_RESUME").name), "1"}};
+    }
     const JobResult result =
         run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000, &signals);
     last_status = result.exit_status;
