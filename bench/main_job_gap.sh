@@ -4,9 +4,8 @@
 #   - the host's lead: with no loss read the host queues up to an epoch of replays; reading the loss every 10 or
 #     50 steps keeps it near the device;
 #   - the batch's shape: 120 and 125 rows (no short last batch) against 128.
-# What it found (bench/NOTES.md, seventh session): the second backward stream cost the graphed step 12 us (now
-# off by default); the rest of the time line's average over step_bench was the first step's kernel loading and
-# the epoch boundaries, not the steady state (read that from --metrics-file windows, as RESULTS.md does).
+# The time line's average over step_bench's step holds the first step's kernel loading and the epoch boundaries,
+# not only the steady state: read that from --metrics-file windows.
 #   bash bench/main_job_gap.sh                      (GPU machine: binaries from .gpu/bin, data from .gpu/data)
 #   GAP_DEVICE=cpu GAP_EPOCHS=1 bash bench/main_job_gap.sh   (this machine: checks the script, not the GPU)
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The step shapes under several settings of the environment, paired in one run: each round times every
+# The step shapes of bench/RESULTS.md under several settings of the environment, paired in one run: each round times every
 # arm on every shape one after the other, so that the machine's drift from minute to minute falls on all arms
 # alike, and the table gives each arm's median and its ratio to the first arm's. For the GPU Linear's switches
 # and the runtime's settings (DDP_*): one binary, no rebuild between arms.
@@ -22,7 +22,7 @@ out="${OUT:-/tmp}/step_ab.jsonl"
 : >"$out"
 graph=--graph
 [ "$DEVICE" = cuda ] || graph=
-# The two targets (small, big) and the shapes earlier sessions tracked beside them.
+# The two step shapes of bench/RESULTS.md (small: the main job's model; big) and others beside them.
 declare -A shape_args=(
   [small]="--sizes 784,512,512,10 --batch 128 --optimizer adamw --ddp"
   [big]="--sizes 784,1024,1024,10 --batch 256 --optimizer sgd"

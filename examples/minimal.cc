@@ -1,5 +1,5 @@
 // The smallest complete program on the runtime: an MLP trained on Fashion-MNIST for one epoch across ranks.
-//   ddprun -np 2 -- bazel-bin/examples/minimal     (README shows it; tests/examples/minimal_test.sh runs it)
+//   ddprun -np 2 -- bazel-bin/examples/minimal     (docs/api.md shows it; tests/examples/minimal_test.sh runs it)
 #include <cstdio>
 
 #include "ddp.h"

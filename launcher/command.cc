@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 #include "runtime/core/stop_request.h"
 
 extern char** environ;
@@ -347,7 +348,7 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
     cmd.insert(cmd.end(), {"--mca", "odls_base_sigkill_timeout", std::to_string(std::max(1, options.stop_grace_s / 2))});
   }
   std::map<std::string, std::string> set = extra_env;  // -x K=V
-  if (!options.backend.empty()) set["DDP_BACKEND"] = options.backend;
+  if (!options.backend.empty()) set[std::string(settings::setting("DDP_BACKEND").name)] = options.backend;
   // NVLink SHARP (NVLS) multicast is off unless the user asks: it needs fabric support many hosts lack.
   if (facts.env.count("NCCL_NVLS_ENABLE") == 0 && set.count("NCCL_NVLS_ENABLE") == 0) set["NCCL_NVLS_ENABLE"] = "0";
   for (const auto& [name, value] : facts.env) {

@@ -103,10 +103,6 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
                                               const std::map<std::string, std::string>& extra_env = {},
                                               const std::string& rank_wrapper = "");
 constexpr const char* kRankWrapperFlag = "--ddprun-rank-wrapper";
-// Set to 1 in every rank when ddprun's stdout is a terminal (unless the user set it): rank 0 then draws its
-// progress bar (runtime/training/progress.h), which the relay passes through; 0 asks for plain lines.
-constexpr const char* kProgressBarVariable = "DDP_PROGRESS_BAR";
-
 // The mpirun command that starts `probe` (ddprun's own path) with kProbeFlag once on `host` (hosts.h). With a
 // `session_base`, that mpirun keeps its session directory under it instead of the shared TMPDIR: the probes of
 // all hosts run at once, and mpiruns of one machine sharing TMPDIR race on its top directory (one removes it

@@ -14,6 +14,7 @@
 #include "launcher/job.h"
 #include "launcher/slurm.h"
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 #include "runtime/core/stop_request.h"
 
 namespace {
@@ -122,11 +123,15 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
       run = plan.options;
     }
     std::map<std::string, std::string> extra;
-    if (attempt > 0) extra = {{"DDP_RESTART", std::to_string(attempt)}, {"DDP_RESUME", "1"}};
+    if (attempt > 0) {
+      extra = {{std::string(ddp::settings::setting("DDP_RESTART").name), std::to_string(attempt)},
+               {std::string(ddp::settings::setting("DDP_RESUME").name), "1"}};
+    }
     // The ranks' output reaches the terminal through mpirun's pipes, so rank 0 cannot see that there is one:
     // told here, it draws its progress bar, which the relay passes through whole (a user's own setting wins).
-    if (::isatty(STDOUT_FILENO) == 1 && facts.env.count(kProgressBarVariable) == 0) {
-      extra[kProgressBarVariable] = "1";
+    const std::string bar(ddp::settings::setting("DDP_PROGRESS_BAR").name);
+    if (::isatty(STDOUT_FILENO) == 1 && facts.env.count(bar) == 0) {
+      extra[bar] = "1";
     }
     const JobResult result =
         run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000, &signals);

@@ -1,7 +1,7 @@
 // This node's GPUs, in CUDA's numbering, by PCI address: what ddprun needs to bind each rank near its GPU.
 //
-// Why not simply ask CUDA: the launcher's first CUDA call starts CUDA in ddprun itself, about a fifth of a second
-// before mpirun can even start (bench/RESULTS.md, eighth session), on every launch. The NVIDIA driver lists its
+// Why not simply ask CUDA: the launcher's first CUDA call starts CUDA in ddprun itself, a noticeable part of a
+// second before mpirun can even start, on every launch. The NVIDIA driver lists its
 // GPUs under /proc/driver/nvidia/gpus/ADDRESS/ at no cost, and CUDA numbers identical GPUs in PCI order, so that
 // listing is CUDA's numbering when (a) CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER are unset and (b) every GPU is
 // the same model (CUDA puts the fastest first otherwise). In any other case, and on a machine without the

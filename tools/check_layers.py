@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a layer of the runtime includes a header of a layer above it.
 
-The layers, bottom first (README's "Layout" says what each holds). A file may include its own layer and the
+The layers, bottom first (docs/layout.md says what each holds). A file may include its own layer and the
 ones below; examples/, bench/ and tests/ may include anything; the launcher only runtime/core (it links neither
 CUDA kernels, nor NCCL, nor MPI). Bazel's visibility keeps other workspaces on //:ddp; this keeps the layers
 inside the runtime honest, so a newcomer can change a layer knowing what can depend on it.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 #include "runtime/distributed/collective_deadline.h"
 #include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/stall_report.h"
@@ -32,22 +33,14 @@ CheckState& state() {
   return s;
 }
 
-// DDP_DEBUG: a comma-separated list; "collectives" is the one mode. Returns whether it is on; `error` names a
-// value it does not know.
+// DDP_DEBUG=collectives (runtime/core/settings.h). Returns whether it is on; `error` says why a value is refused.
 bool debug_collectives_requested(std::string* error) {
-  const char* env = std::getenv("DDP_DEBUG");
-  if (env == nullptr) return false;
-  bool on = false;
-  std::stringstream list(env);
-  for (std::string item; std::getline(list, item, ',');) {
-    if (item == "collectives") {
-      on = true;
-    } else if (!item.empty()) {
-      *error = "DDP_DEBUG=" + std::string(env) + ": unknown mode '" + item +
-               "'; the one mode is 'collectives' (compare every collective across ranks before issuing it)";
-    }
+  try {
+    return settings::text(settings::setting("DDP_DEBUG")) == "collectives";
+  } catch (const InvalidArgument& e) {
+    *error = std::string(e.what()) + " (compare every collective across ranks before issuing it)";
+    return false;
   }
-  return on;
 }
 
 const char* reduce_name(int reduce) {

@@ -1,31 +1,16 @@
 #include "runtime/distributed/collective_deadline.h"
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 #include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/side_channel.h"
 
 namespace ddp {
-
-double parse_timeout_s(const std::string& name, const std::string& text) {
-  const char* begin = text.c_str();
-  char* end = nullptr;
-  errno = 0;
-  const double value = std::strtod(begin, &end);
-  // !(value <= max) also refuses NaN; strtod's ERANGE is an overflow or an underflow to (almost) 0.
-  if (text.empty() || end == begin || *end != '\0' || errno == ERANGE || !(value > 0) || !(value <= kMaxTimeoutS)) {
-    char max[32];
-    std::snprintf(max, sizeof max, "%.0f", kMaxTimeoutS);
-    throw InvalidArgument(name + " must be a number of seconds above 0 and at most " + max +
-                          " (about 11.6 days), got '" + text + "'");
-  }
-  return value;
-}
 
 std::string timeout_text(double seconds) {
   char text[32];
@@ -34,9 +19,7 @@ std::string timeout_text(double seconds) {
 }
 
 double default_collective_timeout_s() {
-  const char* env = std::getenv("DDP_COLLECTIVE_TIMEOUT_S");
-  if (env != nullptr) return parse_timeout_s("DDP_COLLECTIVE_TIMEOUT_S", env);
-  return 300.0;
+  return settings::seconds(settings::setting("DDP_COLLECTIVE_TIMEOUT_S"));
 }
 
 void wait_within_deadline(MPI_Request* request, const std::function<std::string()>& describe) {

@@ -11,18 +11,12 @@
 
 namespace ddp {
 
-// The longest timeout accepted, in seconds (about 11.6 days): longer ones would overflow the clocks' arithmetic,
-// and a collective that may take longer is a hang.
-inline constexpr double kMaxTimeoutS = 1e6;
-
-// `text` as a timeout in seconds for `name` (an environment variable or flag): a number in (0, kMaxTimeoutS].
-// Throws InvalidArgument naming `name`, the value and the bounds for anything else ("inf", "1e10", "-1", "5s").
-double parse_timeout_s(const std::string& name, const std::string& text);
-
 // "5 s", "0.5 s", "1e+06 s": a timeout as messages print it.
 std::string timeout_text(double seconds);
 
-// DDP_COLLECTIVE_TIMEOUT_S when set (parse_timeout_s), else 300.
+// DDP_COLLECTIVE_TIMEOUT_S (runtime/core/settings.h): a number of seconds in (0, 1e6], 300 when unset. Throws
+// InvalidArgument naming the variable, the value and the bounds for anything else ("inf", "1e10", "-1", "5s");
+// longer timeouts would overflow the clocks' arithmetic, and a collective that may take longer is a hang.
 double default_collective_timeout_s();
 
 // Waits for `request` to complete. Past the deadline it ends the job (end_job_after_timeout, side_channel.h),

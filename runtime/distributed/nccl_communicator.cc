@@ -13,8 +13,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A non-blocking communicator answers many calls with ncclInProgress and finishes enqueuing them within
-// microseconds: a sleep at the first poll would make every eager collective cost a sleep on the host (see
-// bench/RESULTS.md, seventh session). So the wait spins first, then sleeps.
+// microseconds: a sleep at the first poll would make every eager collective cost a sleep on the host. So the wait spins
+// first, then sleeps.
 constexpr auto kSpinBeforeSleeping = std::chrono::milliseconds(2);
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
+#include "runtime/core/settings.h"
 #include "runtime/distributed/collective_check.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/distributed/process_group_mpi.h"
@@ -71,9 +72,8 @@ Backend parse_backend(const std::string& text) {
 std::string backend_name(Backend backend) { return backend == Backend::kNccl ? "nccl" : "mpi"; }
 
 Backend default_backend(const Device& device) {
-  if (const char* env = std::getenv("DDP_BACKEND")) {
-    if (*env != '\0') return parse_backend(env);
-  }
+  const std::string name = settings::text(settings::setting("DDP_BACKEND"));
+  if (name != "auto") return parse_backend(name);
   return device.is_cuda() ? Backend::kNccl : Backend::kMpi;
 }
 

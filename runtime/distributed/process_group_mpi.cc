@@ -10,6 +10,7 @@
 
 #include "runtime/core/bfloat16.h"
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 #include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/flight_recorder.h"
 #include "runtime/kernels/kernels.h"
@@ -74,13 +75,10 @@ MPI_Op mpi_op(ReduceOp op, DType type) {
 }
 
 
-// DDP_MPI_SIMULATE_CUDA_AWARE=1, a test seam: the backend behaves as over a CUDA-aware MPI (averages divided by
-// a device kernel in device memory, on its stream) while the MPI calls themselves still get host copies, so that
-// path runs for real on a machine whose MPI is not CUDA-aware.
-bool simulate_cuda_aware() {
-  const char* env = std::getenv("DDP_MPI_SIMULATE_CUDA_AWARE");
-  return env != nullptr && std::string(env) == "1";
-}
+// DDP_MPI_SIMULATE_CUDA_AWARE=1, a test seam (runtime/core/settings.h): the backend behaves as over a CUDA-aware
+// MPI (averages divided by a device kernel in device memory, on its stream) while the MPI calls themselves still
+// get host copies, so that path runs for real on a machine whose MPI is not CUDA-aware.
+bool simulate_cuda_aware() { return settings::flag(settings::setting("DDP_MPI_SIMULATE_CUDA_AWARE")); }
 
 bool query_cuda_aware() {
 // The compile-time macro describes the MPI we built against; the run-time query describes the one we run on.

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 #include "runtime/kernels/cpu/threads.h"
 
 namespace ddp {
@@ -17,18 +18,13 @@ namespace {
 // The backend the option, or else DDP_BACKEND, names; nullopt for the default of the device. An unknown name
 // goes to `error` (reported by every rank together once the world exists) and counts as the default.
 std::optional<Backend> requested_backend(const std::string& option, std::string* error) {
-  std::string text = option;
-  std::string source = "backend";
-  if (text.empty() || text == "auto") {
-    const char* env = std::getenv("DDP_BACKEND");
-    text = env != nullptr ? env : "";
-    source = "DDP_BACKEND";
-  }
-  if (text.empty() || text == "auto") return std::nullopt;
   try {
+    std::string text = option;
+    if (text.empty() || text == "auto") text = settings::text(settings::setting("DDP_BACKEND"));
+    if (text == "auto") return std::nullopt;
     return parse_backend(text);
   } catch (const InvalidArgument& e) {
-    *error = source + ": " + e.what();
+    *error = (option.empty() || option == "auto" ? "" : "backend: ") + std::string(e.what());
     return std::nullopt;
   }
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/core/phase.h"
+#include "runtime/core/settings.h"
 #include "runtime/core/stop_request.h"
 #include "runtime/distributed/collective_check.h"
 #include "runtime/distributed/collective_deadline.h"
@@ -99,17 +100,10 @@ DeviceRequest parse_device_request(const std::string& text) {
 void run_host_collective(const char* operation, std::int64_t count, DType dtype,
                          const std::function<int(MPI_Request*)>& start) {
   const int rank = runtime_rank();
-  // A DDP_COLLECTIVE_TIMEOUT_S out of bounds ends every rank here, in the first collective, with one message
-  // (ddprun gives every rank the same environment).
-  static const std::string timeout_error = [] {
-    try {
-      default_collective_timeout_s();
-      return std::string();
-    } catch (const InvalidArgument& e) {
-      return std::string(e.what());
-    }
-  }();
-  if (!timeout_error.empty()) throw CollectiveError(timeout_error, rank);
+  // A malformed DDP_* variable (a DDP_COLLECTIVE_TIMEOUT_S out of bounds) ends every rank here, in the first
+  // collective, with one message (ddprun gives every rank the same environment).
+  static const std::string settings_error = settings::environment_errors();
+  if (!settings_error.empty()) throw CollectiveError(settings_error, rank);
   const std::int64_t step = current_step();
   const std::int64_t seq = record_collective_issued(operation, count, dtype, -1, 0, step);
   if (collective_check_enabled()) {

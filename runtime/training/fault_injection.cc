@@ -3,30 +3,29 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 
 namespace ddp::training {
 
 void maybe_inject_fault(long long step, int rank) {
-  static const char* at = std::getenv("DDP_FAULT_KILL_STEP");
-  if (at == nullptr) return;
-  const char* who = std::getenv("DDP_FAULT_KILL_RANK");
-  const char* restart = std::getenv("DDP_RESTART");
-  if (std::atoll(at) != step || (who != nullptr && std::atoi(who) != rank)) return;
-  if (restart != nullptr && std::atoi(restart) > 0) return;
-  if (const char* stamp = std::getenv("DDP_FAULT_KILL_STAMP")) {
-    if (FILE* f = std::fopen(stamp, "w")) {
+  static const std::int64_t at = settings::integer(settings::setting("DDP_FAULT_KILL_STEP"));
+  if (at < 0 || at != step) return;
+  const std::int64_t who = settings::integer(settings::setting("DDP_FAULT_KILL_RANK"));
+  if ((who >= 0 && who != rank) || settings::integer(settings::setting("DDP_RESTART")) > 0) return;
+  const std::string stamp = settings::text(settings::setting("DDP_FAULT_KILL_STAMP"));
+  if (!stamp.empty()) {
+    if (FILE* f = std::fopen(stamp.c_str(), "w")) {
       std::fprintf(f, "%.3f\n",
                    std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
       std::fclose(f);
     }
   }
-  const char* kind = std::getenv("DDP_FAULT_KIND");
-  if (kind != nullptr && std::string(kind) == "throw") {
+  if (settings::text(settings::setting("DDP_FAULT_KIND")) == "throw") {
     throw Error("fault injection: an error on rank " + std::to_string(rank) + " alone after step " +
                 std::to_string(step));
   }

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "runtime/core/settings.h"
+
 namespace ddp::training {
 namespace {
 
@@ -29,9 +31,8 @@ std::string duration(double s) {
 // DDP_PROGRESS_BAR=1 or 0 when set (ddprun sets 1 when its own stdout is a terminal), else whether stdout is a
 // terminal of our own (not under mpirun).
 bool wants_bar() {
-  if (const char* setting = std::getenv("DDP_PROGRESS_BAR"); setting != nullptr && *setting != '\0') {
-    return std::string(setting) != "0";
-  }
+  const settings::Setting& bar = settings::setting("DDP_PROGRESS_BAR");
+  if (settings::is_set(bar)) return settings::text(bar) == "1";
   return isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
 }
 

@@ -17,6 +17,7 @@
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/graph.h"
 #include "runtime/core/phase.h"
+#include "runtime/core/settings.h"
 #include "runtime/core/stop_request.h"
 #include "runtime/data/evaluation_shard.h"
 #include "runtime/data/host_batches.h"
@@ -130,8 +131,7 @@ struct ResumeFrom {
 
 ResumeFrom resume_directory(const TrainerOptions& o) {
   if (!o.resume_dir.empty()) return {o.resume_dir, true};
-  const char* env = std::getenv("DDP_RESUME");
-  if (o.resume_if_restarted && env != nullptr && std::string(env) == "1" && !o.checkpoint_dir.empty()) {
+  if (o.resume_if_restarted && !o.checkpoint_dir.empty() && settings::flag(settings::setting("DDP_RESUME"))) {
     return {o.checkpoint_dir, false};
   }
   return {};

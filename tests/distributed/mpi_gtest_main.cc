@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "runtime/core/settings.h"
 #include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/test_world.h"
 
@@ -21,8 +22,8 @@ World& test_world() { return *g_world; }
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   ddp::WorldOptions options;
-  if (const char* device = std::getenv("DDP_TEST_DEVICE")) options.device = ddp::parse_device_request(device);
-  if (const char* backend = std::getenv("DDP_BACKEND")) options.nccl = std::string(backend) != "mpi";
+  options.device = ddp::parse_device_request(ddp::settings::text(ddp::settings::setting("DDP_TEST_DEVICE")));
+  options.nccl = ddp::settings::text(ddp::settings::setting("DDP_BACKEND")) != "mpi";
   ddp::World world(&argc, &argv, options);
   ddp::testing::g_world = &world;
   int local = RUN_ALL_TESTS();

@@ -13,6 +13,7 @@
 #include "runtime/core/bfloat16.h"
 #include "runtime/distributed/process_group_mpi.h"
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 #include "runtime/distributed/process_group.h"
 #include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"
@@ -119,10 +120,9 @@ TEST_F(ProcessGroupTest, AllReduceBFloat16AndInt64) {
 // DDP_MPI_SIMULATE_CUDA_AWARE=1, which tools/gpu_jobs.txt runs) the division is a device kernel, elsewhere the
 // host's; both must give the bits of bf16(float(sum) / size) and sum / size.
 TEST_F(ProcessGroupTest, AveragesOfEveryTypeAreTheSumDividedByTheWorldSize) {
-  if (const char* seam = std::getenv("DDP_MPI_SIMULATE_CUDA_AWARE")) {
-    if (std::string(seam) == "1" && device_.is_cuda() && group_->backend() == Backend::kMpi) {
-      EXPECT_TRUE(static_cast<ProcessGroupMpi&>(*group_).cuda_aware());
-    }
+  if (settings::flag(settings::setting("DDP_MPI_SIMULATE_CUDA_AWARE")) && device_.is_cuda() &&
+      group_->backend() == Backend::kMpi) {
+    EXPECT_TRUE(static_cast<ProcessGroupMpi&>(*group_).cuda_aware());
   }
   const std::size_t n = 1031;
   std::vector<std::uint16_t> h(n);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU main job's accuracy contract: train_mlp's default recipe (30 epochs) at seeds 0-3 must average at least
 # 0.900 test accuracy, and no seed may end under 0.895. One seed is not enough: the final accuracy moves by about
-# ±0.003 from seed to seed (bench/NOTES.md), so any change of the GPU arithmetic moves a single seed across 0.900
+# ±0.003 from seed to seed (bench/RESULTS.md, "The GPU suites"), so any change of the GPU arithmetic moves a single seed across 0.900
 # by chance. Extra arguments go to every run (for example --precision bf16). Run by tools/gpu_run.sh.
 set -uo pipefail
 B=${B:?B: the folder of the bundled binaries}

@@ -10,22 +10,20 @@
 // without the attribute (DDP_KERNEL_PDL=0, or any other launch) passes straight through it.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include <cuda_runtime.h>
 
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 
 namespace ddp::kernels::cuda::detail {
 
-// DDP_KERNEL_PDL=0 launches every kernel in plain stream order (for measuring one against the other).
+// DDP_KERNEL_PDL=0 (runtime/core/settings.h) launches every kernel in plain stream order (for measuring one
+// against the other).
 inline bool dependent_launches() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DDP_KERNEL_PDL");
-    return v == nullptr || *v == '\0' || std::strcmp(v, "0") != 0;
-  }();
+  static constexpr const settings::Setting& pdl = settings::setting("DDP_KERNEL_PDL");
+  static const bool enabled = settings::flag(pdl);
   return enabled;
 }
 

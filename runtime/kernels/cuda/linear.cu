@@ -47,18 +47,13 @@
 #include "runtime/kernels/cuda/narrow_linear.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
+#include "runtime/core/settings.h"
 #include "runtime/kernels/cuda/cublas_check.h"
 
 namespace ddp::kernels::cuda {
 namespace {
 
 // ---- options ----
-
-bool env_flag(const char* name, bool fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return std::strcmp(v, "0") != 0;
-}
 
 std::mutex& options_mutex() {
   static auto* m = new std::mutex;
@@ -68,7 +63,8 @@ std::mutex& options_mutex() {
 GemmOptions& options_storage() {
   static GemmOptions* o = [] {
     auto* opts = new GemmOptions;
-    opts->log = env_flag("DDP_GEMM_LOG", opts->log);
+    static constexpr const settings::Setting& log = settings::setting("DDP_GEMM_LOG");
+    opts->log = settings::flag(log);
     return opts;
   }();
   return *o;
