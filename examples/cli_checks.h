@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace examples {
@@ -77,5 +78,19 @@ inline const CLI::Validator kSeed(
       return "must be a whole number from 0 to 18446744073709551615, got '" + text + "'";
     },
     "UINT64");
+
+// Puts each option named in `groups` ({group, {{option, value}, ...}}) under its group in --help, with its value
+// said in words and its default, where CLI11 would print its type and checks ("FLOAT:(NUMBER) AND (FLOAT in
+// [0 - 0.9999])=0.9"). Call it once the options exist.
+using HelpGroups = std::vector<std::pair<const char*, std::vector<std::pair<const char*, const char*>>>>;
+inline void group_help(CLI::App& app, const HelpGroups& groups) {
+  for (const auto& [group, options] : groups) {
+    for (const auto& [name, value] : options) {
+      CLI::Option* option = app.get_option(name);
+      const std::string fallback = option->get_default_str();
+      option->group(group)->option_text(std::string(value) + (fallback.empty() ? "" : " (default " + fallback + ")"));
+    }
+  }
+}
 
 }  // namespace examples

@@ -18,7 +18,6 @@
 #include <future>
 #include <limits>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -33,44 +32,27 @@ using examples::kNonNegativeNumber;
 using examples::kPositiveInteger;
 using examples::kPositiveNumber;
 
+// The command line: the run's TrainerOptions, with train_mlp's defaults, and what picks the data and the model.
 struct Flags {
+  ddp::TrainerOptions run{.batch_size = 128, .epochs = 30, .schedule = ddp::LrScheduleKind::kCosine,
+                          .warmup_epochs = 0.5, .name = "train_mlp"};
   std::string data = ddp::data::kDefaultFashionMnistDir;
   std::string test_data;
   std::string loss;  // default: from the data (cross-entropy for class labels, mse for float targets)
   int hidden = 512;
   int layers = 2;
   std::string activation = "relu";
-  long long batch_size = 128;       // per rank
-  long long global_batch_size = 0;  // 0: --batch-size per rank; else split over the ranks (batch_size derived)
-  int epochs = 30;
-  long long max_steps = 0;  // 0: no limit
   double lr = 2e-3;
   double weight_decay = 0.05;
   double momentum = 0.9;
   std::string optimizer = "adamw";
   std::string schedule = "cosine";
-  double warmup_epochs = 0.5;
   std::string device = "auto";
   std::string precision = "fp32";
   std::string backend;  // default: nccl on CUDA, mpi on the CPU (or DDP_BACKEND)
-  double bucket_mb = 25.0;
-  unsigned long long seed = 0;
-  std::string checkpoint_dir;
-  long long checkpoint_every = 0;  // steps; 0: only at the end
-  int keep_checkpoints = 3;
-  std::string resume;
-  std::string metrics_file;
-  std::string trace_file;
-  std::string tensorboard_dir;
-  std::string onnx;
-  long long log_every = 50;
-  bool skip_nonfinite = false;
-  long long skip_nonfinite_limit = 10;  // steps skipped in a row before the run stops
-  double clip_grad_norm = 0;            // 0: no clipping
   int threads = 0;
   bool no_cuda_graph = false;
   std::string data_placement = "auto";
-  bool shard_optimizer = false;  // ZeRO stage 1: each rank keeps 1/N of the optimizer state
 };
 
 // Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
@@ -95,15 +77,15 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--activation", f.activation, "relu, gelu, tanh or sigmoid")
       ->capture_default_str()
       ->check(CLI::IsMember({"relu", "gelu", "tanh", "sigmoid"}));
-  CLI::Option* per_rank = app.add_option("--batch-size", f.batch_size, "samples per rank per step")
+  CLI::Option* per_rank = app.add_option("--batch-size", f.run.batch_size, "samples per rank per step")
                               ->capture_default_str()
                               ->check(kPositiveInteger);
-  app.add_option("--global-batch-size", f.global_batch_size,
+  app.add_option("--global-batch-size", f.run.global_batch_size,
                  "samples per step over all ranks, kept at any number of ranks (the per-rank batch is derived)")
       ->check(kPositiveInteger)
       ->excludes(per_rank);
-  app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str()->check(kPositiveInteger);
-  app.add_option("--max-steps", f.max_steps, "stop after this many optimizer steps since the run began (0: none)")
+  app.add_option("--epochs", f.run.epochs, "passes over the training set")->capture_default_str()->check(kPositiveInteger);
+  app.add_option("--max-steps", f.run.max_steps, "stop after this many optimizer steps since the run began (0: none)")
       ->capture_default_str()
       ->check(kNonNegativeInteger);
   app.add_option("--lr", f.lr, "peak learning rate")->capture_default_str()->check(kPositiveNumber);
@@ -117,7 +99,7 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--schedule", f.schedule, "constant or cosine (with linear warmup)")
       ->capture_default_str()
       ->check(CLI::IsMember({"constant", "cosine"}));
-  app.add_option("--warmup-epochs", f.warmup_epochs, "linear warmup length for --schedule cosine")
+  app.add_option("--warmup-epochs", f.run.warmup_epochs, "linear warmup length for --schedule cosine")
       ->capture_default_str()
       ->check(kNonNegativeNumber);
   app.add_option("--device", f.device, "auto, cpu or cuda")
@@ -129,36 +111,36 @@ Flags parse_flags(int argc, char** argv, int rank) {
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   app.add_option("--backend", f.backend, "nccl or mpi (default: nccl on CUDA, mpi on the CPU)")
       ->check(CLI::IsMember({"nccl", "mpi"}));
-  app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket cap in MB")
+  app.add_option("--bucket-mb", f.run.bucket_mb, "gradient bucket cap in MB")
       ->capture_default_str()
       ->check(kPositiveNumber);
-  app.add_option("--seed", f.seed, "seed of the initialisation and the data order")
+  app.add_option("--seed", f.run.seed, "seed of the initialisation and the data order")
       ->capture_default_str()
       ->check(examples::kSeed);
-  app.add_option("--checkpoint-dir", f.checkpoint_dir, "write checkpoints here (and at the end of the run)");
-  app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints (0: only at the end)")
+  app.add_option("--checkpoint-dir", f.run.checkpoint_dir, "write checkpoints here (and at the end of the run)");
+  app.add_option("--checkpoint-every", f.run.checkpoint_every, "steps between checkpoints (0: only at the end)")
       ->capture_default_str()
       ->check(kNonNegativeInteger);
-  app.add_option("--keep-checkpoints", f.keep_checkpoints, "newest checkpoints kept")
+  app.add_option("--keep-checkpoints", f.run.keep_checkpoints, "newest checkpoints kept")
       ->capture_default_str()
       ->check(kPositiveInteger);
-  app.add_option("--resume", f.resume, "continue from the newest complete checkpoint in this directory");
-  app.add_option("--metrics-file", f.metrics_file, "JSON lines: one per logged step and one per epoch");
+  app.add_option("--resume", f.run.resume_dir, "continue from the newest complete checkpoint in this directory");
+  app.add_option("--metrics-file", f.run.metrics_file, "JSON lines: one per logged step and one per epoch");
   app.add_option(
-      "--trace-file", f.trace_file,
+      "--trace-file", f.run.trace_file,
       "Chrome trace JSON of backward and the all-reduces, one per rank: rank 0's in FILE, rank r's in FILE.rank<r>.json");
-  app.add_option("--tensorboard-dir", f.tensorboard_dir,
+  app.add_option("--tensorboard-dir", f.run.tensorboard_dir,
                  "TensorBoard event files here (rank 0): losses, LR, speed, tests");
-  app.add_option("--onnx", f.onnx, "write the trained model here as ONNX at the end of the run");
-  app.add_option("--log-every", f.log_every, "steps between progress lines")
+  app.add_option("--onnx", f.run.onnx_file, "write the trained model here as ONNX at the end of the run");
+  app.add_option("--log-every", f.run.log_every, "steps between progress lines")
       ->capture_default_str()
       ->check(kPositiveInteger);
-  app.add_flag("--skip-nonfinite", f.skip_nonfinite, "skip a step whose loss is NaN or infinite instead of stopping");
-  app.add_option("--skip-nonfinite-limit", f.skip_nonfinite_limit,
+  app.add_flag("--skip-nonfinite", f.run.skip_nonfinite, "skip a step whose loss is NaN or infinite instead of stopping");
+  app.add_option("--skip-nonfinite-limit", f.run.skip_nonfinite_limit,
                  "with --skip-nonfinite: stop when this many steps in a row were skipped")
       ->capture_default_str()
       ->check(kPositiveInteger);
-  app.add_option("--clip-grad-norm", f.clip_grad_norm,
+  app.add_option("--clip-grad-norm", f.run.clip_grad_norm,
                  "clip the averaged gradients to this total L2 norm before each update (0: no clipping)")
       ->capture_default_str()
       ->check(kNonNegativeNumber);
@@ -166,56 +148,28 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--data-placement", f.data_placement, "where the training set is held: device, host (pinned, "
                  "copied per step: a set larger than the GPU) or auto (host when it would fill the GPU)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "device", "host"}));
-  app.add_flag("--shard-optimizer", f.shard_optimizer,
+  app.add_flag("--shard-optimizer", f.run.shard_optimizer,
                "shard the optimizer state over the ranks (ZeRO stage 1): reduce-scatter, update 1/N, all-gather");
   app.add_option("--threads", f.threads, "OpenBLAS threads per rank (0: cores / ranks on this node)")
       ->capture_default_str()
       ->check(kNonNegativeInteger);
-  // --help in groups, each value said in words (CLI11 would print its type and checks, as
-  // "FLOAT:(NUMBER) AND (FLOAT in [0 - 0.9999])=0.9"), with its default.
-  const std::vector<std::tuple<const char*, const char*, const char*>> help = {
-      {"--data", "Data", "DIR or FILE"},
-      {"--test-data", "Data", "DIR or FILE"},
-      {"--batch-size", "Data", "N"},
-      {"--global-batch-size", "Data", "N"},
-      {"--seed", "Data", "N"},
-      {"--hidden", "Model", "N"},
-      {"--layers", "Model", "N"},
-      {"--activation", "Model", "relu|gelu|tanh|sigmoid"},
-      {"--loss", "Model", "cross-entropy|mse"},
-      {"--optimizer", "Optimization", "sgd|adamw"},
-      {"--lr", "Optimization", "X"},
-      {"--schedule", "Optimization", "constant|cosine"},
-      {"--warmup-epochs", "Optimization", "X"},
-      {"--weight-decay", "Optimization", "X"},
-      {"--momentum", "Optimization", "X in [0, 0.9999]"},
-      {"--epochs", "Optimization", "N"},
-      {"--max-steps", "Optimization", "N"},
-      {"--clip-grad-norm", "Optimization", "X"},
-      {"--skip-nonfinite", "Optimization", ""},
-      {"--skip-nonfinite-limit", "Optimization", "N"},
-      {"--precision", "Precision and devices", "fp32|tf32|bf16"},
-      {"--device", "Precision and devices", "auto|cpu|cuda"},
-      {"--backend", "Precision and devices", "nccl|mpi"},
-      {"--bucket-mb", "Precision and devices", "MB"},
-      {"--shard-optimizer", "Precision and devices", ""},
-      {"--threads", "Precision and devices", "N"},
-      {"--checkpoint-dir", "Checkpoints and resume", "DIR"},
-      {"--checkpoint-every", "Checkpoints and resume", "STEPS"},
-      {"--keep-checkpoints", "Checkpoints and resume", "N"},
-      {"--resume", "Checkpoints and resume", "DIR"},
-      {"--log-every", "Outputs", "STEPS"},
-      {"--metrics-file", "Outputs", "FILE"},
-      {"--tensorboard-dir", "Outputs", "DIR"},
-      {"--onnx", "Outputs", "FILE"},
-      {"--trace-file", "Debugging", "FILE"},
-      {"--no-cuda-graph", "Debugging", ""},
-  };
-  for (const auto& [name, group, value] : help) {
-    CLI::Option* option = app.get_option(name);
-    const std::string fallback = option->get_default_str();
-    option->group(group)->option_text(std::string(value) + (fallback.empty() ? "" : " (default " + fallback + ")"));
-  }
+  examples::group_help(
+      app, {{"Data", {{"--data", "DIR or FILE"}, {"--test-data", "DIR or FILE"}, {"--batch-size", "N"},
+                      {"--global-batch-size", "N"}, {"--seed", "N"}, {"--data-placement", "auto|device|host"}}},
+            {"Model", {{"--hidden", "N"}, {"--layers", "N"}, {"--activation", "relu|gelu|tanh|sigmoid"},
+                       {"--loss", "cross-entropy|mse"}}},
+            {"Optimization", {{"--optimizer", "sgd|adamw"}, {"--lr", "X"}, {"--schedule", "constant|cosine"},
+                              {"--warmup-epochs", "X"}, {"--weight-decay", "X"}, {"--momentum", "X in [0, 0.9999]"},
+                              {"--epochs", "N"}, {"--max-steps", "N"}, {"--clip-grad-norm", "X"},
+                              {"--skip-nonfinite", ""}, {"--skip-nonfinite-limit", "N"}}},
+            {"Precision and devices", {{"--precision", "fp32|tf32|bf16"}, {"--device", "auto|cpu|cuda"},
+                                       {"--backend", "nccl|mpi"}, {"--bucket-mb", "MB"}, {"--shard-optimizer", ""},
+                                       {"--threads", "N"}}},
+            {"Checkpoints and resume", {{"--checkpoint-dir", "DIR"}, {"--checkpoint-every", "STEPS"},
+                                        {"--keep-checkpoints", "N"}, {"--resume", "DIR"}}},
+            {"Outputs", {{"--log-every", "STEPS"}, {"--metrics-file", "FILE"}, {"--tensorboard-dir", "DIR"},
+                         {"--onnx", "FILE"}}},
+            {"Debugging", {{"--trace-file", "FILE"}, {"--no-cuda-graph", ""}}}});
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -226,45 +180,24 @@ Flags parse_flags(int argc, char** argv, int rank) {
   }
   if (!app.remaining().empty())
     throw InvalidArgument(examples::unknown_arguments(app, app.remaining()) + " (see --help)");
-  if (f.schedule == "cosine" && f.warmup_epochs > f.epochs) {
+  if (f.schedule == "cosine" && f.run.warmup_epochs > f.run.epochs) {
     char text[160];
     std::snprintf(text, sizeof text, "--warmup-epochs %g is longer than the run (--epochs %d); make the warmup shorter",
-                  f.warmup_epochs, f.epochs);
+                  f.run.warmup_epochs, f.run.epochs);
     throw InvalidArgument(text);
   }
   return f;
 }
 
+// The run's options: the command line's, with the ones a flag spells in words parsed.
 ddp::TrainerOptions trainer_options(const Flags& f) {
-  ddp::TrainerOptions o{
-      .batch_size = f.batch_size,
-      .global_batch_size = f.global_batch_size,
-      .epochs = f.epochs,
-      .max_steps = f.max_steps,
-      .seed = f.seed,
-      .schedule = f.schedule == "cosine" ? ddp::LrScheduleKind::kCosine : ddp::LrScheduleKind::kConstant,
-      .warmup_epochs = f.warmup_epochs,
-      .clip_grad_norm = f.clip_grad_norm,
-      .skip_nonfinite = f.skip_nonfinite,
-      .skip_nonfinite_limit = f.skip_nonfinite_limit,
-      .precision = ddp::parse_precision(f.precision),
-      .cuda_graph = !f.no_cuda_graph,
-      .data_placement = f.data_placement == "host"     ? ddp::DataPlacement::kHost
-                        : f.data_placement == "device" ? ddp::DataPlacement::kDevice
-                                                       : ddp::DataPlacement::kAuto,
-      .bucket_mb = f.bucket_mb,
-      .shard_optimizer = f.shard_optimizer,
-      .checkpoint_dir = f.checkpoint_dir,
-      .checkpoint_every = f.checkpoint_every,
-      .keep_checkpoints = f.keep_checkpoints,
-      .resume_dir = f.resume,
-      .log_every = f.log_every,
-      .metrics_file = f.metrics_file,
-      .trace_file = f.trace_file,
-      .tensorboard_dir = f.tensorboard_dir,
-      .onnx_file = f.onnx,
-      .name = "train_mlp",
-  };
+  ddp::TrainerOptions o = f.run;
+  o.schedule = f.schedule == "cosine" ? ddp::LrScheduleKind::kCosine : ddp::LrScheduleKind::kConstant;
+  o.precision = ddp::parse_precision(f.precision);
+  o.cuda_graph = !f.no_cuda_graph;
+  o.data_placement = f.data_placement == "host"     ? ddp::DataPlacement::kHost
+                     : f.data_placement == "device" ? ddp::DataPlacement::kDevice
+                                                    : ddp::DataPlacement::kAuto;
   if (f.optimizer == "sgd") {
     o.optimizer = ddp::SgdOptions{.lr = f.lr, .momentum = f.momentum, .weight_decay = f.weight_decay};
   } else {
@@ -320,9 +253,9 @@ int train(int argc, char** argv) {
                        {.device = bad_flags ? ddp::DeviceRequest::kCpu : ddp::parse_device_request(flags.device),
                         .backend = bad_flags ? "mpi" : flags.backend,
                         .cpu_threads = flags.threads});
-  if (flag_error.empty() && flags.global_batch_size > 0) {
+  if (flag_error.empty() && flags.run.global_batch_size > 0) {
     try {
-      flags.batch_size = ddp::data::per_replica_batch_size(flags.global_batch_size, session.size());
+      flags.run.batch_size = ddp::data::per_replica_batch_size(flags.run.global_batch_size, session.size());
     } catch (const InvalidArgument& e) {
       flag_error = e.what();
     }
@@ -350,7 +283,7 @@ int train(int argc, char** argv) {
                                      : ddp::Loss::kCrossEntropy;
   const auto sizes =
       layer_sizes(flags, train_set.feature_count, regression ? train_set.target_width : train_set.num_classes);
-  ddp::MLP model(sizes, activation, flags.seed, session.device(), session.stream());
+  ddp::MLP model(sizes, activation, flags.run.seed, session.device(), session.stream());
   ddp::Trainer trainer(session, model, options);
   return trainer.fit(train_set, test_set);
 }
