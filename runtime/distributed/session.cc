@@ -73,6 +73,11 @@ void Session::start(const SessionOptions& options) {
                                            : Stream::create(device());
   if (device().is_cpu()) {
     cpu_threads_ = options.cpu_threads;
+    // A thread count the environment gives OpenBLAS (or OpenMP) is the user's choice and wins over the default.
+    for (const char* name : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"}) {
+      const char* value = std::getenv(name);
+      if (cpu_threads_ <= 0 && value != nullptr) cpu_threads_ = std::atoi(value);
+    }
     if (cpu_threads_ <= 0) {
       const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
       cpu_threads_ = std::max(1, cores / std::max(1, local_size()));

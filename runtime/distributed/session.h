@@ -43,7 +43,8 @@ struct SessionOptions {
   // False: no process group (and no NCCL communicator); the host collectives still work. For programs that
   // run one independent model per rank.
   bool process_group = true;
-  // OpenBLAS threads per rank when running on the CPU; 0: the node's cores divided by its ranks.
+  // OpenBLAS threads per rank when running on the CPU; 0: OPENBLAS_NUM_THREADS or OMP_NUM_THREADS when set, else
+  // the node's cores divided by its ranks.
   int cpu_threads = 0;
   // Deadline for creating the NCCL communicator.
   double nccl_init_timeout_s = 120.0;

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The in-situ surrogate's training step from the application's arrays (bench/surrogate_step.c over the C API)
+# against PyTorch's eager step on the same model (5-64-64-1, tanh, AdamW, MSE) and batch, in one run, alternating
+# ROUNDS times; then each side's median step and the ratio PyTorch / ours.
+#   DEVICE=cpu bash bench/surrogate_step.sh      this machine: bazel-bin, Debian's PyTorch (/usr/bin/python3)
+#   bash bench/surrogate_step.sh                 the GPU machine: .gpu/bin, the machine's PyTorch, device arrays
+# Environment: BATCHES ("256 1024"), STEPS (2000), ROUNDS (3), OMP/OpenBLAS threads 1 (one rank, one core).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DEVICE=${DEVICE:-cuda}
+STEPS=${STEPS:-2000}
+ROUNDS=${ROUNDS:-3}
+BATCHES=${BATCHES:-256 1024}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+if [ "$DEVICE" = cuda ]; then
+  ours=${B:-$PWD/.gpu/bin}/surrogate_step_cuda
+  PY=${PY:-python3}
+  [ -d /tmp/ddp-gpu-lib/lib ] && export LD_LIBRARY_PATH="/tmp/ddp-gpu-lib/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+else
+  ours=$PWD/bazel-bin/bench/surrogate_step
+  PY=${PY:-/usr/bin/python3}
+fi
+torch_step() {  # BATCH
+  "$PY" - "$DEVICE" "$1" "$STEPS" <<'PY'
+import json, sys, time
+import numpy as np
+import torch
+device, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(1)
+torch.manual_seed(3)
+model = torch.nn.Sequential(torch.nn.Linear(5, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                            torch.nn.Linear(64, 1)).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+i = np.arange(batch * 5)
+x_np = (((i * 7919) % 2000) / 1000.0 - 1.0).astype(np.float32).reshape(batch, 5)
+y_np = (0.1 * x_np[:, 0] - 0.05 * x_np[:, 2]).astype(np.float32).reshape(batch, 1)
+# The application's arrays as tensors without a copy (from_numpy), on the GPU once (its own device arrays).
+x, y = torch.from_numpy(x_np).to(device), torch.from_numpy(y_np).to(device)
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+for _ in range(50):
+    step()
+sync()
+start = time.perf_counter()
+for _ in range(steps):
+    step()
+    sync()  # as ddp_train_step: complete when the call returns
+seconds = time.perf_counter() - start
+print(json.dumps({"program": "PyTorch " + torch.__version__, "device": device, "batch": batch,
+                  "step_us": round(1e6 * seconds / steps, 2), "loss": float(step())}))
+PY
+}
+runs=$(mktemp)
+trap 'rm -f "$runs"' EXIT
+for ((r = 0; r < ROUNDS; r++)); do
+  for batch in $BATCHES; do
+    mpirun -np 1 --bind-to none "$ours" "$DEVICE" "$batch" "$STEPS" | grep '^{' >>"$runs"
+    torch_step "$batch" | grep '^{' >>"$runs"
+  done
+done
+python3 - "$runs" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("| batch | ours (C API, application arrays) | PyTorch eager | PyTorch / ours |")
+print("| --- | --- | --- | --- |")
+for batch in sorted({r["batch"] for r in rows}):
+    ours = statistics.median(r["step_us"] for r in rows if r["batch"] == batch and r["program"] == "ddp C API")
+    torch_rows = [r for r in rows if r["batch"] == batch and r["program"] != "ddp C API"]
+    theirs = statistics.median(r["step_us"] for r in torch_rows)
+    print(f"| {batch} | {ours:.1f} us | {theirs:.1f} us ({torch_rows[0]['program']}) | {theirs / ours:.2f}x |")
+PY
