@@ -73,7 +73,7 @@ expect_stall_report() {
     awk -v s="$stalled_for" -v t="$timeout_s" 'BEGIN { exit !(s >= t - 0.5) }' || fail "rank $rank in its phase for only $stalled_for s"
   fi
   local took
-  took=$(seconds_since "rank $rank: fault injection")
+  took=$(seconds_since "(rank $rank: |\\[rank $rank\\] )fault injection")  # under mpirun, under ddprun
   echo "the job ended ${took} s after rank $rank stalled (timeout $timeout_s s)"
   awk -v t="$took" -v limit="$timeout_s" 'BEGIN { exit !(t <= limit + 6) }' || fail "the job ended ${took} s after the stall"
 }
@@ -147,10 +147,11 @@ case "$case_name" in
     fi
     wait "$pid"
     status=$?
-    out=$(sed -E 's/^\[rank [0-9]+\] //' "$log")
+    # ddprun's "[rank R] " prefix as the rank's own "rank R: " under mpirun (ddprun drops the program's).
+    out=$(sed -E 's/^\[rank ([0-9]+)\] /rank \1: /' "$log")
     echo "$out"
     [ "$status" -eq 0 ] || fail "the job did not go on to succeed after the dump (exit status $status)"
-    grep -qx "done" <<<"$out" || fail "the job did not finish its steps"
+    grep -qE "^(rank 0: )?done$" <<<"$out" || fail "the job did not finish its steps"
     for rank in 0 1 2 3; do
       dumps=$(grep -cE "^rank $rank: flight recorder: in [A-Za-z/ ]+ for [0-9.]+ s(, within [A-Za-z/ ]+)*, step $n, pid $n on " <<<"$out")
       [ "$dumps" -eq 1 ] || fail "rank $rank printed $dumps flight recorders, not one"
