@@ -1,9 +1,10 @@
 // Writes the models ONNX's checker (onnx_checker_test.py) and ONNX Runtime (onnx_runtime_test.sh) are run on,
 // with the runtime's own outputs for them: for each case NAME, DIR/NAME.onnx and DIR/NAME.json holding
 // {"input": [...], "input_shape": [N, F], "output": [...], "output_shape": [N, O]} (row-major float32 values,
-// written with enough digits to read back exactly).
+// written with enough digits to read back exactly). With `cuda` the models live, and their outputs are computed,
+// on the GPU (tests/gpu/onnx_runtime_check.py compares those on the GPU machine).
 //
-//   onnx_reference DIR
+//   onnx_reference DIR [cpu|cuda]
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -19,13 +20,18 @@ namespace {
 
 using ddp::Activation;
 
-const ddp::Stream& S() { return ddp::cpu_stream(); }
+// The device the models are built and run on, and its stream.
+ddp::Device g_device = ddp::Device::cpu();
+const ddp::Stream& S() {
+  static const ddp::Stream stream = g_device.is_cuda() ? ddp::Stream::create(g_device) : ddp::Stream();
+  return g_device.is_cuda() ? stream : ddp::cpu_stream();
+}
 
 void write_case(const std::string& dir, const std::string& name, ddp::Sequential& model, std::int64_t rows,
                 std::int64_t features) {
   ddp::export_onnx(model, dir + "/" + name + ".onnx", S(), {.doc_string = name});
   // Inputs of a spread a normalised data set has, with a few large ones where the activations saturate.
-  ddp::Tensor x = ddp::Tensor::normal({rows, features}, 0.0f, 1.5f, 1234, 0, ddp::Device::cpu(), S());
+  ddp::Tensor x = ddp::Tensor::normal({rows, features}, 0.0f, 1.5f, 1234, 0, g_device, S());
   ddp::autograd::NoGradGuard no_grad;
   const ddp::Tensor y = model.forward(x, S());
   const nlohmann::json record = {{"input", x.to_vector<float>(S())},
@@ -39,26 +45,28 @@ void write_case(const std::string& dir, const std::string& name, ddp::Sequential
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s DIR (an existing directory the models and outputs are written to)\n", argv[0]);
+  if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "cpu" && std::string(argv[2]) != "cuda")) {
+    std::fprintf(stderr, "usage: %s DIR [cpu|cuda] (DIR: an existing directory the models and outputs go to)\n",
+                 argv[0]);
     return 2;
   }
+  if (argc == 3 && std::string(argv[2]) == "cuda") g_device = ddp::Device::cuda(0);
   const std::string dir = argv[1];
   const std::vector<std::pair<std::string, Activation>> activations = {
       {"relu", Activation::kRelu}, {"gelu", Activation::kGelu}, {"tanh", Activation::kTanh},
       {"sigmoid", Activation::kSigmoid}};
   for (const auto& [name, act] : activations) {
-    ddp::MLP model({6, 16, 12, 4}, act, 11);
+    ddp::MLP model({6, 16, 12, 4}, act, 11, g_device, S());
     write_case(dir, "mlp_" + name, model, 64, 6);
   }
   // The main job's shape: Fashion-MNIST's 784 features, hidden widths 256 and 128, 10 classes.
-  ddp::MLP wide({784, 256, 128, 10}, Activation::kRelu, 3);
+  ddp::MLP wide({784, 256, 128, 10}, Activation::kRelu, 3, g_device, S());
   write_case(dir, "mlp_784_256_128_10", wide, 32, 784);
   // A regression stack ending in an activation, one Linear without bias.
   ddp::Sequential regression;
-  regression.add(std::make_shared<ddp::Linear>(5, 8, true, 5));
+  regression.add(std::make_shared<ddp::Linear>(5, 8, true, 5, 0, g_device, S()));
   regression.add(std::make_shared<ddp::ActivationLayer>(Activation::kTanh));
-  regression.add(std::make_shared<ddp::Linear>(8, 2, false, 5, 1000));
+  regression.add(std::make_shared<ddp::Linear>(8, 2, false, 5, 1000, g_device, S()));
   regression.add(std::make_shared<ddp::ActivationLayer>(Activation::kSigmoid));
   write_case(dir, "regression_tanh_sigmoid", regression, 16, 5);
   return 0;
