@@ -111,6 +111,7 @@ struct Answer {
   bool ok = false;
   std::string reply;
   std::string why_not;
+  bool silent = false;  // not ok: a connection was taken but no reply came (a stopped or stuck process)
 };
 
 // How an attempt on one address ended, worst news last: the order decides what is said of a rank none of
@@ -246,6 +247,7 @@ void explain_failures(std::vector<Attempt>& attempts, double timeout_s, std::vec
   for (std::size_t t = 0; t < answers->size(); ++t) {
     Answer& answer = (*answers)[t];
     if (!answer.ok && answer.why_not.empty()) answer.why_not = failure_text(worst[t], errors[t], timeout_s);
+    answer.silent = !answer.ok && worst[t] == Failure::kNoAnswer;
   }
 }
 
@@ -522,13 +524,14 @@ std::vector<RankState> SideChannel::gather_states(double timeout_s) const {
   return states;
 }
 
-bool SideChannel::ask_to_report(int coordinator, const std::string& what, double timeout_s) const {
+SideChannel::Reply SideChannel::ask_to_report(int coordinator, const std::string& what, double timeout_s) const {
   std::string line = what;
   std::replace(line.begin(), line.end(), '\n', ' ');
   const Peer& peer = peers_[coordinator];
   const std::vector<Answer> answers =
       ask_all({Target{peer.addresses, peer.port}}, "STALL " + hex(token_) + " " + line + "\n", timeout_s);
-  return answers[0].ok && answers[0].reply.rfind("OK", 0) == 0;
+  if (answers[0].ok && answers[0].reply.rfind("OK", 0) == 0) return Reply::kTakes;
+  return answers[0].silent ? Reply::kSilent : Reply::kGone;
 }
 
 void SideChannel::start_report(const std::string& what) {
@@ -560,17 +563,18 @@ void end_job_after_timeout(int rank, const std::string& what, const std::functio
     bool waited = false;
     for (int coordinator = 0; coordinator < channel->size(); ++coordinator) {
       if (coordinator == channel->rank()) channel->report_and_end_job(what);
-      bool will_report = channel->ask_to_report(coordinator, what, kAskTimeoutS);
-      if (!will_report && !waited) {
-        // A lower rank that does not take the request (its process gone, or closing, or too busy to answer in
-        // time) has most likely just made the report and is ending the job, and the launcher is taking this
-        // process down: a second report now would only repeat it. Once, wait and ask it again; if this process
-        // is still alive and it still does not answer, it died or stalled without reporting: go on.
+      SideChannel::Reply reply = channel->ask_to_report(coordinator, what, kAskTimeoutS);
+      if (reply == SideChannel::Reply::kGone && !waited) {
+        // A lower rank whose process no longer takes the request (gone, or closing) has most likely just made
+        // the report and is ending the job, and the launcher is taking this process down: a second report now
+        // would only repeat it. Once, wait and ask it again; if this process is still alive and it still does
+        // not answer, it died without reporting: go on. One that took the connection and never answered is
+        // stopped or stuck (it cannot report either): the next rank is asked at once.
         waited = true;
         std::this_thread::sleep_for(std::chrono::duration<double>(kExitedGraceS));
-        will_report = channel->ask_to_report(coordinator, what, kAskTimeoutS);
+        reply = channel->ask_to_report(coordinator, what, kAskTimeoutS);
       }
-      if (will_report) {
+      if (reply == SideChannel::Reply::kTakes) {
         std::this_thread::sleep_for(std::chrono::duration<double>(kGatherTimeoutS + 10.0));
         break;  // no report came: end the job from here
       }

@@ -45,8 +45,12 @@ class SideChannel {
   // Every rank's state, asked for in parallel (this rank's own is taken here). A rank that does not answer
   // within `timeout_s` is returned with answered = false and the reason.
   std::vector<RankState> gather_states(double timeout_s) const;
-  // Asks `coordinator` to report the hang `what` and end the job; true when it said it will.
-  bool ask_to_report(int coordinator, const std::string& what, double timeout_s) const;
+  // How a rank asked to report answered: it will (kTakes); its process took no connection, or closed it without
+  // taking the request (kGone: exiting, most likely after a report of its own); it took the connection and sent
+  // nothing within the timeout (kSilent: stopped, or stuck without its answering thread).
+  enum class Reply { kTakes, kGone, kSilent };
+  // Asks `coordinator` to report the hang `what` and end the job.
+  Reply ask_to_report(int coordinator, const std::string& what, double timeout_s) const;
   // Gathers every rank's state, prints the report of the hang `what`, ends the job. If this rank is already
   // reporting (asked by another), waits for that report to end the job.
   [[noreturn]] void report_and_end_job(const std::string& what);

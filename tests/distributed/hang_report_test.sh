@@ -5,7 +5,8 @@
 #             plus a few seconds, with one report naming that rank, its last collective, its phase and step, and
 #             what the others wait in (the collective after its last one); the evaluation case runs under ddprun,
 #             which must name the rank that is behind as the one that failed first;
-#   stopped   the rank stops itself (SIGSTOP): it is named as not answering;
+#   stopped   the rank stops itself (SIGSTOP): it is named as not answering; stopped_rank0 the same of rank 0,
+#             the first asked to report (the next one reports at once);
 #   mismatch  under DDP_DEBUG=collectives a rank issues a broadcast where the others all-reduce: the job fails at
 #             once (long before the timeout) naming both sides;
 #   dump      `ddprun --dump PID` while the job runs: every rank prints its flight recorder, the job goes on.
@@ -114,6 +115,11 @@ case "$case_name" in
   user) stall_case 3:user:3 "rank 3 is behind: $bucket3_step3, in user code for [0-9.]+ s; ranks 0,1,2 $sum_step3$" ;;
   stopped)
     stall_case 2:data:2:stop "rank 2 did not answer \(no answer within [0-9.]+ s: stopped, or stuck without its answering thread\); ranks 0,1,3 $bucket0$"
+    ;;
+  stopped_rank0)
+    # Rank 0, the first asked to make the report, cannot: the next rank makes it at once, not after the grace
+    # an exiting rank 0 gets.
+    stall_case 0:data:2:stop "rank 0 did not answer \(no answer within [0-9.]+ s: stopped, or stuck without its answering thread\); ranks 1,2,3 $bucket0$"
     ;;
   mismatch)
     DDP_DEBUG=collectives DDP_COLLECTIVE_TIMEOUT_S=60 run "${mpirun[@]}" "$job" "${job_args[@]}" --mismatch 2:3
