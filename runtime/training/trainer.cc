@@ -458,8 +458,12 @@ class Trainer::Run {
       const std::string which = d == &train_set ? "training" : "test";
       if (d->size == 0) continue;
       if (d->feature_count != in) {
+        // A test set unlike the training set is the data's fault, not the model's.
+        const bool test_unlike_train = d != &train_set && train_set.feature_count == in;
         return "the " + which + " set has " + std::to_string(d->feature_count) + " features per sample, the model's " +
-               "input has " + std::to_string(in) + "; make the model's first size " + std::to_string(d->feature_count);
+               "input has " + std::to_string(in) +
+               (test_unlike_train ? " as the training set has; give a test set of the training set's features"
+                                  : "; make the model's first size " + std::to_string(d->feature_count));
       }
       if (d->regression() != train_set.regression() || d->target_width != train_set.target_width) {
         return "the test set's targets are not of the training set's kind or width";

@@ -152,6 +152,13 @@ expect_output() {  # NAME EXPECTED-FILE COMMAND...
   got=$("$@" 2>&1)
   diff <(printf '%s\n' "$got") "$expected" >/dev/null || { fail "$name: the whole output differs:"; diff <(printf '%s\n' "$got") "$expected"; }
 }
+mkdir -p "$work/shape/train" "$work/shape/test"
+/usr/bin/python3 -c "
+import numpy as np, sys
+for name, rows, features in (('train', 64, 5), ('test', 16, 3)):
+    np.save(f'{sys.argv[1]}/{name}/features.npy', np.zeros((rows, features), np.float32))
+    np.save(f'{sys.argv[1]}/{name}/targets.npy', np.zeros((rows, 2), np.float32))
+" "$work/shape" || fail "cannot write the shape case's .npy files"
 for np in 2 4; do
   ranks=$(seq -s, 0 $((np - 1)))
   printf '%s\n' "[rank 0] error: bad command line:" "[rank 0]   ranks $ranks: unknown argument '--bogus' (see --help)" \
@@ -161,6 +168,12 @@ for np in 2 4; do
     "[rank 0]   ranks $ranks: IDX file $work/nowhere/train-images-idx3-ubyte.gz: cannot open: No such file or directory; install the data set (apt-get install dataset-fashion-mnist, which fills /usr/share/datasets/fashion-mnist) or pass --data DIR naming a directory with the four Fashion-MNIST .gz files" \
     "ddprun: job failed (rank 0 first, exit status 1) with exit status 1" >"$work/nodata.expected"
   expect_output "no data on $np ranks" "$work/nodata.expected" "$ddprun" -np "$np" -- "$train" --device cpu --data "$work/nowhere"
+  # A shape error: a test set whose samples are not the training set's.
+  printf '%s\n' "[rank 0] error: the data does not fit the model:" \
+    "[rank 0]   ranks $ranks: the test set has 3 features per sample, the model's input has 5 as the training set has; give a test set of the training set's features" \
+    "ddprun: job failed (rank 0 first, exit status 1) with exit status 1" >"$work/shape.expected"
+  expect_output "a shape error on $np ranks" "$work/shape.expected" "$ddprun" -np "$np" -- "$train" --device cpu \
+    --data "$work/shape/train" --test-data "$work/shape/test"
   # One rank's error alone (stderr only: rank 0's start line goes to stdout).
   printf '%s\n' "[rank 1] error: fault injection: an error on rank 1 alone after step 5" \
     "ddprun: job failed (rank 1 first, exit status 1) with exit status 1" >"$work/alone.expected"
