@@ -24,7 +24,7 @@ run_once() {  # name, then env assignments and train_mlp flags
   done
   env "${envs[@]}" mpirun -np 1 --bind-to none "$B/train_mlp" --device cuda --data "$data" --epochs 1 \
     --log-every 1 "${flags[@]}" >"$out/$name.log" 2>&1
-  grep -oE "step [0-9]+/[0-9]+ loss [0-9.]+|test_loss=[0-9.]+ test_accuracy=[0-9.]+" "$out/$name.log" | md5sum | cut -c1-8
+  grep -oE "step=[0-9]+/[0-9]+ loss=[0-9.]+|test_loss=[0-9.]+ test_accuracy=[0-9.]+" "$out/$name.log" | md5sum | cut -c1-8
 }
 
 row() {  # label, then what run_once takes after its name

@@ -49,15 +49,13 @@ mid=(--sizes $S2 --batch 4096 --device cuda --warmup 5 --iters 10 --repeats 5)
 big=(--sizes $S3 --batch 8192 --device cuda --warmup 5 --iters 10 --repeats 5)
 
 # Ours vs PyTorch, each PyTorch configuration measured once and shared by the rows that compare with it.
-# "serial backward" rows run dw of a backward on the same stream as dx (the default is a second stream).
 # --gemm-floor adds the step's GEMMs alone (column "GEMMs alone").
 A="784-1024-1024-10 b256 fp32 eager"
 torch "$A" ref "${small[@]}" --precision fp32
 ours "$A" ours "${small[@]}" --precision fp32
-A="784-1024-1024-10 b256 fp32 graph"; C="$A serial backward"
-torch "$A|$C" ref "${small[@]}" --precision fp32 --graph
+A="784-1024-1024-10 b256 fp32 graph"
+torch "$A" ref "${small[@]}" --precision fp32 --graph
 ours "$A" ours "${small[@]}" --precision fp32 --graph --gemm-floor
-ours "$C" ours "${small[@]}" --precision fp32 --graph --gemm-floor --serial-backward
 for p in fp32 tf32; do
   A="1024-2048x4-1024 b4096 $p"
   torch "$A" ref "${mid[@]}" --precision $p

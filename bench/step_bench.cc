@@ -21,7 +21,7 @@
 // two models of the same sizes and seed in this process, one wrapped, one not. step_us is the wrapped one's;
 // the JSON adds the unwrapped median and the median of the paired ratios: DDP's own cost at this world size.
 // Its peak memory counts both models.
-// --serial-backward sets ddp::GemmOptions (runtime/kernels/cuda/gemm_options.h: one stream in backward). Written against
+// Written against
 // ddp.h alone, as a user's program; only the GEMM floor (bench/gemm_floor.h) calls the kernel layer, and
 // --recorder-ab the flight recorder's switch.
 #include <CLI/CLI.hpp>
@@ -58,7 +58,6 @@ struct Args {
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
   std::uint64_t seed = 0;
-  bool serial_backward = false;
   bool gemm_floor = false;
   std::string optimizer = "sgd";
   bool recorder_ab = false;
@@ -90,7 +89,6 @@ std::optional<Args> parse_args(int argc, char** argv, int* status) {
   app.add_option("--bucket-mb", a.bucket_mb, "DDP bucket cap");
   app.add_option("--first-bucket-mb", a.first_bucket_mb, "DDP first bucket cap");
   app.add_option("--seed", a.seed);
-  app.add_flag("--serial-backward", a.serial_backward, "dx and dw GEMMs on one stream (default: two)");
   app.add_flag("--gemm-floor", a.gemm_floor, "also time the step's GEMMs alone (GPU)");
   app.add_flag("--recorder-ab", a.recorder_ab, "time the step with the flight recorder on and off, alternating repeats");
   app.add_flag("--ddp-ab", a.ddp_ab, "time the eager step with DDP and without, alternating repeats (implies --ddp)")
@@ -116,13 +114,6 @@ std::vector<std::int64_t> parse_sizes(const std::string& text) {
   }
   DDP_CHECK(out.size() >= 2, "--sizes needs at least two sizes, got '" + text + "'");
   return out;
-}
-
-GemmOptions apply_gemm_flags(const Args& a) {
-  GemmOptions options = gemm_options();
-  if (a.serial_backward) options.concurrent_backward = false;
-  set_gemm_options(options);
-  return options;
 }
 
 // The reducer's per-step figures, averaged over untimed steps.
@@ -389,7 +380,6 @@ void report(const Args& a, Session& session, const Measured& m, const GemmOption
   j["cpu_allocs_per_step"] = m.cpu_allocs_per_step;
   j["loss"] = std::isfinite(m.loss) ? nlohmann::json(m.loss) : nlohmann::json(nullptr);
   j["times_us"] = m.times_us;
-  j["concurrent_backward"] = gemm.concurrent_backward;
   j["narrow_layers"] = gemm.narrow_layers;
   if (gemm_us > 0) j["gemm_us"] = gemm_us;
   if (a.recorder_ab) {
@@ -430,7 +420,7 @@ int run(int argc, char** argv) {
   if (!args) return status;
   const Args& a = *args;
   const std::vector<std::int64_t> sizes = parse_sizes(a.sizes);
-  const GemmOptions gemm = apply_gemm_flags(a);
+  const GemmOptions gemm = gemm_options();
 
   SessionOptions options;
   options.device = a.device == "cuda" ? DeviceRequest::kCuda : DeviceRequest::kCpu;

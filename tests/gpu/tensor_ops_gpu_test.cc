@@ -17,7 +17,6 @@
 
 #include "models/bf16_weights.h"
 #include "models/layers.h"
-#include "runtime/kernels/cuda/gemm_options.h"
 #include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/allocator.h"
@@ -393,18 +392,6 @@ TEST_F(Gpu, ElementwiseOpsAndDeviceCopies) {
   expect_close(host(d.grad()), host(d_ref.grad()), kElementwise, "to_device(cpu) gradient");
 }
 
-// Sets GEMM options for one scope and restores the previous ones.
-class GemmOptionsScope {
- public:
-  explicit GemmOptionsScope(const kernels::cuda::GemmOptions& o) : saved_(kernels::cuda::gemm_options()) {
-    kernels::cuda::set_gemm_options(o);
-  }
-  ~GemmOptionsScope() { kernels::cuda::set_gemm_options(saved_); }
-
- private:
-  kernels::cuda::GemmOptions saved_;
-};
-
 // A full training step, three times: forward, cross-entropy, backward into the flat gradient buffer, SGD.
 void mlp_steps(const Stream& s, MathMode math, Bound bound) {
   const std::vector<std::int64_t> sizes{64, 48, 32, 10};
@@ -473,37 +460,6 @@ TEST_F(Gpu, ClipGradNormMatchesCpu) {
     expect_close(gs.flat_grads().to_vector<float>(s()), cs.flat_grads().to_vector<float>(cpu_stream()), kF32,
                  stale ? "clipped gradients, one stale" : "clipped gradients");
     EXPECT_NEAR(clip_grad_norm(gs, 1e9, s()), 0.5 * norm, 1e-5 * norm) << "norm after clipping";
-  }
-}
-
-// dx and dw on two streams is a schedule, not arithmetic: the gradients are bitwise those of one stream. On a
-// small model and on the main job's.
-TEST_F(Gpu, ConcurrentBackwardGivesTheBitsOfSerialBackward) {
-  struct Case {
-    std::vector<std::int64_t> sizes;
-    std::int64_t batch;
-  };
-  for (const Case& c : {Case{{96, 80, 64, 10}, 48}, Case{{784, 512, 512, 10}, 128}}) {
-    const std::int64_t n = c.batch;
-    std::vector<std::vector<float>> grads;
-    for (bool concurrent : {false, true}) {
-      kernels::cuda::GemmOptions o = kernels::cuda::gemm_options();
-      o.concurrent_backward = concurrent;
-      GemmOptionsScope scope(o);
-      MLP model(c.sizes, Activation::kRelu, 3, Device::cuda(0), s());
-      ParameterStore& store = model.flatten_parameters(s());
-      Tensor x = Tensor::uniform({n, c.sizes[0]}, -1, 1, 60, 0, Device::cuda(0), s());
-      std::vector<std::int32_t> y(n);
-      for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<std::int32_t>(i % 10);
-      model.zero_grad(s());
-      autograd::backward(
-          ops::cross_entropy(model.forward(x, s()), Tensor::from_int32(y, {n}, Device::cuda(0), s()), s()), s());
-      grads.push_back(store.flat_grads().to_vector<float>(s()));
-    }
-    ASSERT_EQ(grads[0].size(), grads[1].size());
-    std::size_t differing = 0;
-    for (std::size_t i = 0; i < grads[0].size(); ++i) differing += std::memcmp(&grads[0][i], &grads[1][i], 4) != 0;
-    EXPECT_EQ(differing, 0u) << "sizes[1]=" << c.sizes[1];
   }
 }
 

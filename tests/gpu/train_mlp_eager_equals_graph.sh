@@ -7,7 +7,7 @@ B=${B:?B: the folder of the bundled binaries}
 data=${DDP_GPU_DATA:?DDP_GPU_DATA: the Fashion-MNIST files}
 losses() {
   mpirun -np 1 --bind-to none "$B/train_mlp" --device cuda --max-steps 600 --log-every 50 --data "$data" "$@" 2>&1 |
-    grep -o "loss [0-9.]*"
+    grep -o "loss=[0-9.]*"
 }
 eager=$(losses --no-cuda-graph "$@")
 graph=$(losses "$@")

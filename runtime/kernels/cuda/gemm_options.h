@@ -2,9 +2,6 @@
 // environment on first use and settable from code.
 //
 // What the settings are for:
-//   * concurrent backward: a Linear's dx and dw GEMMs are independent, and on two streams they can fill the GPU
-//     together where either alone leaves SMs idle. The arithmetic is the same either way (each GEMM is the same
-//     call), so the setting is for measuring one schedule against the other.
 //   * narrow layers: a Linear of at most 32 outputs (a classifier's head) runs on our own one-launch kernels
 //     (narrow_linear.h) instead of cuBLASLt's split-K GEMMs and their reductions; the setting sends it through
 //     cuBLASLt like every other layer.
@@ -18,9 +15,6 @@ struct GemmOptions {
   // DDP_GEMM_LOG=1: one line on stderr per new GEMM configuration: shape, types, epilogue and the algorithm's
   // split of K.
   bool log = false;
-  // dw on a second stream, forked from and joined back into the caller's stream with events (also inside
-  // CUDA-graph capture).
-  bool concurrent_backward = true;
   // Layers of at most 32 outputs on the narrow kernels.
   bool narrow_layers = true;
 };

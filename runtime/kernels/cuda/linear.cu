@@ -25,13 +25,13 @@
 //   * Layers of at most 32 outputs (a classifier's head) skip cuBLASLt: narrow_linear.h's one-launch kernels do
 //     their forward and their whole backward, where cuBLASLt would split K over few output tiles and add the
 //     parts in extra kernels.
-//   * The algorithm is cuBLASLt's first heuristic for the configuration, so a run's arithmetic is repeatable;
-//     dx and dw of one backward run on two streams so that small GEMMs fill the GPU together (GemmOptions).
+//   * The algorithm is cuBLASLt's first heuristic for the configuration, so a run's arithmetic is repeatable.
+//     dx and dw run one after the other on the caller's stream: on two streams their split-K kernels compete for
+//     the SMs and the main job's step is slower.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -325,33 +325,6 @@ bool gemm(GemmTypes types, MathMode math, cublasOperation_t transa, cublasOperat
   return true;
 }
 
-// ---- the second stream of a backward ----
-
-// A stream beside `main` (same device and priority) and the two events that fork work onto it and join it back.
-struct SideStream {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t fork = nullptr;
-  cudaEvent_t join = nullptr;
-};
-
-// Created on first use per (device, main stream) and kept for the process, like the cuBLASLt workspaces.
-SideStream& side_stream_for(cudaStream_t main) {
-  static auto* mutex = new std::mutex;
-  static auto* streams = new std::map<std::pair<int, cudaStream_t>, SideStream>;
-  int device = 0;
-  DDP_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(*mutex);
-  SideStream& side = (*streams)[{device, main}];
-  if (side.stream == nullptr) {
-    int priority = 0;
-    DDP_CUDA_CHECK(cudaStreamGetPriority(main, &priority));
-    DDP_CUDA_CHECK(cudaStreamCreateWithPriority(&side.stream, cudaStreamNonBlocking, priority));
-    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&side.fork, cudaEventDisableTiming));
-    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&side.join, cudaEventDisableTiming));
-  }
-  return side;
-}
-
 void check_types(const LinearTypes& t, const char* what) {
   auto floating = [](DType s) { return s == DType::kFloat32 || s == DType::kBFloat16; };
   DDP_CHECK(floating(t.input) && floating(t.output) && floating(t.grad),
@@ -469,19 +442,10 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
 
   const bool want_dw = dw != nullptr && in > 0;
   const bool want_dx = dx != nullptr && in > 0;
-  // dw on a second stream while dx runs on this one (both only read dz, x and w).
-  SideStream* side = nullptr;
-  if (want_dw && want_dx && gemm_options().concurrent_backward) {
-    side = &side_stream_for(stream);
-    DDP_CUDA_CHECK(cudaEventRecord(side->fork, stream));
-    DDP_CUDA_CHECK(cudaStreamWaitEvent(side->stream, side->fork, 0));
-  }
-  cudaStream_t dw_stream = side != nullptr ? side->stream : stream;
-
   if (want_dw) {
     // dwᵀ[in, out] (+)= x_cm[in, batch] · op_T(dz_cm[out, batch])
     gemm(GemmTypes{types.input, types.grad}, math, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dz, out,
-         accumulate ? 1.0f : 0.0f, dw, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, dw_stream);
+         accumulate ? 1.0f : 0.0f, dw, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
   }
   if (!dbias_done) {
     detail::activation_grad_bias(types.output, types.input, types.grad, Activation::kNone, dz, nullptr, nullptr,
@@ -491,10 +455,6 @@ void linear_backward(LinearTypes types, MathMode math, const LinearShape& shape,
     // dxᵀ[in, batch] = w_cm[in, out] · dz_cm[out, batch]
     gemm(GemmTypes{types.input, types.input}, math, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dz, out, 0.0f,
          dx, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, stream);
-  }
-  if (side != nullptr) {
-    DDP_CUDA_CHECK(cudaEventRecord(side->join, side->stream));
-    DDP_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));
   }
 }
 
