@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where the main job's graphed step loses time against step_bench's (issue 12), by train_mlp's default recipe
-# under variations that each test one explanation, in one call, then a table of the time line's steps:
+# under variations that each test one explanation, in one run, then a table of the time line's steps:
 #   - the host's lead: with no loss read the host queues up to an epoch of replays; reading the loss every 10 or
 #     50 steps keeps it near the device;
 #   - the batch's shape: 120 and 125 rows (no short last batch) against 128.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job's step in isolation, on the GPU machine: bench/step_bench on train_mlp's model (784-512-512-10,
 # batch 128) with SGD and with AdamW, each eager and as a CUDA graph, with and without DDP (NCCL, world size
-# 1), in one call, then a table. It answers two questions in the same run: what DDP's host work
+# 1), in one run, then a table. It answers two questions in the same run: what DDP's host work
 # adds to an eager step (eager DDP against eager without, alternating in one run), and how close train_mlp's steady-state step (its
 # "time:" line: steps / training seconds) comes to the graphed step here.
 #   bash bench/main_job_steps.sh        (from the repository root; binaries from .gpu/bin)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Time to accuracy: the whole main job (process start to its final accuracy line), ours against PyTorch running
-# the same recipe (bench/pytorch_train.py), in one call on one machine, then one table with the ratios.
+# the same recipe (bench/pytorch_train.py), in one run on one machine, then one table with the ratios.
 #
 #   bash bench/time_to_accuracy.sh            # GPU machine: binaries from .gpu/bin, data from .gpu/data
 #   TTA_DEVICE=cpu bash bench/time_to_accuracy.sh   # this machine: 2 CPU ranks, bazel-bin, the installed data
@@ -97,7 +97,7 @@ if [ "${TTA_ONLY:-}" != ours ]; then
   fi
 fi
 
-# The table: each row's time and its speed-up over PyTorch's fastest run of the same call.
+# The table: each row's time and its speed-up over PyTorch's fastest run of the same run.
 best_torch=$(printf '%s\n' "${rows[@]}" | awk -F'|' '$1 ~ /^pytorch/ && $3 != "failed" { if (b == "" || $2 < b) b = $2 } END { print b }')
 echo
 echo "| run ($device, $ranks rank(s), $epochs epochs) | s, process start to the final accuracy line | s, to exit | test accuracy | PyTorch's fastest / this (to exit) |"
