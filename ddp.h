@@ -1,6 +1,9 @@
 // The runtime's public header: include "ddp.h" and link the one public target (Bazel: //:ddp, or @ddp//:ddp
-// from another workspace; CMake: find_package(ddp) and ddp::ddp; pkg-config: ddp). Nothing else is public,
-// and nothing reachable from here includes <mpi.h>, <nccl.h> or a CUDA header (a test checks it).
+// from another workspace; CMake: find_package(ddp) and ddp::ddp; pkg-config: ddp). Nothing else is public.
+// Nothing reachable from here includes <mpi.h>, <nccl.h> or a CUDA header, nor the runtime's internals: the
+// kernel layer (runtime/kernels/, the GEMM options among it), the allocator (runtime/core/allocator.h) and the
+// World under the Session (tests/api/public_header_test.sh checks both). Benchmarks and tests that need them
+// include them by name.
 //
 //   ddp::Session session(&argc, &argv);                       // MPI, rank, GPU, stream, backend, process group
 //   const ddp::Stream& stream = session.stream();
@@ -15,9 +18,11 @@
 //
 // Where each part is documented (every header opens with what it is for; each call says what it does, what it
 // throws and on which stream it runs):
-//   runtime/distributed/session.h        Session: set-up, default stream, host collectives (sum, mean, any)
+//   runtime/distributed/session.h        Session: set-up, default stream, host collectives (sum, mean, any);
+//                                        job.h: DeviceRequest, CollectiveError, run_main
 //   runtime/distributed/distributed_data_parallel.h   DistributedDataParallel, DdpOptions, no_sync()
-//   runtime/distributed/process_group.h  collectives and point-to-point send/recv on device buffers
+//   runtime/distributed/process_group.h  collectives and point-to-point send/recv on device buffers (public
+//                                        because Session::group() and DistributedDataParallel hand it out)
 //   runtime/tensor/tensor.h              Tensor: creation, views, copies between devices, item()
 //   ops/*.h                              ops with autograd: linear, activations, add/scale/mul, to_device, losses
 //   runtime/autograd/autograd.h          backward, NoGradGuard, recording ops of one's own
@@ -28,7 +33,10 @@
 //                                        ReplayBuffer (samples streamed in)
 //   runtime/training/training_checkpoint.h  saving and restoring model, optimizer and where the run stands
 //   runtime/io/*.h                       checkpoint files, metrics (JSON lines), Chrome traces
-//   runtime/core/*.h                     errors, Device, Stream/Event, CudaGraph, memory statistics
+//   runtime/core/*.h                     errors, DType, Device, Stream/Event, Activation, MathMode, CudaGraph
+//
+// One of World and Session is public: the Session, the program's handle on the job. The World underneath it
+// (MPI, the device binding, the NCCL communicator) is the runtime's own; Session::world() only declares it.
 //
 // Errors: InvalidArgument for a caller's bad input (the message says what to change), CollectiveError for a
 // failure every rank agreed on, other ddp::Error kinds for library failures. ddp::run_main(body) reports any of
@@ -41,7 +49,6 @@
 #include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/autograd/parameter_store.h"
-#include "runtime/core/allocator.h"
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
@@ -60,11 +67,9 @@
 #include "runtime/distributed/distributed_data_parallel.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/session.h"
-#include "runtime/distributed/world.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/io/metrics.h"
 #include "runtime/io/trace.h"
-#include "runtime/kernels/cuda/gemm_options.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/tensor/tensor.h"

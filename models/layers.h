@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "models/module.h"
-#include "runtime/kernels/kernels.h"
+#include "runtime/core/activation.h"
+#include "runtime/core/math_mode.h"
 
 namespace ddp {
 

@@ -2,7 +2,7 @@
 // activation is normally fused into the preceding linear (ops/linear.h); these serve everything else.
 #pragma once
 
-#include "runtime/kernels/kernels.h"
+#include "runtime/core/activation.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 

@@ -6,7 +6,9 @@
 // (ParameterStore), accumulating when already valid.
 #pragma once
 
-#include "runtime/kernels/kernels.h"
+#include "runtime/core/activation.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/math_mode.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 

@@ -34,7 +34,6 @@
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/reducer.h"
 #include "runtime/distributed/session.h"
-#include "runtime/distributed/world.h"
 #include "runtime/io/trace.h"
 
 namespace ddp {

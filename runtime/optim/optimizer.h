@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "models/module.h"
-#include "runtime/kernels/kernels.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/phase.h"
 #include "runtime/autograd/update_shard.h"
@@ -162,12 +161,15 @@ class Sgd : public Optimizer {
 
  private:
   void make_state(const Stream& stream) override;
-  kernels::SgdParams params_of_step(std::int64_t steps, double lr) const;
-  std::size_t scalars_bytes() const override { return sizeof(kernels::SgdScalars); }
+  std::size_t scalars_bytes() const override;
   void scalars_of_step(std::int64_t steps, double lr, void* out) const override;
   SgdOptions options_;
   Tensor momentum_;  // [state_numel()] or undefined without momentum
-  kernels::SgdParams prepared_{};
+  // The step prepare_step prepared (steps before it, its learning rate, whether its scalars are in device
+  // memory), for apply_step's kernel.
+  std::int64_t prepared_steps_ = 0;
+  double prepared_lr_ = 0.0;
+  void* prepared_device_scalars_ = nullptr;
 };
 
 struct AdamWOptions {
@@ -193,12 +195,13 @@ class AdamW : public Optimizer {
 
  private:
   void make_state(const Stream& stream) override;
-  kernels::AdamWParams params_of_step(std::int64_t steps, double lr) const;
-  std::size_t scalars_bytes() const override { return sizeof(kernels::AdamWScalars); }
+  std::size_t scalars_bytes() const override;
   void scalars_of_step(std::int64_t steps, double lr, void* out) const override;
   AdamWOptions options_;
   Tensor exp_avg_, exp_avg_sq_;
-  kernels::AdamWParams prepared_{};
+  std::int64_t prepared_steps_ = 0;  // as Sgd's
+  double prepared_lr_ = 0.0;
+  void* prepared_device_scalars_ = nullptr;
 };
 
 // ---- Learning-rate schedules: lr as a function of the 0-based step about to be taken ----

@@ -21,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernels/kernels.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/stream.h"
