@@ -6,15 +6,20 @@
 // include them by name.
 //
 //   ddp::Session session(&argc, &argv);                       // MPI, rank, GPU, stream, backend, process group
-//   const ddp::Stream& stream = session.stream();
-//   ddp::MLP model({784, 512, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device(), stream);
+//   ddp::MLP model({784, 512, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device());
 //   ddp::DistributedDataParallel ddp_model(model, session);   // flattens, checks, broadcasts rank 0's weights
-//   ddp::AdamW optimizer(model, {.lr = 1e-3}, stream);        // before or after DDP
+//   ddp::AdamW optimizer(model, {.lr = 1e-3});                // before or after DDP
 //   for (...) {
-//     model.zero_grad(stream);
-//     ddp_model.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream));
-//     optimizer.step(stream);
+//     model.zero_grad();
+//     ddp_model.backward(ddp::ops::cross_entropy(model.forward(x), y));
+//     optimizer.step();
 //   }
+//
+// Streams: the calls a training program writes (Tensor's factories and copies, ops, forward, zero_grad, an
+// optimizer's construction and step, to_device, EvaluationShard) take a `const Stream&` last that defaults to
+// ddp::current_stream(), this thread's current stream: the session's stream on the thread that made the session,
+// the CPU stream without one. Pass a stream to run on a second one of one's own, or make it current for a scope
+// with ddp::StreamGuard.
 //
 // Where each part is documented (every header opens with what it is for; each call says what it does, what it
 // throws and on which stream it runs):
@@ -33,7 +38,8 @@
 //                                        ReplayBuffer (samples streamed in)
 //   runtime/training/training_checkpoint.h  saving and restoring model, optimizer and where the run stands
 //   runtime/io/*.h                       checkpoint files, metrics (JSON lines), Chrome traces
-//   runtime/core/*.h                     errors, DType, Device, Stream/Event, Activation, MathMode, CudaGraph
+//   runtime/core/*.h                     errors, DType, Device, Stream/Event, current_stream and StreamGuard,
+//                                        Activation, MathMode, CudaGraph
 //
 // One of World and Session is public: the Session, the program's handle on the job. The World underneath it
 // (MPI, the device binding, the NCCL communicator) is the runtime's own; Session::world() only declares it.

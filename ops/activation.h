@@ -8,9 +8,13 @@
 
 namespace ddp::ops {
 
-Tensor activation(const Tensor& x, Activation act, const Stream& stream);
-inline Tensor relu(const Tensor& x, const Stream& stream) { return activation(x, Activation::kRelu, stream); }
+Tensor activation(const Tensor& x, Activation act, const Stream& stream = current_stream());
+inline Tensor relu(const Tensor& x, const Stream& stream = current_stream()) {
+  return activation(x, Activation::kRelu, stream);
+}
 // Exact (erf) GELU, as torch.nn.GELU().
-inline Tensor gelu(const Tensor& x, const Stream& stream) { return activation(x, Activation::kGelu, stream); }
+inline Tensor gelu(const Tensor& x, const Stream& stream = current_stream()) {
+  return activation(x, Activation::kGelu, stream);
+}
 
 }  // namespace ddp::ops

@@ -74,6 +74,7 @@ void Session::start(const SessionOptions& options) {
   world_->agree(error, "bad stream");
   stream_ = options.cuda_stream != nullptr ? Stream::borrow(device(), static_cast<StreamHandle>(options.cuda_stream))
                                            : Stream::create(device());
+  current_ = std::make_unique<StreamGuard>(stream_);
   if (device().is_cpu()) {
     cpu_threads_ = options.cpu_threads;
     if (cpu_threads_ <= 0) {

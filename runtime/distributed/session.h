@@ -84,8 +84,10 @@ class Session {
   bool is_lead() const { return rank_ == 0; }
   const Device& device() const;
   // The default stream of device(): everything the session builds (DistributedDataParallel, the checkpoint
-  // helpers) runs on it, and a program passes it to every op unless it wants a second stream of its own
-  // (Stream::create(session.device())) ordered with Events. On the CPU it is the calling thread.
+  // helpers) runs on it, and it is the current stream (ddp::current_stream()) of the thread that made the
+  // session while the session lives, so every op, forward, step and zero_grad runs on it unless given a
+  // second stream of one's own (Stream::create(session.device()), ordered with Events; or made current for a
+  // scope with a StreamGuard). On the CPU it is the calling thread.
   const Stream& stream() const { return stream_; }
   Backend backend() const { return backend_; }
   // OpenBLAS threads of this rank (0 when running on a GPU: the session did not set them).
@@ -129,6 +131,7 @@ class Session {
   int rank_ = 0;
   int size_ = 1;
   Stream stream_;
+  std::unique_ptr<StreamGuard> current_;  // stream_ as the constructing thread's current stream
   Backend backend_ = Backend::kMpi;
   bool wants_group_ = true;
   int cpu_threads_ = 0;

@@ -45,7 +45,7 @@ class Optimizer {
   // One update of every parameter from its current gradient: prepare_step, then apply_step. Enqueued on
   // `stream` (the stream backward ran on, or one ordered after it); the host does not wait. Throws
   // InvalidArgument when the parameters were re-laid out after an earlier step (see the top of this file).
-  void step(const Stream& stream) {
+  void step(const Stream& stream = current_stream()) {
     PhaseGuard phase(Phase::kOptimizer);
     prepare_step(stream);
     apply_step(stream);
@@ -66,7 +66,7 @@ class Optimizer {
   // is an error; planning again (after a resume, say) starts a new plan at the current step.
   void plan_steps(const LrSchedule& schedule, std::int64_t count, const Stream& stream);
   bool planned() const { return plan_table_.defined(); }
-  void zero_grad(const Stream& stream) { store_.zero_grad(stream); }
+  void zero_grad(const Stream& stream = current_stream()) { store_.zero_grad(stream); }
 
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
@@ -151,9 +151,9 @@ class Sgd : public Optimizer {
  public:
   // Over `model`'s parameters (flattened here when the model is not yet) or a store; the state is allocated
   // on `stream`. InvalidArgument for negative hyperparameters or Nesterov without momentum.
-  Sgd(Module& model, const SgdOptions& options, const Stream& stream)
+  Sgd(Module& model, const SgdOptions& options, const Stream& stream = current_stream())
       : Sgd(model.flat_parameters(stream), options, stream) {}
-  Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream);
+  Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream = current_stream());
   void prepare_step(const Stream& stream) override;
   void apply_step(const Stream& stream) override;
   std::vector<std::pair<std::string, Tensor>> state() const override;
@@ -185,9 +185,9 @@ class AdamW : public Optimizer {
  public:
   // Over `model`'s parameters (flattened here when the model is not yet) or a store; the state is allocated
   // on `stream`. InvalidArgument for a negative lr or eps, or betas outside [0, 1).
-  AdamW(Module& model, const AdamWOptions& options, const Stream& stream)
+  AdamW(Module& model, const AdamWOptions& options, const Stream& stream = current_stream())
       : AdamW(model.flat_parameters(stream), options, stream) {}
-  AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream);
+  AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream = current_stream());
   void prepare_step(const Stream& stream) override;
   void apply_step(const Stream& stream) override;
   std::vector<std::pair<std::string, Tensor>> state() const override;
