@@ -1,23 +1,33 @@
 // The runtime's public header: include "ddp.h" and link the one public target (Bazel: //:ddp, or @ddp//:ddp
-// from another workspace; CMake: find_package(ddp) and ddp::ddp; pkg-config: ddp). Nothing else is public,
-// and nothing reachable from here includes <mpi.h>, <nccl.h> or a CUDA header (a test checks it).
+// from another workspace; CMake: find_package(ddp) and ddp::ddp; pkg-config: ddp). Nothing else is public.
+// Nothing reachable from here includes <mpi.h>, <nccl.h> or a CUDA header, nor the runtime's internals: the
+// kernel layer (runtime/kernels/, the GEMM options among it), the allocator (runtime/core/allocator.h) and the
+// World under the Session (tests/api/public_header_test.sh checks both). Benchmarks and tests that need them
+// include them by name.
 //
 //   ddp::Session session(&argc, &argv);                       // MPI, rank, GPU, stream, backend, process group
-//   const ddp::Stream& stream = session.stream();
-//   ddp::MLP model({784, 512, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device(), stream);
+//   ddp::MLP model({784, 512, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device());
 //   ddp::DistributedDataParallel ddp_model(model, session);   // flattens, checks, broadcasts rank 0's weights
-//   ddp::AdamW optimizer(model, {.lr = 1e-3}, stream);        // before or after DDP
+//   ddp::AdamW optimizer(model, {.lr = 1e-3});                // before or after DDP
 //   for (...) {
-//     model.zero_grad(stream);
-//     ddp_model.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream));
-//     optimizer.step(stream);
+//     model.zero_grad();
+//     ddp_model.backward(ddp::ops::cross_entropy(model.forward(x), y));
+//     optimizer.step();
 //   }
+//
+// Streams: the calls a training program writes (Tensor's factories and copies, ops, forward, zero_grad, an
+// optimizer's construction and step, to_device, EvaluationShard) take a `const Stream&` last that defaults to
+// ddp::current_stream(), this thread's current stream: the session's stream on the thread that made the session,
+// the CPU stream without one. Pass a stream to run on a second one of one's own, or make it current for a scope
+// with ddp::StreamGuard.
 //
 // Where each part is documented (every header opens with what it is for; each call says what it does, what it
 // throws and on which stream it runs):
-//   runtime/distributed/session.h        Session: set-up, default stream, host collectives (sum, mean, any)
+//   runtime/distributed/session.h        Session: set-up, default stream, host collectives (sum, mean, any);
+//                                        job.h: DeviceRequest, CollectiveError, run_main
 //   runtime/distributed/distributed_data_parallel.h   DistributedDataParallel, DdpOptions, no_sync()
-//   runtime/distributed/process_group.h  collectives and point-to-point send/recv on device buffers
+//   runtime/distributed/process_group.h  collectives and point-to-point send/recv on device buffers (public
+//                                        because Session::group() and DistributedDataParallel hand it out)
 //   runtime/tensor/tensor.h              Tensor: creation, views, copies between devices, item()
 //   ops/*.h                              ops with autograd: linear, activations, add/scale/mul, to_device, losses
 //   runtime/autograd/autograd.h          backward, NoGradGuard, recording ops of one's own
@@ -28,7 +38,11 @@
 //                                        ReplayBuffer (samples streamed in)
 //   runtime/training/training_checkpoint.h  saving and restoring model, optimizer and where the run stands
 //   runtime/io/*.h                       checkpoint files, metrics (JSON lines), Chrome traces
-//   runtime/core/*.h                     errors, Device, Stream/Event, CudaGraph, memory statistics
+//   runtime/core/*.h                     errors, DType, Device, Stream/Event, current_stream and StreamGuard,
+//                                        Activation, MathMode, CudaGraph
+//
+// One of World and Session is public: the Session, the program's handle on the job. The World underneath it
+// (MPI, the device binding, the NCCL communicator) is the runtime's own; Session::world() only declares it.
 //
 // Errors: InvalidArgument for a caller's bad input (the message says what to change), CollectiveError for a
 // failure every rank agreed on, other ddp::Error kinds for library failures. ddp::run_main(body) reports any of
@@ -41,7 +55,6 @@
 #include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/autograd/parameter_store.h"
-#include "runtime/core/allocator.h"
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
@@ -60,11 +73,9 @@
 #include "runtime/distributed/distributed_data_parallel.h"
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/session.h"
-#include "runtime/distributed/world.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/io/metrics.h"
 #include "runtime/io/trace.h"
-#include "runtime/kernels/cuda/gemm_options.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/tensor/tensor.h"

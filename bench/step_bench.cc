@@ -21,9 +21,10 @@
 // two models of the same sizes and seed in this process, one wrapped, one not. step_us is the wrapped one's;
 // the JSON adds the unwrapped median and the median of the paired ratios: DDP's own cost at this world size.
 // Its peak memory counts both models.
-// Written against
-// ddp.h alone, as a user's program; only the GEMM floor (bench/gemm_floor.h) calls the kernel layer, and
-// --recorder-ab the flight recorder's switch.
+// Written against ddp.h, as a user's program, with three internal headers named where they are used: the GEMM
+// floor (bench/gemm_floor.h) and the GEMM options the JSON reports reach into the kernel layer, the allocator's
+// statistics (peak bytes, allocation counts) into runtime/core/allocator.h, and --recorder-ab into the flight
+// recorder's switch.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -38,7 +39,9 @@
 #include "bench/gemm_floor.h"
 #include "bench/timing.h"
 #include "ddp.h"
+#include "runtime/core/allocator.h"  // memory_stats, reset_peak_memory_stats
 #include "runtime/distributed/flight_recorder.h"
+#include "runtime/kernels/cuda/gemm_options.h"  // GemmOptions, reported in the JSON
 
 namespace ddp {
 namespace {

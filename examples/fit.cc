@@ -12,12 +12,12 @@
 int main(int argc, char** argv) {
   return ddp::run_main([&] {
     ddp::install_stop_handlers();                // SIGTERM/SIGINT/SIGUSR1: stop after the same step, checkpoint
-    ddp::Session session(&argc, &argv);          // MPI, rank, GPU, stream, backend
+    ddp::Session session(&argc, &argv);          // MPI, rank, GPU, stream (every call's default), backend
     using namespace ddp::data;
     const char* dir = argc > 3 ? argv[3] : kDefaultFashionMnistDir;
     const Dataset train = load_fashion_mnist(dir, Split::kTrain), test = load_fashion_mnist(dir, Split::kTest);
 
-    ddp::MLP model({784, 512, 512, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device(), session.stream());
+    ddp::MLP model({784, 512, 512, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device());
     ddp::TrainerOptions options{
         .batch_size = 128,
         .epochs = 30,

@@ -6,32 +6,31 @@
 
 int main(int argc, char** argv) {
   return ddp::run_main([&] {                     // an error on any rank ends every rank with one message
-    ddp::Session session(&argc, &argv);          // MPI, rank, GPU, default stream, backend, process group
-    const ddp::Stream& stream = session.stream();
+    ddp::Session session(&argc, &argv);          // MPI, rank, GPU, stream (every call's default), backend
     using namespace ddp::data;
     const Dataset train = load_fashion_mnist(kDefaultFashionMnistDir, Split::kTrain);
     DistributedSampler sampler({.dataset_size = train.size, .num_replicas = session.size(), .rank = session.rank()});
     BatchLoader loader(view(train), sampler, {.batch_size = 64});
-    ddp::MLP model({784, 256, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device(), stream);
+    ddp::MLP model({784, 256, 10}, ddp::Activation::kRelu, /*seed=*/0, session.device());
     ddp::DistributedDataParallel ddp_model(model, session);  // broadcasts rank 0's weights, averages gradients
-    ddp::AdamW optimizer(model, {.lr = 1e-3}, stream);
+    ddp::AdamW optimizer(model, {.lr = 1e-3});
     loader.start_epoch(0);
     for (int step = 1; const Batch* batch = loader.next(); ++step) {
-      auto [x, y] = to_device(*batch, session.device(), stream);
-      model.zero_grad(stream);
-      ddp::Tensor loss = ddp::ops::cross_entropy(model.forward(x, stream), y, stream);
+      auto [x, y] = to_device(*batch, session.device());
+      model.zero_grad();
+      ddp::Tensor loss = ddp::ops::cross_entropy(model.forward(x), y);
       ddp_model.backward(loss);                  // all-reduces gradient buckets while backward runs
-      optimizer.step(stream);
+      optimizer.step();
       if (step % 100 != 0) continue;
-      const double mean_loss = session.mean(loss.item(stream));  // a host collective: every rank calls it
+      const double mean_loss = session.mean(loss.item());  // a host collective: every rank calls it
       if (session.is_lead()) std::printf("step %d loss %.4f\n", step, mean_loss);
     }
     const EvaluationShard test(load_fashion_mnist(kDefaultFashionMnistDir, Split::kTest), session.rank(),
-                               session.size(), session.device(), stream);
+                               session.size(), session.device());
     ddp::autograd::NoGradGuard no_grad;
     double correct = 0;
     for (const DeviceBatch& chunk : test.chunks())
-      correct += ddp::ops::count_correct(model.forward(chunk.features, stream), chunk.labels, stream).item(stream);
+      correct += ddp::ops::count_correct(model.forward(chunk.features), chunk.labels).item();
     const double accuracy = session.sum(correct) / session.sum(test.rows());
     if (session.is_lead()) std::printf("test accuracy %.4f\n", accuracy);
     return accuracy > 0.8 ? 0 : 1;

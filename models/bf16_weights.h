@@ -32,9 +32,9 @@ class Bf16Weights {
  public:
   // Allocates the bf16 copy in `store`'s current layout and fills it. Made for that layout: after a relayout
   // (DistributedDataParallel's, a move) every use throws InvalidArgument saying to make it afterwards.
-  Bf16Weights(const ParameterStore& store, const Stream& stream);
+  Bf16Weights(const ParameterStore& store, const Stream& stream = current_stream());
   // Casts the FP32 parameters into the bf16 copy: one kernel over the flat buffer.
-  void refresh(const Stream& stream);
+  void refresh(const Stream& stream = current_stream());
   // The bf16 copy of parameter `index` (registration order), differentiable: its gradient is cast to float32
   // and written (or accumulated) into the parameter's FP32 gradient. Call it in every forward.
   Tensor weight(std::size_t index) const;
@@ -54,7 +54,7 @@ class Bf16Weights {
 };
 
 // Differentiable float32 <-> bfloat16 cast (a new tensor; the backward casts the gradient back).
-Tensor cast(const Tensor& x, DType dtype, const Stream& stream);
+Tensor cast(const Tensor& x, DType dtype, const Stream& stream = current_stream());
 
 // The forward of `model` (Linear layers with fused activations, as Sequential::forward) on the bf16 copies:
 // `x` float32 is cast to bf16, every GEMM runs in bf16 through ops::linear_mixed (FP32 gradients into the

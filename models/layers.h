@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "models/module.h"
-#include "runtime/kernels/kernels.h"
+#include "runtime/core/activation.h"
+#include "runtime/core/math_mode.h"
 
 namespace ddp {
 
@@ -22,10 +23,10 @@ class Linear : public Module {
  public:
   // torch.nn.Linear's defaults: weight ~ U(−1/√in, 1/√in) (kaiming_uniform with a = √5), bias likewise.
   Linear(std::int64_t in, std::int64_t out, bool bias = true, std::uint64_t seed = 0, std::uint64_t offset = 0,
-         const Device& device = Device::cpu(), const Stream& stream = cpu_stream());
-  Tensor forward(const Tensor& x, const Stream& stream) override;
+         const Device& device = Device::cpu(), const Stream& stream = current_stream());
+  Tensor forward(const Tensor& x, const Stream& stream = current_stream()) override;
   // forward with the activation fused into the GEMM epilogue.
-  Tensor forward_fused(const Tensor& x, Activation act, const Stream& stream);
+  Tensor forward_fused(const Tensor& x, Activation act, const Stream& stream = current_stream());
   std::string type_name() const override { return "Linear"; }
 
   const Tensor& weight() const { return weight_; }  // [out, in]
@@ -48,7 +49,7 @@ class Linear : public Module {
 class ActivationLayer : public Module {
  public:
   explicit ActivationLayer(Activation act) : act_(act) {}
-  Tensor forward(const Tensor& x, const Stream& stream) override;
+  Tensor forward(const Tensor& x, const Stream& stream = current_stream()) override;
   std::string type_name() const override;
   Activation activation() const { return act_; }
 
@@ -62,7 +63,7 @@ class Sequential : public Module {
   // Appends `module` under the next index ("0", "1", ...).
   void add(std::shared_ptr<Module> module);
   // Runs the children in order; a Linear followed by ReLU/GELU runs as one fused linear.
-  Tensor forward(const Tensor& x, const Stream& stream) override;
+  Tensor forward(const Tensor& x, const Stream& stream = current_stream()) override;
   std::string type_name() const override { return "Sequential"; }
   std::size_t size() const { return children().size(); }
   Module& operator[](std::size_t i) const { return *children()[i].second; }
@@ -73,7 +74,7 @@ class Sequential : public Module {
 class MLP : public Sequential {
  public:
   MLP(const std::vector<std::int64_t>& sizes, Activation activation = Activation::kRelu,
-      std::uint64_t seed = 0, const Device& device = Device::cpu(), const Stream& stream = cpu_stream());
+      std::uint64_t seed = 0, const Device& device = Device::cpu(), const Stream& stream = current_stream());
   std::string type_name() const override { return "MLP"; }
   void set_math_mode(MathMode math);
   const std::vector<std::int64_t>& sizes() const { return sizes_; }

@@ -36,7 +36,7 @@ class Module {
   // The module applied to `x`, enqueued on `stream` (a stream of the module's device; on the CPU the work is
   // done on return), recorded for backward when grad mode is on. Shape or type errors are InvalidArgument naming
   // the op and the tensors.
-  virtual Tensor forward(const Tensor& x, const Stream& stream) = 0;
+  virtual Tensor forward(const Tensor& x, const Stream& stream = current_stream()) = 0;
   virtual std::string type_name() const = 0;
 
   // This module's and its children's parameters, depth first in registration order, with dotted names.
@@ -47,7 +47,7 @@ class Module {
   NamedTensors state_dict() const { return named_parameters(); }
   // Copies values in by name on `stream`; every key must exist with the same shape, and none may be missing or
   // extra (InvalidArgument naming the key otherwise).
-  void load_state_dict(const NamedTensors& state, const Stream& stream);
+  void load_state_dict(const NamedTensors& state, const Stream& stream = current_stream());
 
   void train(bool training = true);
   void eval() { train(false); }
@@ -55,7 +55,7 @@ class Module {
 
   // Moves every parameter to `device` (values copied on `stream`). If the parameters are flattened, the store
   // moves there in place with the same layout; gradients are reset. Nothing happens on the device they are on.
-  void to(const Device& device, const Stream& stream);
+  void to(const Device& device, const Stream& stream = current_stream());
   const Device& device() const { return device_; }
 
   // Puts all parameters into one flat buffer (and their gradients into another) on the device that holds them
@@ -63,10 +63,10 @@ class Module {
   // registration order). A module already flattened is re-laid out in place (values and gradients kept).
   ParameterStore& flatten_parameters(const Stream& stream, std::vector<std::size_t> layout = {});
   // The store, made now in registration order if the module is not flattened yet.
-  ParameterStore& flat_parameters(const Stream& stream);
+  ParameterStore& flat_parameters(const Stream& stream = current_stream());
   ParameterStore* parameter_store() const { return store_.get(); }
   // Zeroes every parameter gradient before a backward: one fill of the flat buffer on `stream` when flattened.
-  void zero_grad(const Stream& stream);
+  void zero_grad(const Stream& stream = current_stream());
 
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
 

@@ -2,15 +2,19 @@
 // activation is normally fused into the preceding linear (ops/linear.h); these serve everything else.
 #pragma once
 
-#include "runtime/kernels/kernels.h"
+#include "runtime/core/activation.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp::ops {
 
-Tensor activation(const Tensor& x, Activation act, const Stream& stream);
-inline Tensor relu(const Tensor& x, const Stream& stream) { return activation(x, Activation::kRelu, stream); }
+Tensor activation(const Tensor& x, Activation act, const Stream& stream = current_stream());
+inline Tensor relu(const Tensor& x, const Stream& stream = current_stream()) {
+  return activation(x, Activation::kRelu, stream);
+}
 // Exact (erf) GELU, as torch.nn.GELU().
-inline Tensor gelu(const Tensor& x, const Stream& stream) { return activation(x, Activation::kGelu, stream); }
+inline Tensor gelu(const Tensor& x, const Stream& stream = current_stream()) {
+  return activation(x, Activation::kGelu, stream);
+}
 
 }  // namespace ddp::ops

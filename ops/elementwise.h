@@ -15,17 +15,17 @@
 namespace ddp::ops {
 
 // a + b. Gradient: dy to each input.
-Tensor add(const Tensor& a, const Tensor& b, const Stream& stream);
+Tensor add(const Tensor& a, const Tensor& b, const Stream& stream = current_stream());
 // alpha · x. Gradient: alpha · dy.
-Tensor scale(const Tensor& x, double alpha, const Stream& stream);
+Tensor scale(const Tensor& x, double alpha, const Stream& stream = current_stream());
 // a ⊙ b, elementwise. Gradients: dy ⊙ b and dy ⊙ a.
-Tensor mul(const Tensor& a, const Tensor& b, const Stream& stream);
+Tensor mul(const Tensor& a, const Tensor& b, const Stream& stream = current_stream());
 
 // A copy of `x` (any compute dtype) on `device`: host to device, device to host (into pinned memory, valid once
 // `stream` has synchronised) or between devices, on `stream`, which must be a CUDA stream whenever either side
 // is a GPU (of the GPU side, or of the destination between two GPUs). Differentiable for float32: the gradient
 // is copied back to x's device, which needs backward to run on such a CUDA stream too (InvalidArgument
 // otherwise).
-Tensor to_device(const Tensor& x, const Device& device, const Stream& stream);
+Tensor to_device(const Tensor& x, const Device& device, const Stream& stream = current_stream());
 
 }  // namespace ddp::ops

@@ -6,7 +6,9 @@
 // (ParameterStore), accumulating when already valid.
 #pragma once
 
-#include "runtime/kernels/kernels.h"
+#include "runtime/core/activation.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/math_mode.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 
@@ -16,8 +18,8 @@ namespace ddp::ops {
 // y[batch, out] = act(x[batch, in] · w[out, in]ᵀ + b[out]); `b` may be undefined. float32 or bfloat16 (all
 // three the same). On the GPU the bias and ReLU are fused into the cuBLASLt epilogue; `math` picks FP32 or
 // TF32 for float32 GEMMs there (ignored on the CPU).
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, const Stream& stream,
-              MathMode math = MathMode::kFloat32);
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+              const Stream& stream = current_stream(), MathMode math = MathMode::kFloat32);
 
 // The Linear of mixed-precision training (models/bf16_weights.h): the GEMMs read bfloat16 `x` and `w_bf16`, the
 // bfloat16 copy of the float32 master weight `w`, and accumulate in float32. The weight and bias gradients are

@@ -84,7 +84,7 @@ double scalar_grad_value(const Tensor& output, const Stream& stream);
 
 // ---- Running ----
 // `loss` must be a float32 tensor of one element that some recorded node produced.
-void backward(const Tensor& loss, const Stream& stream);
+void backward(const Tensor& loss, const Stream& stream = current_stream());
 
 // Zeroes leaf gradients lazily: their contents count as zero and the next backward overwrites them.
 void zero_grad(const std::vector<Tensor>& tensors);

@@ -90,7 +90,7 @@ class ParameterStore {
   // True when `parameters` are this store's tensors (by identity), in registration order.
   bool holds(const std::vector<std::pair<std::string, Tensor>>& parameters) const;
   // Zero-fills the flat gradient buffer (one kernel) and marks every gradient "to be overwritten".
-  void zero_grad(const Stream& stream);
+  void zero_grad(const Stream& stream = current_stream());
 
   void add_grad_ready_hook(GradReadyHook hook);
   void clear_grad_ready_hooks();

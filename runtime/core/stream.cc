@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <iterator>
 #include <utility>
+#include <vector>
 
 #include "runtime/core/check.h"
 
@@ -154,6 +156,40 @@ std::shared_ptr<Event> EventPool::acquire() {
     }
     delete e;
   });
+}
+
+// ---- The current stream ----
+
+namespace {
+// This thread's guarded streams, oldest first (StreamGuard).
+std::vector<const Stream*>& guarded_streams() {
+  thread_local std::vector<const Stream*> streams;
+  return streams;
+}
+}  // namespace
+
+const Stream& cpu_stream() {
+  static const Stream* stream = new Stream();
+  return *stream;
+}
+
+const Stream& current_stream() {
+  const std::vector<const Stream*>& streams = guarded_streams();
+  return streams.empty() ? cpu_stream() : *streams.back();
+}
+
+StreamGuard::StreamGuard(const Stream& stream) : stack_(&guarded_streams()), stream_(&stream) {
+  stack_->push_back(stream_);
+}
+
+StreamGuard::~StreamGuard() {
+  // The newest entry of this guard's stream: guards of the same stream are interchangeable.
+  for (auto it = stack_->rbegin(); it != stack_->rend(); ++it) {
+    if (*it == stream_) {
+      stack_->erase(std::next(it).base());
+      return;
+    }
+  }
 }
 
 }  // namespace ddp

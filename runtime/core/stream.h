@@ -107,4 +107,29 @@ class EventPool {
   std::shared_ptr<Free> free_;  // shared with the handed-out events' deleters, so it outlives the pool if need be
 };
 
+// A CPU Stream for code that has no device stream at hand (the calling thread).
+const Stream& cpu_stream();
+
+// This thread's current stream, as PyTorch's: what every public call that takes `const Stream& stream =
+// current_stream()` runs on when the program passes none (ops, a module's forward, an optimizer's step, zero_grad,
+// Tensor's factories and copies). A Session makes its stream current on the thread that constructs it, for as
+// long as it lives, so a program with one session never names a stream; without one (and on any other thread)
+// it is cpu_stream(). Passing a stream explicitly always wins.
+const Stream& current_stream();
+
+// Makes `stream` this thread's current stream while the guard lives (`stream` must outlive it). Guards may end
+// in any order: each takes back its own stream, and the current stream is the one of the newest guard still
+// alive on this thread (cpu_stream() when none is). End it on the thread that made it.
+class StreamGuard {
+ public:
+  explicit StreamGuard(const Stream& stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  std::vector<const Stream*>* stack_;  // this thread's guarded streams, oldest first
+  const Stream* stream_;
+};
+
 }  // namespace ddp

@@ -24,8 +24,8 @@ class EvaluationShard {
  public:
   // Rows rank, rank + ranks, rank + 2·ranks, ... of `data`, copied to `device` on `stream` in chunks of at most
   // `chunk_rows` rows. `data` may go away afterwards. InvalidArgument for an empty data set or a bad rank.
-  EvaluationShard(const Dataset& data, int rank, int ranks, const Device& device, const Stream& stream,
-                  std::int64_t chunk_rows = 1000);
+  EvaluationShard(const Dataset& data, int rank, int ranks, const Device& device,
+                  const Stream& stream = current_stream(), std::int64_t chunk_rows = 1000);
 
   const std::vector<DeviceBatch>& chunks() const { return chunks_; }
   std::int64_t rows() const { return rows_; }  // this rank's samples (0 when ranks outnumber them)

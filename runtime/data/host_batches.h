@@ -23,7 +23,7 @@ class HostBatches final : public BatchSource {
   // `data` must outlive this object; batches of up to `batch_size` rows in `sampler_options`'s order, for
   // `device` (on the CPU: plain copies from the loader's buffers). `stream` orders the pinned buffers' frees.
   HostBatches(DatasetView data, const SamplerOptions& sampler_options, std::int64_t batch_size,
-              const Device& device, const Stream& stream);
+              const Device& device, const Stream& stream = current_stream());
   ~HostBatches() override;
   HostBatches(const HostBatches&) = delete;  // the loader's allocator refers to this object
   HostBatches& operator=(const HostBatches&) = delete;

@@ -64,7 +64,7 @@ struct DeviceBatch {
 //
 //   while (const ddp::data::Batch* batch = loader.next()) {
 //     auto [x, y] = ddp::data::to_device(*batch, session.device(), session.stream());
-DeviceBatch to_device(const Batch& batch, const Device& device, const Stream& stream);
+DeviceBatch to_device(const Batch& batch, const Device& device, const Stream& stream = current_stream());
 
 struct LoaderOptions {
   int64_t batch_size = 0;

@@ -25,7 +25,7 @@ class ResidentDataset final : public BatchSource {
  public:
   // Copies `data` to `device` (in pieces, so the pinned staging stays small). `data` may go away afterwards.
   // With targets (data.target_width > 0), y is float32 [n, target_width] where it is int32 [n] for labels.
-  ResidentDataset(DatasetView data, const Device& device, const Stream& stream);
+  ResidentDataset(DatasetView data, const Device& device, const Stream& stream = current_stream());
 
   // The epoch's order: row numbers of the data set (a sampler's indices()). Throws InvalidArgument naming the
   // first one out of range. Queued on `stream` after the gathers already queued there.

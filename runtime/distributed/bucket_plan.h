@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernels/kernels.h"
 #include "runtime/autograd/parameter_store.h"
+#include "runtime/core/dtype.h"
 
 namespace ddp {
 

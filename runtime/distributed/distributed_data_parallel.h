@@ -34,7 +34,6 @@
 #include "runtime/distributed/process_group.h"
 #include "runtime/distributed/reducer.h"
 #include "runtime/distributed/session.h"
-#include "runtime/distributed/world.h"
 #include "runtime/io/trace.h"
 
 namespace ddp {
@@ -81,7 +80,9 @@ class DistributedDataParallel {
   // the session's stream as the compute stream. Collective: every rank constructs it at the same point. Throws
   // CollectiveError (every rank) when the models differ across ranks.
   DistributedDataParallel(Module& model, Session& session, DdpOptions options = {});
-  // The same over a ParameterStore, a process group and a stream of one's own. `compute` must outlive this.
+  // The same over a ParameterStore, a process group and a stream of one's own, for the runtime's own code and
+  // tests: World is internal (runtime/distributed/world.h; session.world() hands it out). `compute` must outlive
+  // this.
   DistributedDataParallel(ParameterStore& parameters, ProcessGroup& group, const World& world,
                           const Stream& compute, DdpOptions options = {});
   ~DistributedDataParallel();

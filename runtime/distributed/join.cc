@@ -9,6 +9,7 @@
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
 #include "runtime/distributed/distributed_data_parallel.h"
+#include "runtime/distributed/world.h"
 
 namespace ddp {
 namespace {

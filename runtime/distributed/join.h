@@ -21,7 +21,7 @@
 #include <functional>
 #include <string>
 
-#include "runtime/distributed/world.h"
+#include "runtime/distributed/job.h"  // CollectiveError
 
 namespace ddp {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernels/kernels.h"
 #include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 

@@ -10,6 +10,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/settings.h"
+#include "runtime/distributed/world.h"
 #include "runtime/kernels/cpu/threads.h"
 
 namespace ddp {
@@ -45,16 +46,18 @@ WorldOptions world_options(const SessionOptions& options) {
 }  // namespace
 
 Session::Session(int* argc, char*** argv, SessionOptions options)
-    : world_(argc, argv, world_options(options)), wants_group_(options.process_group) {
+    : world_(std::make_unique<World>(argc, argv, world_options(options))), wants_group_(options.process_group) {
   start(options);
 }
 
 Session::Session(ApplicationCommunicator comm, SessionOptions options)
-    : world_(comm, world_options(options)), wants_group_(options.process_group) {
+    : world_(std::make_unique<World>(comm, world_options(options))), wants_group_(options.process_group) {
   start(options);
 }
 
 void Session::start(const SessionOptions& options) {
+  rank_ = world_->rank();
+  size_ = world_->size();
   std::string error;
   const std::optional<Backend> requested = requested_backend(options.backend, &error);
   backend_ = requested.value_or(device().is_cuda() ? Backend::kNccl : Backend::kMpi);
@@ -62,15 +65,16 @@ void Session::start(const SessionOptions& options) {
     error = "the NCCL backend needs CUDA devices, but this rank runs on " + device().str() +
             " (use the MPI backend, --backend mpi, or --device cuda)";
   }
-  world_.agree(error, "bad backend");
+  world_->agree(error, "bad backend");
 
   if (options.cuda_stream != nullptr && !device().is_cuda()) {
     error = "an application's CUDA stream was given, but this rank runs on " + device().str() +
             ": pass no stream on the CPU";
   }
-  world_.agree(error, "bad stream");
+  world_->agree(error, "bad stream");
   stream_ = options.cuda_stream != nullptr ? Stream::borrow(device(), static_cast<StreamHandle>(options.cuda_stream))
                                            : Stream::create(device());
+  current_ = std::make_unique<StreamGuard>(stream_);
   if (device().is_cpu()) {
     cpu_threads_ = options.cpu_threads;
     // A thread count the environment gives OpenBLAS (or OpenMP) is the user's choice and wins over the default.
@@ -92,13 +96,33 @@ ProcessGroup& Session::group() {
   if (group_ == nullptr) {
     DDP_CHECK(wants_group_, "this Session was made with SessionOptions::process_group = false, so it has no "
                             "process group: leave the option at true to communicate gradients");
-    group_ = make_process_group(world_, device(), backend_);
+    group_ = make_process_group(*world_, device(), backend_);
   }
   return *group_;
 }
 
+int Session::local_rank() const { return world_->local_rank(); }
+int Session::local_size() const { return world_->local_size(); }
+const Device& Session::device() const { return world_->device(); }
+double Session::sum(double value) const { return world_->sum(value); }
+double Session::max(double value) const { return world_->max(value); }
+bool Session::any(bool flag) const { return world_->any(flag); }
+void Session::agree(const std::string& local_error, const std::string& what) const {
+  world_->agree(local_error, what);
+}
+void Session::agree_same(const std::vector<std::pair<std::string, std::string>>& settings,
+                         const std::string& what) const {
+  world_->agree_same(settings, what);
+}
+
+bool Session::stop_requested() const {
+  const bool any = world_->any(ddp::stop_requested());
+  if (any) ddp::note_stopping();
+  return any;
+}
+
 std::vector<double> Session::sum(std::vector<double> values) const {
-  world_.sum_in_place(values.data(), static_cast<int>(values.size()));
+  world_->sum_in_place(values.data(), static_cast<int>(values.size()));
   return values;
 }
 

@@ -28,10 +28,12 @@
 #include "runtime/core/device.h"
 #include "runtime/core/stop_request.h"
 #include "runtime/core/stream.h"
+#include "runtime/distributed/job.h"
 #include "runtime/distributed/process_group.h"
-#include "runtime/distributed/world.h"
 
 namespace ddp {
+
+class World;  // the bootstrap underneath (runtime/distributed/world.h, internal)
 
 struct SessionOptions {
   // Where the ranks run: kAuto takes the GPUs when every rank has one, else the CPU; kCuda refuses to start
@@ -75,16 +77,18 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  int rank() const { return world_.rank(); }
-  int size() const { return world_.size(); }
-  int local_rank() const { return world_.local_rank(); }  // rank among the ranks of this node
-  int local_size() const { return world_.local_size(); }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const;  // rank among the ranks of this node
+  int local_size() const;
   // Rank 0: the one that prints and writes files, by convention.
-  bool is_lead() const { return world_.rank() == 0; }
-  const Device& device() const { return world_.device(); }
+  bool is_lead() const { return rank_ == 0; }
+  const Device& device() const;
   // The default stream of device(): everything the session builds (DistributedDataParallel, the checkpoint
-  // helpers) runs on it, and a program passes it to every op unless it wants a second stream of its own
-  // (Stream::create(session.device())) ordered with Events. On the CPU it is the calling thread.
+  // helpers) runs on it, and it is the current stream (ddp::current_stream()) of the thread that made the
+  // session while the session lives, so every op, forward, step and zero_grad runs on it unless given a
+  // second stream of one's own (Stream::create(session.device()), ordered with Events; or made current for a
+  // scope with a StreamGuard). On the CPU it is the calling thread.
   const Stream& stream() const { return stream_; }
   Backend backend() const { return backend_; }
   // OpenBLAS threads of this rank (0 when running on a GPU: the session did not set them).
@@ -93,44 +97,42 @@ class Session {
   // The process group of device() with backend(), made on the first call (collective: every rank must make
   // that first call). Throws InvalidArgument when the session was made with process_group = false.
   ProcessGroup& group();
-  // The bootstrap underneath, for what the session does not wrap (abort, the NCCL communicator).
-  World& world() { return world_; }
-  const World& world() const { return world_; }
+  // The bootstrap underneath, for the runtime's own code and tests (abort, the NCCL communicator): World is
+  // internal, complete only with runtime/distributed/world.h, which ddp.h does not reach.
+  World& world() { return *world_; }
+  const World& world() const { return *world_; }
 
   // ---- Host collectives (blocking, every rank in the same order) ----
-  double sum(double value) const { return world_.sum(value); }
-  double max(double value) const { return world_.max(value); }
-  double mean(double value) const { return world_.sum(value) / world_.size(); }
+  double sum(double value) const;
+  double max(double value) const;
+  double mean(double value) const { return sum(value) / size_; }
   // True on every rank when `flag` is true on any rank.
-  bool any(bool flag) const { return world_.any(flag); }
+  bool any(bool flag) const;
   // Elementwise sums of every rank's `values` (all ranks pass the same count), in one collective.
   std::vector<double> sum(std::vector<double> values) const;
   // Every rank passes its own error ("" when fine); if any rank failed, every rank throws one CollectiveError
   // whose message is `what` followed by each failing rank's error ("ranks 0,2: ..."). run_main prints it once.
-  void agree(const std::string& local_error, const std::string& what) const { world_.agree(local_error, what); }
+  void agree(const std::string& local_error, const std::string& what) const;
   // Every rank passes its values of the same named settings (flags, a recipe); any that differ across ranks
   // end every rank with one message naming the setting and the ranks (World::agree_same). Call it right after
   // parsing the flags: a learning rate that differs on one rank trains silently wrong, an epoch count that
   // differs ends in a hang or a truncated message later.
-  void agree_same(const std::vector<std::pair<std::string, std::string>>& settings, const std::string& what) const {
-    world_.agree_same(settings, what);
-  }
+  void agree_same(const std::vector<std::pair<std::string, std::string>>& settings, const std::string& what) const;
   // A graceful stop (runtime/core/stop_request.h: SIGTERM, SIGINT or SIGUSR1 once the program has called
   // ddp::install_stop_handlers(), or ddp::request_stop()): true on every rank once any rank was asked. Checked
   // at the same point of every rank's loop (after a step), so that all ranks stop after the same step.
   // Once true, this rank is noted as stopping (ddp::note_stopping), so that an error on the way (a checkpoint
   // that cannot be written) ends it with ddp::kStopFailedExitStatus, which ddprun never restarts.
-  bool stop_requested() const {
-    const bool any = world_.any(ddp::stop_requested());
-    if (any) ddp::note_stopping();
-    return any;
-  }
+  bool stop_requested() const;
 
  private:
   void start(const SessionOptions& options);
 
-  World world_;
+  std::unique_ptr<World> world_;
+  int rank_ = 0;
+  int size_ = 1;
   Stream stream_;
+  std::unique_ptr<StreamGuard> current_;  // stream_ as the constructing thread's current stream
   Backend backend_ = Backend::kMpi;
   bool wants_group_ = true;
   int cpu_threads_ = 0;

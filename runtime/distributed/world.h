@@ -15,9 +15,11 @@
 // that none of the runtime's messages can match the application's, and every rank of that communicator (and only
 // those) must make it. See docs/embedding.md.
 //
-// MPI stays out of this header (it is part of the public one): the communicator lives in a WorldMpi that only
-// the runtime's own code sees, through runtime/distributed/world_mpi.h; an application's communicator comes in
-// as its Fortran handle (ddp_mpi.h converts an MPI_Comm).
+// Internal to the runtime: a program sees the Session (session.h), which owns the World, and the job's public
+// names (job.h: DeviceRequest, CollectiveError, ApplicationCommunicator, run_main). MPI stays out of this header
+// too: the communicator lives in a WorldMpi that only the runtime's own code sees, through
+// runtime/distributed/world_mpi.h; an application's communicator comes in as its Fortran handle (ddp_mpi.h
+// converts an MPI_Comm).
 #pragma once
 
 #include <cstdint>
@@ -30,17 +32,13 @@
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
+#include "runtime/distributed/job.h"
 
 namespace ddp {
 
 class NcclCommunicator;
 class SideChannel;
 struct WorldMpi;
-
-enum class DeviceRequest { kAuto, kCpu, kCuda };
-
-// Parses "auto" | "cpu" | "cuda"; throws InvalidArgument naming the choices otherwise.
-DeviceRequest parse_device_request(const std::string& text);
 
 struct WorldOptions {
   DeviceRequest device = DeviceRequest::kAuto;
@@ -60,27 +58,6 @@ struct WorldStartup {
   double device_s = 0;  // waiting for the CUDA driver and this rank's device (begun before MPI_Init, see World)
   double nccl_s = 0;    // the NCCL communicator (unique ID broadcast and ncclCommInitRank)
 };
-
-// An error every rank raised together (the ranks agreed on it): it is reported once, by rank 0.
-class CollectiveError : public Error {
- public:
-  CollectiveError(const std::string& message, int rank) : Error(message), rank_(rank) {}
-  int rank() const { return rank_; }  // the rank that raised this copy
-
- private:
-  int rank_;
-};
-
-// An application's MPI communicator, carried as its Fortran handle (MPI_Comm_c2f) so that no public header
-// needs <mpi.h>. Make one with ddp::communicator(MPI_Comm) from ddp_mpi.h, or from Fortran's integer handle.
-struct ApplicationCommunicator {
-  std::int64_t fortran_handle = -1;
-};
-
-// The MPI thread level the runtime needs when an application started MPI itself: MPI_THREAD_MULTIPLE, since the
-// runtime's communication thread calls MPI while the application's threads may call it too. Returns "" when the
-// running MPI provides it, else what to change (names the level provided and the call to make).
-std::string mpi_thread_level_problem();
 
 class World {
  public:
@@ -157,10 +134,5 @@ class World {
   WorldStartup startup_;
   std::unique_ptr<SideChannel> side_channel_;
 };
-
-// Runs `body`; an exception that escapes it is printed with the rank and ends the job on every rank
-// (MPI_Abort), unless all ranks raised it together, in which case rank 0 prints it and exits with 1, the others
-// with 0 once it has printed (so that mpirun, which ends the job at the first non-zero status, relays it whole).
-int run_main(const std::function<int()>& body);
 
 }  // namespace ddp

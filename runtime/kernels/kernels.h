@@ -14,25 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/core/activation.h"  // Activation (public; the kernels take it)
 #include "runtime/core/dtype.h"
+#include "runtime/core/math_mode.h"   // MathMode (public; likewise)
 #include "runtime/core/stream.h"  // StreamHandle
-
-namespace ddp {
-
-// The activation a layer applies (fused into its GEMM where it follows one). GELU is the exact (erf) form, as
-// torch.nn.GELU() by default. Public concepts, so they live in namespace ddp; the kernels use the same types.
-// kTanh and kSigmoid run as standalone activations only (activation_forward/backward): the linear kernels'
-// fused epilogues take kNone, kRelu and kGelu (fused_activation says which).
-enum class Activation : std::uint8_t { kNone, kRelu, kGelu, kTanh, kSigmoid };
-constexpr bool fused_activation(Activation act) {
-  return act == Activation::kNone || act == Activation::kRelu || act == Activation::kGelu;
-}
-
-// Matmul precision for float32 inputs on the GPU: exact FP32, or TF32 tensor cores. bf16 inputs always
-// accumulate in FP32. Ignored on the CPU.
-enum class MathMode : std::uint8_t { kFloat32, kTF32 };
-
-}  // namespace ddp
 
 namespace ddp::kernels {
 

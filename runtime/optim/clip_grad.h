@@ -21,6 +21,6 @@ namespace ddp {
 // backward wrote them) count as zero and are left alone. Reads the norm back to the host, so it waits for
 // `stream`. A norm that is not finite (NaN or infinite gradients) is returned with the gradients untouched,
 // so that the caller can skip the step (PyTorch would scale them by NaN).
-double clip_grad_norm(ParameterStore& store, double max_norm, const Stream& stream);
+double clip_grad_norm(ParameterStore& store, double max_norm, const Stream& stream = current_stream());
 
 }  // namespace ddp

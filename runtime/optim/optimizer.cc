@@ -156,42 +156,65 @@ void Optimizer::update_behind_gate(GradientGate& gate, const Stream& stream,
   }
 }
 
-kernels::SgdParams Sgd::params_of_step(std::int64_t steps, double lr) const {
+namespace {
+
+// The kernel's parameters of the step after `steps` steps (0-based) at learning rate `lr`.
+kernels::SgdParams sgd_params(const SgdOptions& options, std::int64_t steps, double lr) {
   kernels::SgdParams p{};
   p.lr = lr;
-  p.momentum = options_.momentum;
-  p.dampening = options_.dampening;
-  p.weight_decay = options_.weight_decay;
-  p.nesterov = options_.nesterov;
+  p.momentum = options.momentum;
+  p.dampening = options.dampening;
+  p.weight_decay = options.weight_decay;
+  p.nesterov = options.nesterov;
   p.first_step = steps == 0;
   return p;
 }
 
+kernels::AdamWParams adamw_params(const AdamWOptions& options, std::int64_t steps, double lr) {
+  kernels::AdamWParams p{};
+  p.lr = lr;
+  p.beta1 = options.beta1;
+  p.beta2 = options.beta2;
+  p.eps = options.eps;
+  p.weight_decay = options.weight_decay;
+  p.step = steps + 1;
+  return p;
+}
+
+}  // namespace
+
+std::size_t Sgd::scalars_bytes() const { return sizeof(kernels::SgdScalars); }
+
 void Sgd::scalars_of_step(std::int64_t steps, double lr, void* out) const {
-  const kernels::SgdScalars s = kernels::sgd_scalars(params_of_step(steps, lr));
+  const kernels::SgdScalars s = kernels::sgd_scalars(sgd_params(options_, steps, lr));
   std::memcpy(out, &s, sizeof s);
 }
 
 void Sgd::prepare_step(const Stream& stream) {
   follow_store_layout(stream);
-  prepared_ = params_of_step(steps_, lr_);
-  prepared_.device_scalars = device_scalars_as<kernels::SgdScalars>();
-  if (prepared_.device_scalars != nullptr && !step_is_planned()) {
-    DDP_DISPATCH(store_.device(), write_sgd_scalars, prepared_, device_scalars_as<kernels::SgdScalars>(),
-                 stream.handle());
+  prepared_steps_ = steps_;
+  prepared_lr_ = lr_;
+  auto* device_scalars = device_scalars_as<kernels::SgdScalars>();
+  prepared_device_scalars_ = device_scalars;
+  if (device_scalars != nullptr && !step_is_planned()) {
+    kernels::SgdParams p = sgd_params(options_, prepared_steps_, prepared_lr_);
+    p.device_scalars = device_scalars;
+    DDP_DISPATCH(store_.device(), write_sgd_scalars, p, device_scalars, stream.handle());
   }
   ++steps_;
 }
 
 void Sgd::apply_step(const Stream& stream) {
   if (planned()) take_planned_scalars(stream);
+  kernels::SgdParams prepared = sgd_params(options_, prepared_steps_, prepared_lr_);
+  prepared.device_scalars = static_cast<const kernels::SgdScalars*>(prepared_device_scalars_);
   float* params = store_.flat_params().data<float>();
   float* grads = store_.flat_grads().data<float>();
   float* momentum = momentum_.defined() ? momentum_.data<float>() : nullptr;
   auto* copy = static_cast<std::uint16_t*>(bf16_copy_data());
   update_spans(stream, [&](const FlatSpan& s, std::int64_t state_offset) {
     DDP_DISPATCH(store_.device(), sgd_step, params + s.offset, grads + s.offset,
-                 momentum != nullptr ? momentum + state_offset : nullptr, s.count, prepared_,
+                 momentum != nullptr ? momentum + state_offset : nullptr, s.count, prepared,
                  copy != nullptr ? copy + s.offset : nullptr, stream.handle());
   });
 }
@@ -217,35 +240,31 @@ void AdamW::make_state(const Stream& stream) {
   exp_avg_sq_ = Tensor::zeros({state_numel()}, DType::kFloat32, store_.device(), stream);
 }
 
-kernels::AdamWParams AdamW::params_of_step(std::int64_t steps, double lr) const {
-  kernels::AdamWParams p{};
-  p.lr = lr;
-  p.beta1 = options_.beta1;
-  p.beta2 = options_.beta2;
-  p.eps = options_.eps;
-  p.weight_decay = options_.weight_decay;
-  p.step = steps + 1;
-  return p;
-}
+std::size_t AdamW::scalars_bytes() const { return sizeof(kernels::AdamWScalars); }
 
 void AdamW::scalars_of_step(std::int64_t steps, double lr, void* out) const {
-  const kernels::AdamWScalars s = kernels::adamw_scalars(params_of_step(steps, lr));
+  const kernels::AdamWScalars s = kernels::adamw_scalars(adamw_params(options_, steps, lr));
   std::memcpy(out, &s, sizeof s);
 }
 
 void AdamW::prepare_step(const Stream& stream) {
   follow_store_layout(stream);
-  prepared_ = params_of_step(steps_, lr_);
-  prepared_.device_scalars = device_scalars_as<kernels::AdamWScalars>();
-  if (prepared_.device_scalars != nullptr && !step_is_planned()) {
-    DDP_DISPATCH(store_.device(), write_adamw_scalars, prepared_, device_scalars_as<kernels::AdamWScalars>(),
-                 stream.handle());
+  prepared_steps_ = steps_;
+  prepared_lr_ = lr_;
+  auto* device_scalars = device_scalars_as<kernels::AdamWScalars>();
+  prepared_device_scalars_ = device_scalars;
+  if (device_scalars != nullptr && !step_is_planned()) {
+    kernels::AdamWParams p = adamw_params(options_, prepared_steps_, prepared_lr_);
+    p.device_scalars = device_scalars;
+    DDP_DISPATCH(store_.device(), write_adamw_scalars, p, device_scalars, stream.handle());
   }
   ++steps_;
 }
 
 void AdamW::apply_step(const Stream& stream) {
   if (planned()) take_planned_scalars(stream);
+  kernels::AdamWParams prepared = adamw_params(options_, prepared_steps_, prepared_lr_);
+  prepared.device_scalars = static_cast<const kernels::AdamWScalars*>(prepared_device_scalars_);
   float* params = store_.flat_params().data<float>();
   float* grads = store_.flat_grads().data<float>();
   float* m = exp_avg_.data<float>();
@@ -253,7 +272,7 @@ void AdamW::apply_step(const Stream& stream) {
   auto* copy = static_cast<std::uint16_t*>(bf16_copy_data());
   update_spans(stream, [&](const FlatSpan& s, std::int64_t state_offset) {
     DDP_DISPATCH(store_.device(), adamw_step, params + s.offset, grads + s.offset, m + state_offset,
-                 v + state_offset, s.count, prepared_, copy != nullptr ? copy + s.offset : nullptr, stream.handle());
+                 v + state_offset, s.count, prepared, copy != nullptr ? copy + s.offset : nullptr, stream.handle());
   });
 }
 

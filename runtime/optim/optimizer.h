@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "models/module.h"
-#include "runtime/kernels/kernels.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/phase.h"
 #include "runtime/autograd/update_shard.h"
@@ -46,7 +45,7 @@ class Optimizer {
   // One update of every parameter from its current gradient: prepare_step, then apply_step. Enqueued on
   // `stream` (the stream backward ran on, or one ordered after it); the host does not wait. Throws
   // InvalidArgument when the parameters were re-laid out after an earlier step (see the top of this file).
-  void step(const Stream& stream) {
+  void step(const Stream& stream = current_stream()) {
     PhaseGuard phase(Phase::kOptimizer);
     prepare_step(stream);
     apply_step(stream);
@@ -67,7 +66,7 @@ class Optimizer {
   // is an error; planning again (after a resume, say) starts a new plan at the current step.
   void plan_steps(const LrSchedule& schedule, std::int64_t count, const Stream& stream);
   bool planned() const { return plan_table_.defined(); }
-  void zero_grad(const Stream& stream) { store_.zero_grad(stream); }
+  void zero_grad(const Stream& stream = current_stream()) { store_.zero_grad(stream); }
 
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
@@ -152,9 +151,9 @@ class Sgd : public Optimizer {
  public:
   // Over `model`'s parameters (flattened here when the model is not yet) or a store; the state is allocated
   // on `stream`. InvalidArgument for negative hyperparameters or Nesterov without momentum.
-  Sgd(Module& model, const SgdOptions& options, const Stream& stream)
+  Sgd(Module& model, const SgdOptions& options, const Stream& stream = current_stream())
       : Sgd(model.flat_parameters(stream), options, stream) {}
-  Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream);
+  Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream = current_stream());
   void prepare_step(const Stream& stream) override;
   void apply_step(const Stream& stream) override;
   std::vector<std::pair<std::string, Tensor>> state() const override;
@@ -162,12 +161,15 @@ class Sgd : public Optimizer {
 
  private:
   void make_state(const Stream& stream) override;
-  kernels::SgdParams params_of_step(std::int64_t steps, double lr) const;
-  std::size_t scalars_bytes() const override { return sizeof(kernels::SgdScalars); }
+  std::size_t scalars_bytes() const override;
   void scalars_of_step(std::int64_t steps, double lr, void* out) const override;
   SgdOptions options_;
   Tensor momentum_;  // [state_numel()] or undefined without momentum
-  kernels::SgdParams prepared_{};
+  // The step prepare_step prepared (steps before it, its learning rate, whether its scalars are in device
+  // memory), for apply_step's kernel.
+  std::int64_t prepared_steps_ = 0;
+  double prepared_lr_ = 0.0;
+  void* prepared_device_scalars_ = nullptr;
 };
 
 struct AdamWOptions {
@@ -183,9 +185,9 @@ class AdamW : public Optimizer {
  public:
   // Over `model`'s parameters (flattened here when the model is not yet) or a store; the state is allocated
   // on `stream`. InvalidArgument for a negative lr or eps, or betas outside [0, 1).
-  AdamW(Module& model, const AdamWOptions& options, const Stream& stream)
+  AdamW(Module& model, const AdamWOptions& options, const Stream& stream = current_stream())
       : AdamW(model.flat_parameters(stream), options, stream) {}
-  AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream);
+  AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream = current_stream());
   void prepare_step(const Stream& stream) override;
   void apply_step(const Stream& stream) override;
   std::vector<std::pair<std::string, Tensor>> state() const override;
@@ -193,12 +195,13 @@ class AdamW : public Optimizer {
 
  private:
   void make_state(const Stream& stream) override;
-  kernels::AdamWParams params_of_step(std::int64_t steps, double lr) const;
-  std::size_t scalars_bytes() const override { return sizeof(kernels::AdamWScalars); }
+  std::size_t scalars_bytes() const override;
   void scalars_of_step(std::int64_t steps, double lr, void* out) const override;
   AdamWOptions options_;
   Tensor exp_avg_, exp_avg_sq_;
-  kernels::AdamWParams prepared_{};
+  std::int64_t prepared_steps_ = 0;  // as Sgd's
+  double prepared_lr_ = 0.0;
+  void* prepared_device_scalars_ = nullptr;
 };
 
 // ---- Learning-rate schedules: lr as a function of the 0-based step about to be taken ----

@@ -460,9 +460,4 @@ void Tensor::register_grad_ready_hook(std::function<void()> hook) {
   autograd_meta().grad_ready_hooks.push_back(std::move(hook));
 }
 
-const Stream& cpu_stream() {
-  static const Stream* stream = new Stream();
-  return *stream;
-}
-
 }  // namespace ddp

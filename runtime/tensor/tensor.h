@@ -9,8 +9,9 @@
 // A Tensor handle points at a shared TensorImpl: copying a Tensor aliases it (as a Python reference does), and
 // set_data() re-points every handle at once, which is how a Module's parameters move into a flat buffer.
 //
-// Work on device tensors is enqueued on the Stream passed in and is complete only when that stream is; the CPU
-// stream is the calling thread.
+// Work on device tensors is enqueued on the Stream passed in (by default this thread's current stream, the
+// session's: runtime/core/stream.h) and is complete only when that stream is; the CPU stream is the calling
+// thread.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernels/kernels.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/stream.h"
@@ -89,24 +89,25 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // ---- Creation ----
-  static Tensor empty(const Shape& shape, DType dtype, const Device& device, const Stream& stream);
-  static Tensor zeros(const Shape& shape, DType dtype, const Device& device, const Stream& stream);
-  static Tensor full(const Shape& shape, double value, DType dtype, const Device& device, const Stream& stream);
+  static Tensor empty(const Shape& shape, DType dtype, const Device& device, const Stream& stream = current_stream());
+  static Tensor zeros(const Shape& shape, DType dtype, const Device& device, const Stream& stream = current_stream());
+  static Tensor full(const Shape& shape, double value, DType dtype, const Device& device,
+                     const Stream& stream = current_stream());
   // Seeded random float32 (or bfloat16, rounded from float32) tensors, the same values on every device:
   // element i is drawn from counter (seed, offset + i).
   static Tensor uniform(const Shape& shape, float low, float high, std::uint64_t seed, std::uint64_t offset,
-                        const Device& device, const Stream& stream, DType dtype = DType::kFloat32);
+                        const Device& device, const Stream& stream = current_stream(), DType dtype = DType::kFloat32);
   static Tensor normal(const Shape& shape, float mean, float stddev, std::uint64_t seed, std::uint64_t offset,
-                       const Device& device, const Stream& stream, DType dtype = DType::kFloat32);
+                       const Device& device, const Stream& stream = current_stream(), DType dtype = DType::kFloat32);
   // From host values (copied before returning; the device copy is enqueued on `stream`).
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape, const Device& device,
-                            const Stream& stream);
+                            const Stream& stream = current_stream());
   static Tensor from_int32(const std::vector<std::int32_t>& values, const Shape& shape, const Device& device,
-                            const Stream& stream);
+                            const Stream& stream = current_stream());
   // From `shape`'s number of `dtype` elements at `data` in host memory, which may be reused as soon as this
   // returns (a GPU copy goes through pinned staging and is enqueued on `stream`).
   static Tensor from_host(const void* data, const Shape& shape, DType dtype, const Device& device,
-                          const Stream& stream);
+                          const Stream& stream = current_stream());
 
   // A tensor over `shape`'s number of `dtype` elements at `data`, memory the caller owns on `device` (host memory
   // for the CPU, device memory of that GPU), without a copy: ops read it, and write it where they write their
@@ -141,27 +142,29 @@ class Tensor {
   // ---- Copies and fills (asynchronous on `stream` for device tensors) ----
   // A new tensor on `device`. Host -> device goes through pinned staging (or directly from pinned memory);
   // device -> host lands in pinned memory and is valid after `stream` synchronises.
-  Tensor copy_to(const Device& device, const Stream& stream) const;
+  Tensor copy_to(const Device& device, const Stream& stream = current_stream()) const;
   // Copies `src` (same shape numel and dtype, any device) into this tensor's memory. Into pageable host memory
   // from a device it synchronises `stream` (the bytes must be in place on return).
-  void copy_from(const Tensor& src, const Stream& stream);
-  Tensor clone(const Stream& stream) const { return copy_to(device(), stream); }
+  void copy_from(const Tensor& src, const Stream& stream = current_stream());
+  Tensor clone(const Stream& stream = current_stream()) const { return copy_to(device(), stream); }
   // float32 <-> bfloat16 (round to nearest even), a new tensor on the same device.
-  Tensor to_dtype(DType dtype, const Stream& stream) const;
-  void fill_(double value, const Stream& stream);
-  void zero_(const Stream& stream) { fill_(0.0, stream); }
+  Tensor to_dtype(DType dtype, const Stream& stream = current_stream()) const;
+  void fill_(double value, const Stream& stream = current_stream());
+  void zero_(const Stream& stream = current_stream()) { fill_(0.0, stream); }
   // In place on `stream`, float32: this *= factor, and this += other (same shape and device). Autograd does not
   // see them: they are for buffers (gradients, data, state), not for tensors a recorded op still needs.
-  void scale_(double factor, const Stream& stream);
-  void add_(const Tensor& other, const Stream& stream);
-  void uniform_(float low, float high, std::uint64_t seed, std::uint64_t offset, const Stream& stream);
-  void normal_(float mean, float stddev, std::uint64_t seed, std::uint64_t offset, const Stream& stream);
+  void scale_(double factor, const Stream& stream = current_stream());
+  void add_(const Tensor& other, const Stream& stream = current_stream());
+  void uniform_(float low, float high, std::uint64_t seed, std::uint64_t offset,
+                const Stream& stream = current_stream());
+  void normal_(float mean, float stddev, std::uint64_t seed, std::uint64_t offset,
+               const Stream& stream = current_stream());
   // Host copy of the values; synchronises `stream`. For tests, logging and checkpoints.
   template <typename T>
-  std::vector<T> to_vector(const Stream& stream) const;
+  std::vector<T> to_vector(const Stream& stream = current_stream()) const;
   // The value of a one-element tensor (a loss, a count) as a double, read back to the host: synchronises
   // `stream` when the tensor is on a GPU. InvalidArgument for any other number of elements.
-  double item(const Stream& stream) const;
+  double item(const Stream& stream = current_stream()) const;
   // Marks the memory as used by `stream` (see Storage::record_stream).
   void record_stream(const Stream& stream) const;
 
@@ -186,8 +189,5 @@ class Tensor {
   const TensorImpl& checked() const;
   std::shared_ptr<TensorImpl> impl_;
 };
-
-// A CPU Stream for code that has no device stream at hand (the calling thread).
-const Stream& cpu_stream();
 
 }  // namespace ddp

@@ -24,6 +24,7 @@
 #include "runtime/data/resident_dataset.h"
 #include "runtime/data/sampler.h"
 #include "runtime/distributed/distributed_data_parallel.h"
+#include "runtime/distributed/world.h"
 #include "runtime/io/atomic_file.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/io/metrics.h"

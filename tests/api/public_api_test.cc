@@ -31,6 +31,7 @@ TEST(Session, SetsUpTheDeviceStreamBackendAndHostCollectives) {
   EXPECT_LT(session.rank(), session.size());
   EXPECT_EQ(session.is_lead(), session.rank() == 0);
   EXPECT_EQ(session.stream().device(), session.device());
+  EXPECT_EQ(&ddp::current_stream(), &session.stream());  // what every call's stream defaults to
   if (std::getenv("DDP_BACKEND") == nullptr) {
     EXPECT_EQ(session.backend(), session.device().is_cuda() ? ddp::Backend::kNccl : ddp::Backend::kMpi);
   }
@@ -45,6 +46,20 @@ TEST(Session, SetsUpTheDeviceStreamBackendAndHostCollectives) {
             (std::vector<double>{static_cast<double>(n), n * (n - 1) / 2.0}));
   EXPECT_EQ(session.group().size(), n);
   EXPECT_EQ(&session.group(), &session.group());  // made once
+}
+
+TEST(Session, ItsStreamIsCurrentWhileItLivesAndTheCpuStreamAfter) {
+  {
+    ddp::Session session(nullptr, nullptr);
+    EXPECT_EQ(&ddp::current_stream(), &session.stream());
+    ddp::Stream second = ddp::Stream::create(session.device());
+    {
+      ddp::StreamGuard guard(second);
+      EXPECT_EQ(&ddp::current_stream(), &second);
+    }
+    EXPECT_EQ(&ddp::current_stream(), &session.stream());
+  }
+  EXPECT_EQ(&ddp::current_stream(), &ddp::cpu_stream());
 }
 
 TEST(Session, RefusesAnUnknownBackendOnEveryRank) {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The promise of the public header: a translation unit that includes "ddp.h" compiles with the runtime's own
 # headers alone on its include path (no MPI, NCCL or CUDA directory), and none of <mpi.h>, <nccl.h> or a CUDA
-# or cuBLAS header is among the files it reads, so user code never depends on them through the runtime.
+# or cuBLAS header is among the files it reads, so user code never depends on them through the runtime. Nor
+# does it reach the runtime's internals: the kernel layer (runtime/kernels/, GEMM options included), the
+# allocator (runtime/core/allocator.h) or the World under the Session (runtime/distributed/world.h and the MPI
+# and NCCL wrappers beside it).
 set -uo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 cxx="${CXX:-c++}"
@@ -23,4 +26,6 @@ CC
 files=$("$cxx" -std=c++20 -M -I"$root" "$tu" | tr ' \\' '\n\n' | grep -v '^$')
 forbidden=$(grep -E '(^|/)(mpi|mpi-ext|mpi_portable_platform|nccl|nccl_net)\.h$|/cuda[^/]*\.h$|/cublas|/usr/local/cuda|openmpi' <<<"$files")
 [ -z "$forbidden" ] || fail "ddp.h reaches headers a user must not need: $forbidden"
-echo "public header: compiles alone, reads $(grep -c "^$root" <<<"$files" || true) runtime headers and no MPI/NCCL/CUDA header"
+internal=$(grep -E "^$root/(runtime/kernels/|runtime/core/allocator\.h$|runtime/distributed/(world|world_mpi|nccl_communicator|process_group_[a-z_]+)\.h$)" <<<"$files")
+[ -z "$internal" ] || fail "ddp.h reaches the runtime's internal headers (include them by name where needed): $internal"
+echo "public header: compiles alone, reads $(grep -c "^$root" <<<"$files" || true) runtime headers, no MPI/NCCL/CUDA header and no internal one"

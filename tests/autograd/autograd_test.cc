@@ -31,7 +31,7 @@ Tensor mlp_loss(MLP& model, std::uint64_t seed) {
 }
 
 TEST(Autograd, HooksFireOncePerParameterInOrderOfFinality) {
-  MLP model({6, 8, 5, 3}, kernels::Activation::kRelu, 7);
+  MLP model({6, 8, 5, 3}, Activation::kRelu, 7);
   ParameterStore& store = model.flatten_parameters(S());
   ASSERT_EQ(store.size(), 6u);
   std::vector<std::size_t> order;
@@ -68,8 +68,8 @@ TEST(Autograd, SharedLeafHookFiresAfterItsLastUse) {
     at_hook = w.grad().to_vector<float>(S());
   });
   Tensor x = batch_input(3, 4, 5);
-  Tensor h = ops::linear(x, w, Tensor(), kernels::Activation::kGelu, S());
-  Tensor y = ops::linear(h, w, Tensor(), kernels::Activation::kNone, S());
+  Tensor h = ops::linear(x, w, Tensor(), Activation::kGelu, S());
+  Tensor y = ops::linear(h, w, Tensor(), Activation::kNone, S());
   autograd::backward(ops::mse_loss(y, Tensor::zeros({3, 4}, DType::kFloat32, Device::cpu(), S()), S()), S());
   EXPECT_EQ(fired, 1);
   EXPECT_EQ(at_hook, w.grad().to_vector<float>(S()));  // both uses included
@@ -84,7 +84,7 @@ TEST(Autograd, InterleavedGraphsEachKeepTheirOwnBackward) {
     return w;
   };
   auto loss_of = [](const Tensor& w) {
-    Tensor y = ops::linear(batch_input(5, 4, 2), w, Tensor(), kernels::Activation::kRelu, S());
+    Tensor y = ops::linear(batch_input(5, 4, 2), w, Tensor(), Activation::kRelu, S());
     return ops::mse_loss(y, Tensor::zeros({5, 3}, DType::kFloat32, Device::cpu(), S()), S());
   };
   Tensor alone = make();
@@ -93,8 +93,8 @@ TEST(Autograd, InterleavedGraphsEachKeepTheirOwnBackward) {
 
   Tensor a = make();
   Tensor b = make();
-  Tensor ya = ops::linear(batch_input(5, 4, 2), a, Tensor(), kernels::Activation::kRelu, S());
-  Tensor yb = ops::linear(batch_input(5, 4, 2), b, Tensor(), kernels::Activation::kRelu, S());
+  Tensor ya = ops::linear(batch_input(5, 4, 2), a, Tensor(), Activation::kRelu, S());
+  Tensor yb = ops::linear(batch_input(5, 4, 2), b, Tensor(), Activation::kRelu, S());
   Tensor la = ops::mse_loss(ya, Tensor::zeros({5, 3}, DType::kFloat32, Device::cpu(), S()), S());
   Tensor lb = ops::mse_loss(yb, Tensor::zeros({5, 3}, DType::kFloat32, Device::cpu(), S()), S());
   autograd::backward(la, S());
@@ -105,7 +105,7 @@ TEST(Autograd, InterleavedGraphsEachKeepTheirOwnBackward) {
 }
 
 TEST(Autograd, GradientsAccumulateUntilZeroed) {
-  MLP model({6, 8, 3}, kernels::Activation::kGelu, 11);
+  MLP model({6, 8, 3}, Activation::kGelu, 11);
   ParameterStore& store = model.flatten_parameters(S());
   autograd::backward(mlp_loss(model, 1), S());
   const std::vector<float> g1 = store.flat_grads().to_vector<float>(S());
@@ -119,7 +119,7 @@ TEST(Autograd, GradientsAccumulateUntilZeroed) {
 }
 
 TEST(Autograd, NoGradRecordsNothing) {
-  MLP model({6, 8, 3}, kernels::Activation::kRelu, 1);
+  MLP model({6, 8, 3}, Activation::kRelu, 1);
   {
     autograd::NoGradGuard guard;
     EXPECT_FALSE(autograd::grad_enabled());
@@ -137,13 +137,13 @@ TEST(Autograd, NoGradRecordsNothing) {
 TEST(Autograd, BackwardNeedsAScalar) {
   Tensor w = Tensor::uniform({2, 3}, -1, 1, 1, 0, Device::cpu(), S());
   w.set_requires_grad(true);
-  Tensor y = ops::linear(batch_input(2, 3, 1), w, Tensor(), kernels::Activation::kNone, S());
+  Tensor y = ops::linear(batch_input(2, 3, 1), w, Tensor(), Activation::kNone, S());
   EXPECT_THROW(autograd::backward(y, S()), Error);
   autograd::clear_tape();
 }
 
 TEST(ParameterStore, ViewsAndLayout) {
-  MLP model({6, 8, 3}, kernels::Activation::kRelu, 1);
+  MLP model({6, 8, 3}, Activation::kRelu, 1);
   const NamedTensors before = model.named_parameters();
   std::vector<std::vector<float>> values;
   for (const auto& [n, t] : before) values.push_back(t.to_vector<float>(S()));

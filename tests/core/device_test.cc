@@ -1,7 +1,9 @@
 // Device discovery never throws, and says why when there is no GPU; CPU streams and events behave as
-// synchronous no-ops so the same code serves both devices.
+// synchronous no-ops so the same code serves both devices; the current stream is per thread and follows the
+// guards alive on it.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <thread>
 
 #include "runtime/core/device.h"
@@ -58,6 +60,44 @@ TEST(CpuCompletion, WaitReturnsAfterSignalFromAnotherThread) {
   c.wait();
   t.join();
   EXPECT_TRUE(c.done());
+}
+
+TEST(CurrentStream, IsTheCpuStreamWhenNoGuardIsAlive) {
+  EXPECT_EQ(&current_stream(), &cpu_stream());
+  EXPECT_TRUE(current_stream().device().is_cpu());
+}
+
+TEST(CurrentStream, IsTheNewestGuardsStreamAndComesBackWhenItEnds) {
+  Stream outer_stream, inner_stream;
+  {
+    StreamGuard outer(outer_stream);
+    EXPECT_EQ(&current_stream(), &outer_stream);
+    {
+      StreamGuard inner(inner_stream);
+      EXPECT_EQ(&current_stream(), &inner_stream);
+    }
+    EXPECT_EQ(&current_stream(), &outer_stream);
+  }
+  EXPECT_EQ(&current_stream(), &cpu_stream());
+}
+
+TEST(CurrentStream, GuardsEndingOutOfOrderNeverLeaveAnEndedOneCurrent) {
+  Stream a_stream, b_stream;
+  auto a = std::make_unique<StreamGuard>(a_stream);  // as a Session made first and destroyed first
+  auto b = std::make_unique<StreamGuard>(b_stream);
+  a.reset();
+  EXPECT_EQ(&current_stream(), &b_stream);
+  b.reset();
+  EXPECT_EQ(&current_stream(), &cpu_stream());
+}
+
+TEST(CurrentStream, IsPerThread) {
+  Stream mine;
+  StreamGuard guard(mine);
+  const Stream* other_thread = nullptr;
+  std::thread([&] { other_thread = &current_stream(); }).join();
+  EXPECT_EQ(other_thread, &cpu_stream());
+  EXPECT_EQ(&current_stream(), &mine);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ namespace ddp {
 namespace {
 
 using ddp::testing::test_world;
-using kernels::Activation;
+using ddp::Activation;
 
 const std::vector<std::int64_t> kSizes = {24, 40, 40, 6};
 constexpr std::int64_t kLocalBatch = 8;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ddp.h"
+#include "runtime/distributed/world.h"  // World: this test job bootstraps without a Session
 #include "runtime/training/training_checkpoint.h"
 
 namespace {
@@ -80,7 +81,7 @@ int run(int argc, char** argv) {
   const ddp::Device device = world.device();
   const ddp::Stream stream = device.is_cuda() ? ddp::Stream::create(device) : ddp::Stream();
 
-  ddp::MLP model({kFeatures, 64, 64, 10}, ddp::kernels::Activation::kRelu, /*seed=*/0, device, stream);
+  ddp::MLP model({kFeatures, 64, 64, 10}, ddp::Activation::kRelu, /*seed=*/0, device, stream);
   auto group = ddp::make_process_group(world, device, backend);
   ddp::DdpOptions ddp_options;
   // Four buckets, the plan the hang tests' messages name: [4.bias 4.weight 2.bias] passes the first cap (2.8 KB)

@@ -157,7 +157,7 @@ class JoinTest : public ddp::testing::RankTest {
   }
 
   void train_unevenly(bool divide_by_initial_world_size, DdpOptions ddp_options = {}, double tolerance = 1e-5) {
-    MLP model({kIn, kOut}, kernels::Activation::kRelu, /*seed=*/3 + 100 * rank_, device_, stream_);
+    MLP model({kIn, kOut}, Activation::kRelu, /*seed=*/3 + 100 * rank_, device_, stream_);
     DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_, ddp_options);
     const auto optimizer = sgd(model, kLr, 0);
     Reference reference = reference_from(model);  // rank 0's, after the broadcast
@@ -188,7 +188,7 @@ TEST_F(JoinTest, CompressedGradientsAreAveragedOverTheRanksTraining) {
 }
 
 TEST_F(JoinTest, ThrowOnEarlyTerminationStopsEveryRankAtTheSameStep) {
-  MLP model({kIn, kOut}, kernels::Activation::kRelu, 3, device_, stream_);
+  MLP model({kIn, kOut}, Activation::kRelu, 3, device_, stream_);
   DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_);
   const auto optimizer = sgd(model, kLr, 0);
   Reference reference = reference_from(model);
@@ -224,7 +224,7 @@ TEST_F(JoinTest, ThrowOnEarlyTerminationStopsEveryRankAtTheSameStep) {
 // SGD with momentum: a rank out of data that runs the optimizer step on each zero-gradient step it takes part
 // in keeps the momentum of the others, so the ranks stay identical through later full steps.
 TEST_F(JoinTest, AJoinedStepHookKeepsTheOptimizerStateInStep) {
-  MLP model({kIn, kOut}, kernels::Activation::kRelu, 3, device_, stream_);
+  MLP model({kIn, kOut}, Activation::kRelu, 3, device_, stream_);
   DdpOptions ddp_options;
   ddp_options.first_bucket_cap_mb = 0.00001;  // one bucket per parameter: several all-reduces per step
   DistributedDataParallel ddp(model.flatten_parameters(stream_), *group_, test_world(), stream_, ddp_options);

@@ -38,7 +38,7 @@ namespace ddp {
 namespace {
 
 using ddp::testing::test_world;
-using kernels::Activation;
+using ddp::Activation;
 
 // Layer sizes whose parameter counts share no factor with 3 or 4, in small buckets: several buckets, every one
 // of them padded for the shards.

@@ -30,8 +30,8 @@
 namespace ddp {
 namespace {
 
-using kernels::Activation;
-using kernels::MathMode;
+using ddp::Activation;
+using ddp::MathMode;
 
 struct Bound {
   double atol, rtol;

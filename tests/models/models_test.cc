@@ -17,7 +17,7 @@
 namespace ddp {
 namespace {
 
-using kernels::Activation;
+using ddp::Activation;
 const Stream& S() { return cpu_stream(); }
 
 TEST(Models, StateDictNamesMatchNnSequential) {

@@ -19,7 +19,7 @@
 namespace ddp {
 namespace {
 
-using kernels::Activation;
+using ddp::Activation;
 const Stream& S() { return cpu_stream(); }
 
 Tensor leaf(const Shape& shape, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {

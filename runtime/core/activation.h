@@ -1,0 +1,17 @@
+// The activation a layer applies: a public concept (ddp::MLP, ddp::Linear, ops::linear take one), so it lives
+// in core, below the kernels that implement it, and a user's program reaches it without the kernel layer.
+#pragma once
+
+#include <cstdint>
+
+namespace ddp {
+
+// GELU is the exact (erf) form, as torch.nn.GELU() by default. kTanh and kSigmoid run as standalone
+// activations only: the linear kernels' fused epilogues take kNone, kRelu and kGelu (fused_activation says
+// which).
+enum class Activation : std::uint8_t { kNone, kRelu, kGelu, kTanh, kSigmoid };
+constexpr bool fused_activation(Activation act) {
+  return act == Activation::kNone || act == Activation::kRelu || act == Activation::kGelu;
+}
+
+}  // namespace ddp
