@@ -58,6 +58,7 @@ struct RankState {
   int rank = -1;
   bool answered = false;
   std::string no_answer;  // why it did not, when it did not
+  bool reporting = false;  // it is making the report of a hang (side_channel.h)
   std::string host;
   long long pid = 0;
   std::int64_t step = 0;

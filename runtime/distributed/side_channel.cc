@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -27,9 +29,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long a rank waits for the others' answers when it reports a hang, and for a coordinator's "OK".
+// How long a rank waits for the others' answers when it reports a hang, and for a coordinator's "OK". A
+// coordinator on this machine whose process runs gets the longer wait: a loaded machine can keep its answering
+// thread from running for a second or more, and taking that silence for a stop would make two reports.
 constexpr double kGatherTimeoutS = 2.0;
 constexpr double kAskTimeoutS = 1.0;
+constexpr double kAskRunningTimeoutS = 10.0;
 // How long a rank waits, when a lower rank does not take its request to report, for the launcher to end the job.
 constexpr double kExitedGraceS = 5.0;
 // Collectives still in flight are always sent; this many completed ones before them.
@@ -40,6 +45,9 @@ constexpr int kMaxAddresses = 4;
 // What each rank tells the others at start, exchanged over MPI as bytes.
 struct Endpoint {
   char node[64];
+  char boot_id[40];  // with the PID namespace, whether `pid` names the process in this machine's /proc
+  std::uint64_t pid_namespace;
+  std::int32_t pid;
   std::uint32_t addresses[kMaxAddresses];  // IPv4, network order
   std::uint64_t token;
   std::uint16_t port;  // 0: no listener
@@ -66,6 +74,32 @@ std::string node_name() {
   char host[256] = {0};
   if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
   return host;
+}
+
+// The boot of this machine (/proc/sys/kernel/random/boot_id) and this process's PID namespace: two processes
+// that share both see each other under the same pid in /proc. Empty and 0 where /proc does not tell.
+std::string boot_id() {
+  std::ifstream file("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(file, id);
+  return id;
+}
+
+std::uint64_t pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+// Whether process `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): the state letter of /proc/PID/stat, after the
+// command name in parentheses.
+bool process_stopped(std::int32_t pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(file, stat);
+  const std::size_t name_end = stat.rfind(')');
+  if (name_end == std::string::npos || name_end + 2 >= stat.size()) return false;
+  const char state = stat[name_end + 2];
+  return state == 'T' || state == 't';
 }
 
 // The IPv4 addresses of this node's interfaces that are up, loopback excepted: how ranks elsewhere reach us.
@@ -290,6 +324,7 @@ std::string state_to_json(const RankState& s) {
   j["host"] = s.host;
   j["pid"] = s.pid;
   j["step"] = s.step;
+  j["reporting"] = s.reporting;
   nlohmann::json phases = nlohmann::json::array();
   for (const PhaseState& p : s.phases) phases.push_back({phase_name(p.phase), p.for_s});
   j["phases"] = phases;
@@ -311,6 +346,7 @@ RankState state_from_json(const std::string& text) {
   s.host = j.at("host").get<std::string>();
   s.pid = j.at("pid").get<long long>();
   s.step = j.at("step").get<std::int64_t>();
+  s.reporting = j.value("reporting", false);
   for (const auto& p : j.at("phases")) {
     PhaseState phase;
     if (!parse_phase_name(p.at(0).get<std::string>().c_str(), &phase.phase)) throw std::runtime_error("bad phase");
@@ -376,6 +412,10 @@ std::unique_ptr<SideChannel> SideChannel::start(MPI_Comm comm) {
   Endpoint mine{};
   const std::string node = node_name();
   std::snprintf(mine.node, sizeof mine.node, "%s", node.c_str());
+  const std::string boot = boot_id();
+  std::snprintf(mine.boot_id, sizeof mine.boot_id, "%s", boot.c_str());
+  mine.pid_namespace = pid_namespace();
+  mine.pid = static_cast<std::int32_t>(::getpid());
   // Without the pipe that stops it, the answering thread could not be joined: no listener then.
   if (::pipe2(channel->wake_, O_NONBLOCK | O_CLOEXEC) == 0) {
     channel->listener_ = open_listener(&mine.port);
@@ -396,6 +436,10 @@ std::unique_ptr<SideChannel> SideChannel::start(MPI_Comm comm) {
     Peer peer;
     peer.node.assign(e.node, strnlen(e.node, sizeof e.node));
     peer.port = e.port;
+    if (!boot.empty() && mine.pid_namespace != 0 && std::strncmp(e.boot_id, mine.boot_id, sizeof mine.boot_id) == 0 &&
+        e.pid_namespace == mine.pid_namespace) {
+      peer.pid = e.pid;
+    }
     // Every address is tried at once and the first answer counts (a process that is not this job's side channel
     // never answers: the token), so a name two machines share, or containers of one node, cost nothing.
     if (peer.node == mine.node) peer.addresses = {htonl(INADDR_LOOPBACK)};
@@ -489,24 +533,34 @@ void SideChannel::answer(int connection) {
   timeval send_timeout{1, 0};
   ::setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
   if (request == "STATE " + token) {
-    send_all(connection, state_to_json(local_rank_state(rank_, kCollectivesSent)));
+    RankState state = local_rank_state(rank_, kCollectivesSent);
+    state.reporting = reporting_.load();
+    send_all(connection, state_to_json(state));
   } else if (request.rfind("STALL " + token + " ", 0) == 0) {
     send_all(connection, "OK\n");
     start_report(request.substr(6 + token.size() + 1));
   }
 }
 
+bool SideChannel::stopped(int rank) const { return peers_[rank].pid > 0 && process_stopped(peers_[rank].pid); }
+
 std::vector<RankState> SideChannel::gather_states(double timeout_s) const {
+  std::vector<RankState> states(static_cast<std::size_t>(size()));
   std::vector<Target> targets;
   std::vector<int> ranks;
   for (int r = 0; r < size(); ++r) {
     if (r == rank_) continue;
+    if (stopped(r)) {
+      states[r].rank = r;
+      states[r].no_answer = "its process is stopped: SIGSTOP, Ctrl-Z or a debugger";
+      continue;
+    }
     targets.push_back(Target{peers_[r].addresses, peers_[r].port});
     ranks.push_back(r);
   }
   const std::vector<Answer> answers = ask_all(targets, "STATE " + hex(token_) + "\n", timeout_s);
-  std::vector<RankState> states(static_cast<std::size_t>(size()));
   states[rank_] = local_rank_state(rank_, kCollectivesSent);
+  states[rank_].reporting = reporting_.load();
   for (std::size_t k = 0; k < ranks.size(); ++k) {
     RankState& s = states[ranks[k]];
     if (answers[k].ok) {
@@ -524,10 +578,12 @@ std::vector<RankState> SideChannel::gather_states(double timeout_s) const {
   return states;
 }
 
-SideChannel::Reply SideChannel::ask_to_report(int coordinator, const std::string& what, double timeout_s) const {
+SideChannel::Reply SideChannel::ask_to_report(int coordinator, const std::string& what) const {
+  if (stopped(coordinator)) return Reply::kSilent;
   std::string line = what;
   std::replace(line.begin(), line.end(), '\n', ' ');
   const Peer& peer = peers_[coordinator];
+  const double timeout_s = peer.pid > 0 ? kAskRunningTimeoutS : kAskTimeoutS;
   const std::vector<Answer> answers =
       ask_all({Target{peer.addresses, peer.port}}, "STALL " + hex(token_) + " " + line + "\n", timeout_s);
   if (answers[0].ok && answers[0].reply.rfind("OK", 0) == 0) return Reply::kTakes;
@@ -543,17 +599,26 @@ void SideChannel::start_report(const std::string& what) {
 void SideChannel::report_and_end_job(const std::string& what) {
   if (!reporting_.exchange(true)) write_report_and_abort(what);
   // Another thread of this rank is reporting and will end the job; if it cannot, end it from here.
+  wait_for_report_then_abort(what);
+}
+
+void SideChannel::write_report_and_abort(const std::string& what) const {
+  const std::vector<RankState> states = gather_states(kGatherTimeoutS);
+  // A lower rank that is reporting too (its own deadline passed, or a request this rank's asker gave up on
+  // reached it late) makes the one report; it ends the job.
+  for (int r = 0; r < rank_; ++r) {
+    if (states[r].answered && states[r].reporting) wait_for_report_then_abort(what);
+  }
+  write_all(STDERR_FILENO,
+            "error: " + what + "; the job is ended. Where the ranks are:\n  " + explain_stall(states) + "\n");
+  abort_job();
+}
+
+void SideChannel::wait_for_report_then_abort(const std::string& what) const {
   std::this_thread::sleep_for(std::chrono::duration<double>(kGatherTimeoutS + 10.0));
   std::fprintf(stderr, "rank %d: fatal: %s; the report of where the ranks are did not come; aborting the job\n",
                rank_, what.c_str());
   std::fflush(stderr);
-  abort_job();
-}
-
-void SideChannel::write_report_and_abort(const std::string& what) const {
-  const std::string report = "error: " + what + "; the job is ended. Where the ranks are:\n  " +
-                             explain_stall(gather_states(kGatherTimeoutS)) + "\n";
-  write_all(STDERR_FILENO, report);
   abort_job();
 }
 
@@ -563,7 +628,7 @@ void end_job_after_timeout(int rank, const std::string& what, const std::functio
     bool waited = false;
     for (int coordinator = 0; coordinator < channel->size(); ++coordinator) {
       if (coordinator == channel->rank()) channel->report_and_end_job(what);
-      SideChannel::Reply reply = channel->ask_to_report(coordinator, what, kAskTimeoutS);
+      SideChannel::Reply reply = channel->ask_to_report(coordinator, what);
       if (reply == SideChannel::Reply::kGone && !waited) {
         // A lower rank whose process no longer takes the request (gone, or closing) has most likely just made
         // the report and is ending the job, and the launcher is taking this process down: a second report now
@@ -572,7 +637,7 @@ void end_job_after_timeout(int rank, const std::string& what, const std::functio
         // stopped or stuck (it cannot report either): the next rank is asked at once.
         waited = true;
         std::this_thread::sleep_for(std::chrono::duration<double>(kExitedGraceS));
-        reply = channel->ask_to_report(coordinator, what, kAskTimeoutS);
+        reply = channel->ask_to_report(coordinator, what);
       }
       if (reply == SideChannel::Reply::kTakes) {
         std::this_thread::sleep_for(std::chrono::duration<double>(kGatherTimeoutS + 10.0));

@@ -47,10 +47,11 @@ class SideChannel {
   std::vector<RankState> gather_states(double timeout_s) const;
   // How a rank asked to report answered: it will (kTakes); its process took no connection, or closed it without
   // taking the request (kGone: exiting, most likely after a report of its own); it took the connection and sent
-  // nothing within the timeout (kSilent: stopped, or stuck without its answering thread).
+  // nothing within the timeout (kSilent: stopped, or stuck without its answering thread). A coordinator on this
+  // machine is looked at in /proc first: one that is stopped is silent at once, one that runs gets a long wait.
   enum class Reply { kTakes, kGone, kSilent };
   // Asks `coordinator` to report the hang `what` and end the job.
-  Reply ask_to_report(int coordinator, const std::string& what, double timeout_s) const;
+  Reply ask_to_report(int coordinator, const std::string& what) const;
   // Gathers every rank's state, prints the report of the hang `what`, ends the job. If this rank is already
   // reporting (asked by another), waits for that report to end the job.
   [[noreturn]] void report_and_end_job(const std::string& what);
@@ -60,12 +61,16 @@ class SideChannel {
     std::string node;
     std::uint16_t port = 0;  // 0: it has no listener
     std::vector<std::uint32_t> addresses;  // IPv4, network order; loopback first for a peer on this node
+    std::int32_t pid = 0;  // > 0: a process of this machine's PID namespace, seen in /proc under this pid
   };
   SideChannel() = default;
   void serve();
   void answer(int connection);
   void start_report(const std::string& what);
   [[noreturn]] void write_report_and_abort(const std::string& what) const;
+  [[noreturn]] void wait_for_report_then_abort(const std::string& what) const;
+  // Whether `rank` is a process of this machine that is stopped now.
+  bool stopped(int rank) const;
 
   int rank_ = 0;
   std::uint64_t token_ = 0;

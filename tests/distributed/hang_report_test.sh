@@ -95,6 +95,7 @@ behind_from_agree="last collective #$n \(World::agree of 1 int32, step 2\)"
 bucket3_step3="last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 3\)"
 bucket0="wait in #$n \(MPI_Allreduce of $n float32, bucket 0 of 4, step 3\)"
 sum_step3="wait in #$n \(World::sum of 1 float64, step 3\)"
+stopped="its process is stopped: SIGSTOP, Ctrl-Z or a debugger"
 case "$case_name" in
   data) stall_case 2:data:2 "rank 2 is behind: $behind_from_agree, in data loading for [0-9.]+ s; ranks 0,1,3 $bucket0$" ;;
   forward) stall_case 1:forward:2 "rank 1 is behind: $behind_from_agree, in forward for [0-9.]+ s; ranks 0,2,3 $bucket0$" ;;
@@ -114,12 +115,12 @@ case "$case_name" in
     ;;
   user) stall_case 3:user:3 "rank 3 is behind: $bucket3_step3, in user code for [0-9.]+ s; ranks 0,1,2 $sum_step3$" ;;
   stopped)
-    stall_case 2:data:2:stop "rank 2 did not answer \(no answer within [0-9.]+ s: stopped, or stuck without its answering thread\); ranks 0,1,3 $bucket0$"
+    stall_case 2:data:2:stop "rank 2 did not answer \($stopped\); ranks 0,1,3 $bucket0$"
     ;;
   stopped_rank0)
     # Rank 0, the first asked to make the report, cannot: the next rank makes it at once, not after the grace
     # an exiting rank 0 gets.
-    stall_case 0:data:2:stop "rank 0 did not answer \(no answer within [0-9.]+ s: stopped, or stuck without its answering thread\); ranks 1,2,3 $bucket0$"
+    stall_case 0:data:2:stop "rank 0 did not answer \($stopped\); ranks 1,2,3 $bucket0$"
     ;;
   mismatch)
     DDP_DEBUG=collectives DDP_COLLECTIVE_TIMEOUT_S=60 run "${mpirun[@]}" "$job" "${job_args[@]}" --mismatch 2:3
