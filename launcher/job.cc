@@ -34,10 +34,10 @@ namespace ddp {
 namespace launcher {
 namespace {
 
-// Every signal whose default action would end ddprun and that can be caught. Each one ends the job first,
-// except kDumpSignal.
-constexpr int kStopSignals[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, SIGUSR2,
-                                SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGXFSZ};
+// The signals ddprun catches: every one whose default action would end it and that can be caught (each ends the
+// job first, except kDumpSignal), and SIGTSTP (Ctrl-Z: the job stops with ddprun, suspend_job).
+constexpr int kCaughtSignals[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, SIGUSR2,
+                                SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGXFSZ, SIGTSTP};
 // Passed on to the job instead (mpirun forwards it to every rank's wrapper, the wrapper to its program): each
 // rank prints its flight recorder and goes on.
 constexpr int kDumpSignal = SIGUSR2;
@@ -72,13 +72,13 @@ void hand_to_loop(int sig) {
 }
 
 // The dispositions ddprun was started with, while a CaughtSignals lives (restored in children before exec).
-struct sigaction g_old_actions[std::size(kStopSignals)] {};
+struct sigaction g_old_actions[std::size(kCaughtSignals)] {};
 struct sigaction g_old_pipe_action {};
 bool g_signals_caught = false;
 
 void restore_signal_dispositions() {
   if (!g_signals_caught) return;
-  for (size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &g_old_actions[i], nullptr);
+  for (size_t i = 0; i < std::size(kCaughtSignals); ++i) ::sigaction(kCaughtSignals[i], &g_old_actions[i], nullptr);
   ::sigaction(SIGPIPE, &g_old_pipe_action, nullptr);
 }
 
@@ -115,10 +115,8 @@ std::string executable_of(pid_t pid) {
   return n > 0 ? std::string(path, static_cast<size_t>(n)) : "";
 }
 
-// The rank wrappers on this node among the descendants of `root` (mpirun): /proc's parent links, then each
-// one's command line and program.
-std::vector<pid_t> local_rank_wrappers(pid_t root) {
-  const std::string self = executable_of(::getpid());
+// Each process's parent, from /proc.
+std::map<pid_t, pid_t> parent_links() {
   std::map<pid_t, pid_t> parent_of;
   for (pid_t pid : process_ids()) {
     const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
@@ -128,7 +126,12 @@ std::vector<pid_t> local_rank_wrappers(pid_t root) {
       parent_of[pid] = static_cast<pid_t>(ppid);
     }
   }
-  std::vector<pid_t> wrappers;
+  return parent_of;
+}
+
+// The processes below `root` on this node (its children, theirs, ...).
+std::vector<pid_t> descendants(pid_t root, const std::map<pid_t, pid_t>& parent_of) {
+  std::vector<pid_t> below;
   for (const auto& [pid, ppid] : parent_of) {
     bool below_root = false;
     for (pid_t up = ppid, hops = 0; up > 1 && hops < 64 && !below_root; ++hops) {
@@ -136,7 +139,18 @@ std::vector<pid_t> local_rank_wrappers(pid_t root) {
       const auto it = parent_of.find(up);
       up = it == parent_of.end() ? 0 : it->second;
     }
-    if (!below_root) continue;
+    if (below_root) below.push_back(pid);
+  }
+  return below;
+}
+
+// The rank wrappers on this node among the descendants of `root` (mpirun): /proc's parent links, then each
+// one's command line and program.
+std::vector<pid_t> local_rank_wrappers(pid_t root) {
+  const std::string self = executable_of(::getpid());
+  std::map<pid_t, pid_t> parent_of = parent_links();
+  std::vector<pid_t> wrappers;
+  for (pid_t pid : descendants(root, parent_of)) {
     const std::string cmdline = read_text("/proc/" + std::to_string(pid) + "/cmdline");
     if (cmdline.find(std::string(kRankWrapperFlag) + '\0') == std::string::npos) continue;
     // mpirun's own child between its fork and the exec of the wrapper has mpirun's command line, which holds the
@@ -385,11 +399,37 @@ void drain(LineRelay& r, FailureTracker* tracker, Output* output) {
   }
 }
 
-void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, Output* output) {
+// Ctrl-Z (SIGTSTP): the job stops with ddprun and goes on with it, as a shell's job does. Left running under a
+// stopped ddprun, the ranks would block on their output and the others would time out. Every process of the
+// job on this node gets SIGSTOP (mpirun's group, and the wrappers and programs in groups of their own), then
+// ddprun stops itself; once continued (`fg`, SIGCONT), it continues them. Their collective deadlines count
+// running time only (runtime/core/deadline.h), so a stop of any length is no hang. Ranks on other nodes are out of
+// reach of a stop: such a job is not stopped, and goes on.
+void suspend_job(pid_t mpirun, bool other_hosts, Output* output) {
+  if (other_hosts) {
+    output->write(STDERR_FILENO, "ddprun: SIGTSTP: the job has ranks on other nodes, which cannot be stopped from "
+                                 "here: it goes on (Ctrl-C stops it gracefully)\n");
+    return;
+  }
+  std::vector<pid_t> job = descendants(mpirun, parent_links());
+  job.push_back(mpirun);
+  ::killpg(mpirun, SIGSTOP);
+  for (pid_t pid : job) ::kill(pid, SIGSTOP);
+  output->write(STDERR_FILENO, "ddprun: stopped with the job's " + std::to_string(job.size()) +
+                                   " processes (fg or SIGCONT to go on)\n");
+  ::raise(SIGSTOP);
+  for (pid_t pid : job) ::kill(pid, SIGCONT);
+  ::killpg(mpirun, SIGCONT);
+  output->write(STDERR_FILENO, "ddprun: the job goes on\n");
+}
+
+void handle_signals(int signal_pipe_read, JobStopper* stopper, pid_t mpirun, bool other_hosts, Output* output) {
   unsigned char sigs[64];
   for (ssize_t n; (n = ::read(signal_pipe_read, sigs, sizeof sigs)) > 0;) {
     for (ssize_t i = 0; i < n; ++i) {
-      if (sigs[i] == kDumpSignal) {
+      if (sigs[i] == SIGTSTP) {
+        suspend_job(mpirun, other_hosts, output);
+      } else if (sigs[i] == kDumpSignal) {
         output->write(STDERR_FILENO, "ddprun: SIGUSR2: every rank prints its flight recorder; the job goes on\n");
         ::kill(mpirun, kDumpSignal);
       } else {
@@ -475,9 +515,9 @@ CaughtSignals::CaughtSignals() {
   struct sigaction action {};
   action.sa_handler = hand_to_loop;
   sigemptyset(&action.sa_mask);
-  for (size_t i = 0; i < std::size(kStopSignals); ++i) {
-    ::sigaction(kStopSignals[i], nullptr, &g_old_actions[i]);
-    if (g_old_actions[i].sa_handler != SIG_IGN) ::sigaction(kStopSignals[i], &action, nullptr);
+  for (size_t i = 0; i < std::size(kCaughtSignals); ++i) {
+    ::sigaction(kCaughtSignals[i], nullptr, &g_old_actions[i]);
+    if (g_old_actions[i].sa_handler != SIG_IGN) ::sigaction(kCaughtSignals[i], &action, nullptr);
   }
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
@@ -511,7 +551,7 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, Caugh
   // ddprun's handler in the child) and the parent knows the child's pid.
   sigset_t stop_set, previous;
   sigemptyset(&stop_set);
-  for (int sig : kStopSignals) sigaddset(&stop_set, sig);
+  for (int sig : kCaughtSignals) sigaddset(&stop_set, sig);
   ::sigprocmask(SIG_BLOCK, &stop_set, &previous);
   const pid_t parent = ::getpid();
   const pid_t child = ::fork();
@@ -548,7 +588,7 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, Caugh
     if (::poll(fds, n, stopper.poll_timeout_ms(piping ? -1 : 100)) < 0 && errno != EINTR) {
       throw Error(std::string("ddprun: poll failed: ") + std::strerror(errno));
     }
-    if (fds[0].revents & POLLIN) handle_signals(signal_pipe_read, &stopper, child, &output);
+    if (fds[0].revents & POLLIN) handle_signals(signal_pipe_read, &stopper, child, other_hosts, &output);
     for (nfds_t i = 1; i < n; ++i) {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*which[i], &tracker, &output);
     }

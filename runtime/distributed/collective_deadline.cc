@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "runtime/core/check.h"
+#include "runtime/core/deadline.h"
 #include "runtime/core/settings.h"
 #include "runtime/distributed/comm_check.h"
 #include "runtime/distributed/side_channel.h"
@@ -23,17 +24,14 @@ double default_collective_timeout_s() {
 }
 
 void wait_within_deadline(MPI_Request* request, const std::function<std::string()>& describe) {
-  using Clock = std::chrono::steady_clock;
   static const double timeout_s = default_collective_timeout_s();
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto start = std::chrono::steady_clock::now();
+  const Deadline deadline(timeout_s);
   for (;;) {
     int done = 0;
     DDP_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
     if (done) return;
-    const Clock::time_point now = Clock::now();
-    if (now > deadline) {
+    if (deadline.passed()) {
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       end_job_after_timeout(rank,
@@ -43,7 +41,7 @@ void wait_within_deadline(MPI_Request* request, const std::function<std::string(
     }
     // Spin while the others are about to arrive (the usual case); once a wait is long, poll gently, so that a
     // rank waiting for a late one leaves its core to the ranks still working.
-    if (now - start > std::chrono::milliseconds(2)) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(2)) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
 

@@ -552,7 +552,7 @@ std::vector<RankState> SideChannel::gather_states(double timeout_s) const {
     if (r == rank_) continue;
     if (stopped(r)) {
       states[r].rank = r;
-      states[r].no_answer = "its process is stopped: SIGSTOP, Ctrl-Z or a debugger";
+      states[r].no_answer = "stopped: SIGSTOP, Ctrl-Z or a debugger";
       continue;
     }
     targets.push_back(Target{peers_[r].addresses, peers_[r].port});

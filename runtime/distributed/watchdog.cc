@@ -29,18 +29,14 @@ Watchdog::~Watchdog() {
 }
 
 void Watchdog::watch(std::shared_ptr<Work> work, const CollectiveDescription& what) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(timeout_s_));
   std::lock_guard<std::mutex> lock(mutex_);
-  entries_.push_back(Entry{std::move(work), what, deadline});
+  entries_.push_back(Entry{std::move(work), what, Deadline(timeout_s_)});
 }
 
 void Watchdog::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     cv_.wait_for(lock, std::chrono::milliseconds(50));
-    const auto now = std::chrono::steady_clock::now();
     for (auto it = entries_.begin(); it != entries_.end();) {
       Work& work = *it->work;
       if (work.is_completed()) {
@@ -57,7 +53,7 @@ void Watchdog::loop() {
         it = entries_.erase(it);
         continue;
       }
-      if (now > it->deadline) {
+      if (it->deadline.passed()) {
         end_job_after_timeout(rank_,
                               it->what.text() + " did not complete within " + timeout_text(timeout_s_) +
                                   " (DDP_COLLECTIVE_TIMEOUT_S)",

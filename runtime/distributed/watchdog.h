@@ -6,7 +6,6 @@
 // Without it a dead or stalled peer leaves every other rank waiting forever.
 #pragma once
 
-#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <list>
@@ -15,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/core/deadline.h"
 #include "runtime/distributed/collective_deadline.h"
 #include "runtime/distributed/process_group.h"
 
@@ -37,7 +37,7 @@ class Watchdog {
   struct Entry {
     std::shared_ptr<Work> work;
     CollectiveDescription what;
-    std::chrono::steady_clock::time_point deadline;
+    Deadline deadline;  // in running time: a job stopped and continued is not late
   };
   void loop();
   [[noreturn]] void fail(const std::string& message);

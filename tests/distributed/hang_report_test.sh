@@ -9,7 +9,9 @@
 #             the first asked to report (the next one reports at once);
 #   mismatch  under DDP_DEBUG=collectives a rank issues a broadcast where the others all-reduce: the job fails at
 #             once (long before the timeout) naming both sides;
-#   dump      `ddprun --dump PID` while the job runs: every rank prints its flight recorder, the job goes on.
+#   dump      `ddprun --dump PID` while the job runs: every rank prints its flight recorder, the job goes on;
+#   suspended Ctrl-Z (SIGTSTP) on ddprun for twice the timeout, then SIGCONT: the whole job stops and goes on,
+#             and ends well, with no hang report.
 # Usage: hang_report_test.sh CASE HANG_JOB DDPRUN [ARGS...]  (ARGS go to hang_job, e.g. --device cuda; DDPRUN "-"
 # when there is none: the dump is then SIGUSR2 to mpirun, and the evaluation case runs under mpirun).
 # HANG_TIMEOUT_S sets the collective timeout (default 2 s; ranks that start slowly, as 4 ranks on one GPU, need
@@ -95,7 +97,7 @@ behind_from_agree="last collective #$n \(World::agree of 1 int32, step 2\)"
 bucket3_step3="last collective #$n \(MPI_Allreduce of $n float32, bucket 3 of 4, step 3\)"
 bucket0="wait in #$n \(MPI_Allreduce of $n float32, bucket 0 of 4, step 3\)"
 sum_step3="wait in #$n \(World::sum of 1 float64, step 3\)"
-stopped="its process is stopped: SIGSTOP, Ctrl-Z or a debugger"
+stopped="stopped: SIGSTOP, Ctrl-Z or a debugger"
 case "$case_name" in
   data) stall_case 2:data:2 "rank 2 is behind: $behind_from_agree, in data loading for [0-9.]+ s; ranks 0,1,3 $bucket0$" ;;
   forward) stall_case 1:forward:2 "rank 1 is behind: $behind_from_agree, in forward for [0-9.]+ s; ranks 0,2,3 $bucket0$" ;;
@@ -165,6 +167,43 @@ case "$case_name" in
       grep -qE "^rank $rank:   #$n MPI_Allreduce of $n float32, bucket [0-3] of 4, step $n: issued [0-9.]+ s ago, took [0-9.]+ ms$" <<<"$out" ||
         fail "rank $rank's dump lists no completed bucket all-reduce"
     done
+    ;;
+  suspended)
+    # Ctrl-Z on ddprun for longer than the timeout: every process of the job stops with ddprun, goes on with
+    # it, and the job ends well. Ranks 0, 2 and 3 are stopped inside a collective, waiting for rank 1 (paused
+    # for a while, less than the timeout): once continued, their deadlines must not have counted the stop.
+    [ "$ddprun" != - ] || fail "this case needs ddprun"
+    DDP_FAULT_STALL=1:data:4:1.5 "$ddprun" -np 4 -- "$job" "${job_args[@]}" --steps 30 --step-ms 100 >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+      grep -q "pausing 1.5 s in data loading" "$log" && break
+      sleep 0.1
+    done
+    grep -q "pausing 1.5 s in data loading" "$log" || { cat "$log"; fail "rank 1 did not pause"; }
+    sleep 0.5
+    kill -TSTP "$pid"
+    sleep 1
+    state() { sed -E 's/^.*\) (.).*$/\1/' "/proc/$1/stat" 2>/dev/null; }
+    [ "$(state "$pid")" = T ] || fail "ddprun is not stopped"
+    programs=$(pgrep -f -- "^$job" || true)
+    [ "$(wc -w <<<"$programs")" -eq 4 ] || fail "not 4 programs of the job: $programs"
+    for p in $programs; do
+      [ "$(state "$p")" = T ] || fail "rank process $p is not stopped"
+    done
+    lines=$(wc -l <"$log")
+    sleep $((timeout_s * 2))
+    [ "$(wc -l <"$log")" -eq "$lines" ] || fail "the job went on while stopped"
+    kill -CONT "$pid"
+    wait "$pid"
+    status=$?
+    out=$(cat "$log")
+    echo "$out"
+    [ "$status" -eq 0 ] || fail "the job did not succeed after it went on (exit status $status)"
+    grep -qE "^(\[rank 0\] )?done$" <<<"$out" || fail "the job did not finish its steps"
+    grep -q "did not complete" <<<"$out" && fail "a hang was reported"
+    grep -qE "^ddprun: stopped with the job's [0-9]+ processes \(fg or SIGCONT to go on\)$" <<<"$out" ||
+      fail "ddprun did not say it stopped with the job"
+    grep -qx "ddprun: the job goes on" <<<"$out" || fail "ddprun did not say the job goes on"
     ;;
   *)
     fail "unknown case"

@@ -1,0 +1,26 @@
+#include "runtime/core/deadline.h"
+
+#include <mutex>
+
+namespace ddp {
+
+double running_seconds() {
+  using Clock = std::chrono::steady_clock;
+  static std::mutex mutex;
+  static Clock::time_point last = Clock::now();
+  static double stopped_s = 0.0;
+  std::lock_guard<std::mutex> lock(mutex);
+  const Clock::time_point now = Clock::now();
+  const double gap = std::chrono::duration<double>(now - last).count();
+  if (gap > kLongestRunningGapS) stopped_s += gap;
+  last = now;
+  return std::chrono::duration<double>(now.time_since_epoch()).count() - stopped_s;
+}
+
+Deadline::Deadline(double seconds) : at_(running_seconds() + seconds) {}
+
+bool Deadline::passed() const { return seconds_left() < 0; }
+
+double Deadline::seconds_left() const { return at_ - running_seconds(); }
+
+}  // namespace ddp
