@@ -37,6 +37,8 @@ constexpr double kAskTimeoutS = 1.0;
 constexpr double kAskRunningTimeoutS = 10.0;
 // How long a rank waits, when a lower rank does not take its request to report, for the launcher to end the job.
 constexpr double kExitedGraceS = 5.0;
+// Per rank, the head start a rank that timed out before the side channel existed gives the ranks below it.
+constexpr double kStartStaggerS = 1.0;
 // Collectives still in flight are always sent; this many completed ones before them.
 constexpr std::size_t kCollectivesSent = 32;
 constexpr std::size_t kCollectivesDumped = 12;
@@ -644,6 +646,10 @@ void end_job_after_timeout(int rank, const std::string& what, const std::functio
         break;  // no report came: end the job from here
       }
     }
+  } else {
+    // No side channel yet (the session's start) and so no asking who reports: the lowest rank that waits speaks
+    // first, the others give it a head start while the launcher takes the job down after its abort.
+    std::this_thread::sleep_for(std::chrono::duration<double>(kStartStaggerS * std::min(rank, 16)));
   }
   std::fprintf(stderr, "rank %d: fatal: %s; another rank has probably died or stalled before it; aborting the job\n",
                rank, what.c_str());

@@ -229,8 +229,20 @@ World::World(ApplicationCommunicator application, const WorldOptions& options)
 void World::join(std::int64_t parent_handle) {
   const MPI_Comm parent = MPI_Comm_f2c(static_cast<MPI_Fint>(parent_handle));
   MPI_Comm& comm = mpi_->comm;
-  // The runtime's own communicator: no message of ours can match one of the application's on `parent`.
-  DDP_MPI_CHECK(MPI_Comm_dup(parent, &comm));
+  // The runtime's own communicator: no message of ours can match one of the application's on `parent`. The
+  // first collective of a session's start has the deadline too: a rank that never makes its session (stuck
+  // before it) must not leave the others waiting for ever. A malformed timeout is reported once, later.
+  MPI_Request request = MPI_REQUEST_NULL;
+  DDP_MPI_CHECK(MPI_Comm_idup(parent, &comm, &request));
+  if (settings::environment_errors().empty()) {
+    const int world_rank = runtime_rank();
+    wait_within_deadline(&request, [world_rank] {
+      return "rank " + std::to_string(world_rank) +
+             "'s MPI_Comm_idup at the session's start (every rank makes its session together)";
+    });
+  } else {
+    DDP_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
+  }
   // Errors come back as status codes (and so as exceptions) instead of aborting inside MPI.
   DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   DDP_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
@@ -276,7 +288,9 @@ void World::bind_device(const WorldOptions& options) {
   // Every rank must run on the same kind of device: CUDA only if all ranks have a GPU.
   int local_has_gpu = gpus > 0 ? 1 : 0;
   int all_have_gpu = 0;
-  DDP_MPI_CHECK(MPI_Allreduce(&local_has_gpu, &all_have_gpu, 1, MPI_INT, MPI_MIN, comm));
+  run_host_collective("MPI_Allreduce", 1, DType::kInt32, [&](MPI_Request* request) {
+    return MPI_Iallreduce(&local_has_gpu, &all_have_gpu, 1, MPI_INT, MPI_MIN, comm, request);
+  });
 
   std::string error;
   bool use_cuda = false;

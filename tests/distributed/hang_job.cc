@@ -4,10 +4,14 @@
 // agrees on it, on odd steps an evaluation (under a PhaseGuard) sums a count over the ranks.
 //   - DDP_FAULT_STALL=RANK:PHASE:STEP (runtime/core/phase.h) makes a rank stall in a phase;
 //   - --mismatch R:S makes rank R issue a broadcast the others do not issue, before its backward at step S;
-//   - --step-ms M sleeps in every step, so that a dump can be asked for while the job runs.
+//   - --step-ms M sleeps in every step, so that a dump can be asked for while the job runs;
+//   - --never-start R: every rank starts MPI itself, and rank R then never makes its World (the others wait in
+//     the World's first collective).
 //   mpirun -np 4 hang_job [--device cpu|cuda] [--backend mpi|nccl] [--steps N] [--checkpoint-dir D]
-//                         [--mismatch R:S] [--step-ms M]
+//                         [--mismatch R:S] [--step-ms M] [--never-start R]
 // Rank 0 prints "step S" after each step and "done" at the end.
+#include <mpi.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +36,7 @@ struct Flags {
   int mismatch_rank = -1;
   int mismatch_step = -1;
   int step_ms = 0;
+  int late_rank = -1;  // never makes its World
 };
 
 Flags parse(int argc, char** argv) {
@@ -51,6 +56,8 @@ Flags parse(int argc, char** argv) {
       DDP_CHECK(std::sscanf(value.c_str(), "%d:%d", &f.mismatch_rank, &f.mismatch_step) == 2, "--mismatch R:S");
     } else if (flag == "--step-ms") {
       f.step_ms = std::stoi(value);
+    } else if (flag == "--never-start") {
+      f.late_rank = std::stoi(value);
     } else {
       throw ddp::InvalidArgument("unknown flag " + flag);
     }
@@ -73,6 +80,16 @@ ddp::data::Dataset make_data(std::int64_t rows) {
 
 int run(int argc, char** argv) {
   const Flags flags = parse(argc, argv);
+  if (flags.late_rank >= 0) {
+    // As an application that starts MPI itself and then makes a session on every rank but one.
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == flags.late_rank) {
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+  }
   const ddp::Backend backend = ddp::parse_backend(flags.backend);
   ddp::WorldOptions options;
   options.device = ddp::parse_device_request(flags.device);

@@ -10,6 +10,7 @@
 #   mismatch  under DDP_DEBUG=collectives a rank issues a broadcast where the others all-reduce: the job fails at
 #             once (long before the timeout) naming both sides;
 #   dump      `ddprun --dump PID` while the job runs: every rank prints its flight recorder, the job goes on;
+#   never_start rank 2 never makes its session: the others end the job from the start's first collective;
 #   suspended Ctrl-Z (SIGTSTP) on ddprun for twice the timeout, then SIGCONT: the whole job stops and goes on,
 #             and ends well, with no hang report.
 # Usage: hang_report_test.sh CASE HANG_JOB DDPRUN [ARGS...]  (ARGS go to hang_job, e.g. --device cuda; DDPRUN "-"
@@ -168,12 +169,24 @@ case "$case_name" in
         fail "rank $rank's dump lists no completed bucket all-reduce"
     done
     ;;
+  never_start)
+    # Rank 2 never makes its session: the others end the job from the start's first collective, shortly after
+    # the deadline (no side channel exists yet to make a report; the lowest rank waiting speaks first).
+    run timeout 60 "${mpirun[@]}" "$job" "${job_args[@]}" --never-start 2
+    [ "$status" -ne 0 ] || fail "the job exited 0"
+    [ "$status" -ne 124 ] || fail "the job hung (killed after 60 s)"
+    grep -qE "^rank 0: fatal: rank 0's MPI_Comm_idup at the session's start \(every rank makes its session together\) did not complete within $timeout_s s \(DDP_COLLECTIVE_TIMEOUT_S\); another rank has probably died or stalled before it; aborting the job$" <<<"$out" ||
+      fail "rank 0 did not say which collective did not complete"
+    took=$(seconds_since "^")
+    echo "the job ended ${took} s after its first line"
+    ;;
   suspended)
     # Ctrl-Z on ddprun for longer than the timeout: every process of the job stops with ddprun, goes on with
     # it, and the job ends well. Ranks 0, 2 and 3 are stopped inside a collective, waiting for rank 1 (paused
     # for a while, less than the timeout): once continued, their deadlines must not have counted the stop.
     [ "$ddprun" != - ] || fail "this case needs ddprun"
-    DDP_FAULT_STALL=1:data:4:1.5 "$ddprun" -np 4 -- "$job" "${job_args[@]}" --steps 30 --step-ms 100 >"$log" 2>&1 &
+    # No checkpoints: on a loaded machine a write can outlast the 2 s timeout by itself.
+    DDP_FAULT_STALL=1:data:4:1.5 "$ddprun" -np 4 -- "$job" "$@" --steps 12 --step-ms 100 >"$log" 2>&1 &
     pid=$!
     for _ in $(seq 300); do
       grep -q "pausing 1.5 s in data loading" "$log" && break
