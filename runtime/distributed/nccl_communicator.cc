@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "runtime/core/check.h"
-#include "runtime/core/deadline.h"
 
 namespace ddp {
 namespace {
@@ -54,7 +53,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm comm, const 
 
 void NcclCommunicator::wait_ready(double timeout_s, const char* what) {
   const auto start = Clock::now();
-  const Deadline deadline(timeout_s);
+  const auto deadline = start + std::chrono::duration<double>(timeout_s);
   while (true) {
     ncclResult_t state = ncclSuccess;
     DDP_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
@@ -63,7 +62,7 @@ void NcclCommunicator::wait_ready(double timeout_s, const char* what) {
       abort();
       throw NcclError("NCCL", state, what, detail::nccl_error_string(state), __FILE__, __LINE__);
     }
-    if (deadline.passed()) {
+    if (Clock::now() > deadline) {
       abort();
       throw NcclError("NCCL", ncclInProgress, what,
                       "still in progress after " + std::to_string(timeout_s) +
