@@ -322,22 +322,70 @@ CachingAllocator& pinned_allocator() {
   return *allocator;
 }
 
+namespace {
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCpuCache = false;
+#else
+constexpr bool kCpuCache = true;
+#endif
+}  // namespace
+
+CpuAllocator::~CpuAllocator() { empty_cache(); }
+
 void* CpuAllocator::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.num_allocations;
+    const auto cached = cached_.find(bytes);
+    if (cached != cached_.end() && !cached->second.empty()) {
+      void* ptr = cached->second.back();
+      cached->second.pop_back();
+      cached_bytes_ -= bytes;
+      ++stats_.num_cache_hits;
+      stats_.count_use(static_cast<std::int64_t>(bytes));
+      return ptr;
+    }
+  }
   void* ptr = ::operator new(bytes, std::align_val_t{kAlignment}, std::nothrow);
+  if (ptr == nullptr) {
+    empty_cache();
+    ptr = ::operator new(bytes, std::align_val_t{kAlignment}, std::nothrow);
+  }
   if (ptr == nullptr) throw Error("cpu: out of memory allocating " + std::to_string(bytes) + " bytes");
   std::lock_guard<std::mutex> lock(mutex_);
-  ++stats_.num_allocations;
   stats_.count_backend_allocation(bytes);
   return ptr;
 }
 
 void CpuAllocator::free(void* ptr, std::size_t bytes) {
   if (ptr == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.count_use(-static_cast<std::int64_t>(bytes));
+    if (kCpuCache && bytes <= kMaxCachedBlock && cached_bytes_ + bytes <= kMaxCached) {
+      cached_[bytes].push_back(ptr);
+      cached_bytes_ += bytes;
+      return;
+    }
+    stats_.count_backend_free(bytes);
+  }
   ::operator delete(ptr, std::align_val_t{kAlignment});
-  std::lock_guard<std::mutex> lock(mutex_);
-  stats_.count_use(-static_cast<std::int64_t>(bytes));
-  stats_.count_backend_free(bytes);
+}
+
+void CpuAllocator::empty_cache() {
+  std::unordered_map<std::size_t, std::vector<void*>> cached;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cached.swap(cached_);
+    cached_bytes_ = 0;
+    for (const auto& [bytes, blocks] : cached) {
+      for (std::size_t i = 0; i < blocks.size(); ++i) stats_.count_backend_free(bytes);
+    }
+  }
+  for (const auto& [bytes, blocks] : cached) {
+    for (void* ptr : blocks) ::operator delete(ptr, std::align_val_t{kAlignment});
+  }
 }
 
 MemoryStats CpuAllocator::stats() const {

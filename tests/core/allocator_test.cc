@@ -249,6 +249,36 @@ TEST(CpuAllocator, AlignedAndCounted) {
   a.free(q, 1);
 }
 
+TEST(CpuAllocator, ReusesAFreedBlockOfTheSameSize) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the sanitizer build caches nothing (reused memory would hide a use after free)";
+#endif
+  CpuAllocator a;
+  void* p = a.allocate(4096);
+  a.free(p, 4096);
+  void* q = a.allocate(4096);
+  EXPECT_EQ(q, p);
+  void* r = a.allocate(100);  // another size: a new block
+  EXPECT_NE(r, p);
+  MemoryStats s = a.stats();
+  EXPECT_EQ(s.num_allocations, 3);
+  EXPECT_EQ(s.num_cache_hits, 1);
+  EXPECT_EQ(s.num_backend_allocs, 2);
+  EXPECT_EQ(s.bytes_in_use, 4196);
+  EXPECT_EQ(s.bytes_reserved, 4196);
+  a.free(q, 4096);
+  a.free(r, 100);
+  EXPECT_EQ(a.stats().bytes_in_use, 0);
+  EXPECT_EQ(a.stats().bytes_reserved, 4196);  // kept for the next step
+  a.empty_cache();
+  EXPECT_EQ(a.stats().bytes_reserved, 0);
+  EXPECT_EQ(a.stats().num_backend_frees, 2);
+  // A block above the size limit goes straight back.
+  void* big = a.allocate(CpuAllocator::kMaxCachedBlock + 64);
+  a.free(big, CpuAllocator::kMaxCachedBlock + 64);
+  EXPECT_EQ(a.stats().bytes_reserved, 0);
+}
+
 TEST(PinnedAllocator, WorksWithoutAGpu) {
   // Without a GPU it falls back to host memory; with one it is page-locked. Either way it is usable.
   CachingAllocator& pinned = pinned_allocator();
