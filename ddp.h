@@ -29,9 +29,9 @@
 //   runtime/distributed/process_group.h  collectives and point-to-point send/recv on device buffers (public
 //                                        because Session::group() and DistributedDataParallel hand it out)
 //   runtime/tensor/tensor.h              Tensor: creation, views, copies between devices, item()
-//   ops/*.h                              ops with autograd: linear, activations, add/scale/mul, to_device, losses
+//   runtime/ops/*.h                      ops with autograd: linear, activations, add/scale/mul, to_device, losses
 //   runtime/autograd/autograd.h          backward, NoGradGuard, recording ops of one's own
-//   models/module.h, models/layers.h     Module, Linear, Sequential, MLP; models/bf16_weights.h: bf16 training
+//   runtime/models/module.h, layers.h    Module, Linear, Sequential, MLP; runtime/models/bf16_weights.h: bf16 training
 //   runtime/optim/optimizer.h            Sgd, AdamW, LR schedules; runtime/optim/clip_grad.h
 //   runtime/data/*.h                     Fashion-MNIST/IDX, .npy/safetensors, DistributedSampler, BatchLoader +
 //                                        to_device, ResidentDataset and HostBatches, EvaluationShard,
@@ -49,10 +49,6 @@
 // them once and ends every rank.
 #pragma once
 
-#include "models/bf16_weights.h"
-#include "models/layers.h"
-#include "models/module.h"
-#include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/check.h"
@@ -76,6 +72,10 @@
 #include "runtime/io/checkpoint.h"
 #include "runtime/io/metrics.h"
 #include "runtime/io/trace.h"
+#include "runtime/models/bf16_weights.h"
+#include "runtime/models/layers.h"
+#include "runtime/models/module.h"
+#include "runtime/ops/ops.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/tensor/tensor.h"

@@ -1,7 +1,7 @@
 // Tape-based reverse-mode automatic differentiation.
 //
 // Why a tape: an MLP's graph is a straight line recorded in forward order, so replaying the recorded nodes in
-// reverse is the whole engine — no graph objects, no topological sort. Each op (ops/*.h) records one Node: the
+// reverse is the whole engine — no graph objects, no topological sort. Each op (runtime/ops/*.h) records one Node: the
 // tensors whose gradients it writes (`inputs`), the ones whose gradients it reads (`outputs`) and a closure.
 //
 // Rules:

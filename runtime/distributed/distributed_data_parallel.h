@@ -27,7 +27,6 @@
 #include <functional>
 #include <memory>
 
-#include "models/module.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/distributed/bucket_plan.h"
 #include "runtime/distributed/join.h"
@@ -35,6 +34,7 @@
 #include "runtime/distributed/reducer.h"
 #include "runtime/distributed/session.h"
 #include "runtime/io/trace.h"
+#include "runtime/models/module.h"
 
 namespace ddp {
 

@@ -4,7 +4,7 @@
 // (cuBLAS/cuBLASLt + kernels, enqueued on `stream`, no host synchronisation, no allocation in steady state).
 // The one list of functions is runtime/kernels/kernel_functions.inc, declared here twice: in ddp::kernels::cpu and in
 // ddp::kernels::cuda, so both implementations link into one binary and a test can compare them.
-// The tensor-level ops (ops/*.h) dispatch here on the tensor's device and record their backward on the tape.
+// The tensor-level ops (runtime/ops/*.h) dispatch here on the tensor's device and record their backward on the tape.
 //
 // Layout conventions: row-major; a Linear weight is [out, in] (PyTorch's layout), so y = x · Wᵀ + b.
 // Every `accumulate` flag means "add into the output" (gradient accumulation) instead of overwriting it.

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "models/module.h"
+#include "runtime/models/module.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/phase.h"
 #include "runtime/autograd/update_shard.h"

@@ -15,8 +15,8 @@
 
 #include <string>
 
-#include "models/layers.h"
 #include "runtime/core/stream.h"
+#include "runtime/models/layers.h"
 
 namespace ddp {
 

@@ -1,11 +1,11 @@
 // The model in the run's precision: FP32 (or TF32) GEMMs on the parameters themselves, or bf16 GEMMs on a bf16
-// copy that the optimizer refreshes in its own pass, with FP32 master weights (as autocast; models/bf16_weights.h).
+// copy that the optimizer refreshes in its own pass, with FP32 master weights (as autocast; runtime/models/bf16_weights.h).
 #pragma once
 
 #include <memory>
 
-#include "models/bf16_weights.h"
-#include "models/layers.h"
+#include "runtime/models/bf16_weights.h"
+#include "runtime/models/layers.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/training/trainer.h"
 

@@ -13,7 +13,6 @@
 #include <optional>
 #include <vector>
 
-#include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/graph.h"
 #include "runtime/core/phase.h"
@@ -30,6 +29,7 @@
 #include "runtime/io/metrics.h"
 #include "runtime/io/tensorboard.h"
 #include "runtime/io/trace.h"
+#include "runtime/ops/ops.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/training/fault_injection.h"
 #include "runtime/training/onnx_export.h"

@@ -36,9 +36,9 @@
 #include <variant>
 #include <vector>
 
-#include "models/layers.h"
 #include "runtime/data/idx.h"
 #include "runtime/distributed/session.h"
+#include "runtime/models/layers.h"
 #include "runtime/optim/optimizer.h"
 
 namespace ddp {

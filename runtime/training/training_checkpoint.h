@@ -17,9 +17,9 @@
 #include <optional>
 #include <string>
 
-#include "models/module.h"
 #include "runtime/distributed/session.h"
 #include "runtime/io/checkpoint.h"
+#include "runtime/models/module.h"
 #include "runtime/optim/optimizer.h"
 
 namespace ddp::training {

@@ -7,10 +7,10 @@
 
 #include <vector>
 
-#include "models/layers.h"
-#include "ops/ops.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/check.h"
+#include "runtime/models/layers.h"
+#include "runtime/ops/ops.h"
 
 namespace ddp {
 namespace {

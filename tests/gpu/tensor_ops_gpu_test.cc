@@ -15,15 +15,15 @@
 #include <utility>
 #include <vector>
 
-#include "models/bf16_weights.h"
-#include "models/layers.h"
-#include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/allocator.h"
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
 #include "runtime/core/graph.h"
 #include "runtime/data/resident_dataset.h"
+#include "runtime/models/bf16_weights.h"
+#include "runtime/models/layers.h"
+#include "runtime/ops/ops.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
 

@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/bf16_weights.h"
-#include "models/layers.h"
-#include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
+#include "runtime/models/bf16_weights.h"
+#include "runtime/models/layers.h"
+#include "runtime/ops/ops.h"
 #include "runtime/optim/optimizer.h"
 
 namespace ddp {

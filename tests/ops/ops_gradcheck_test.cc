@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/ops.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
+#include "runtime/ops/ops.h"
 
 namespace ddp {
 namespace {

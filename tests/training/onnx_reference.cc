@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "models/layers.h"
 #include "runtime/autograd/autograd.h"
+#include "runtime/models/layers.h"
 #include "runtime/training/onnx_export.h"
 
 namespace {

@@ -1,12 +1,12 @@
 // Linear, activation layers, Sequential (with Linear+activation fusion) and MLP.
-#include "models/layers.h"
+#include "runtime/models/layers.h"
 
 #include <cmath>
 
-#include "ops/activation.h"
-#include "ops/linear.h"
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
+#include "runtime/ops/activation.h"
+#include "runtime/ops/linear.h"
 
 namespace ddp {
 

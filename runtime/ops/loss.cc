@@ -1,9 +1,9 @@
 // Losses and metrics over the kernels of the contract. The loss kernels produce the gradient in the forward
 // pass; backward hands that tensor to the logits without a copy when it can (autograd::adopt_grad).
-#include "ops/loss.h"
+#include "runtime/ops/loss.h"
 
 #include "runtime/kernels/dispatch.h"
-#include "ops/op_checks.h"
+#include "runtime/ops/op_checks.h"
 #include "runtime/autograd/autograd.h"
 
 namespace ddp::ops {

@@ -21,7 +21,7 @@ namespace ddp::ops {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
               const Stream& stream = current_stream(), MathMode math = MathMode::kFloat32);
 
-// The Linear of mixed-precision training (models/bf16_weights.h): the GEMMs read bfloat16 `x` and `w_bf16`, the
+// The Linear of mixed-precision training (runtime/models/bf16_weights.h): the GEMMs read bfloat16 `x` and `w_bf16`, the
 // bfloat16 copy of the float32 master weight `w`, and accumulate in float32. The weight and bias gradients are
 // written in float32 by the GEMM (and the bias reduction) straight into `w`'s and `b`'s gradients: no bfloat16
 // weight gradient is materialised and no cast pass follows, and the masters' grad-ready hooks (DDP) fire as

@@ -1,12 +1,12 @@
 // Elementwise arithmetic and the differentiable device copy: kernels::add / mul / axpby through the dispatch,
 // backwards written through autograd::grad_target (overwrite on the first write of a backward, then accumulate).
-#include "ops/elementwise.h"
+#include "runtime/ops/elementwise.h"
 
 #include <string>
 
-#include "ops/op_checks.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/kernels/dispatch.h"
+#include "runtime/ops/op_checks.h"
 
 namespace ddp::ops {
 namespace {

@@ -1,9 +1,9 @@
 // linear() and linear_mixed(): forward through kernels::linear_forward, backward through one
 // kernels::linear_backward call that writes dw/db straight into the parameters' gradient views.
-#include "ops/linear.h"
+#include "runtime/ops/linear.h"
 
 #include "runtime/kernels/dispatch.h"
-#include "ops/op_checks.h"
+#include "runtime/ops/op_checks.h"
 #include "runtime/autograd/autograd.h"
 
 namespace ddp::ops {

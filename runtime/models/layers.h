@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "models/module.h"
 #include "runtime/core/activation.h"
 #include "runtime/core/math_mode.h"
+#include "runtime/models/module.h"
 
 namespace ddp {
 

@@ -21,9 +21,9 @@
 
 #include <cstddef>
 
-#include "models/layers.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/stream.h"
+#include "runtime/models/layers.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp {

@@ -1,8 +1,8 @@
 // Standalone activations: kernels::activation_forward/backward, float32.
-#include "ops/activation.h"
+#include "runtime/ops/activation.h"
 
 #include "runtime/kernels/dispatch.h"
-#include "ops/op_checks.h"
+#include "runtime/ops/op_checks.h"
 #include "runtime/autograd/autograd.h"
 
 namespace ddp::ops {

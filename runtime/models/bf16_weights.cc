@@ -1,11 +1,11 @@
 // Bf16Weights: the flat bfloat16 copy of a ParameterStore and the autograd casts between it and the FP32
 // master parameters.
-#include "models/bf16_weights.h"
+#include "runtime/models/bf16_weights.h"
 
 #include <string>
 
 #include "runtime/kernels/dispatch.h"
-#include "ops/linear.h"
+#include "runtime/ops/linear.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"

@@ -1,5 +1,5 @@
 // Module: parameter registry, state dict, device moves and flattening.
-#include "models/module.h"
+#include "runtime/models/module.h"
 
 #include <unordered_map>
 

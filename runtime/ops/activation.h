@@ -1,5 +1,5 @@
 // Tensor-level ops with autograd, part 2: standalone elementwise activations (float32). Inside an MLP the
-// activation is normally fused into the preceding linear (ops/linear.h); these serve everything else.
+// activation is normally fused into the preceding linear (runtime/ops/linear.h); these serve everything else.
 #pragma once
 
 #include "runtime/core/activation.h"
