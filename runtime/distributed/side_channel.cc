@@ -37,6 +37,9 @@ constexpr double kAskTimeoutS = 1.0;
 constexpr double kAskRunningTimeoutS = 10.0;
 // How long a rank waits, when a lower rank does not take its request to report, for the launcher to end the job.
 constexpr double kExitedGraceS = 5.0;
+// How long the rank that printed the report spends telling the others (their kernels take the message even from
+// a stopped process's listener; no answer is awaited beyond this).
+constexpr double kEndedNoticeS = 0.3;
 // Per rank, the head start a rank that timed out before the side channel existed gives the ranks below it.
 constexpr double kStartStaggerS = 1.0;
 // Collectives still in flight are always sent; this many completed ones before them.
@@ -538,9 +541,16 @@ void SideChannel::answer(int connection) {
     RankState state = local_rank_state(rank_, kCollectivesSent);
     state.reporting = reporting_.load();
     send_all(connection, state_to_json(state));
-  } else if (request.rfind("STALL " + token + " ", 0) == 0) {
+  } else if (request == "ENDED " + token) {
+    reported_.store(true);
     send_all(connection, "OK\n");
-    start_report(request.substr(6 + token.size() + 1));
+  } else if (request.rfind("STALL " + token + " ", 0) == 0) {
+    if (reported_.load()) {
+      send_all(connection, "ENDED\n");
+    } else {
+      send_all(connection, "OK\n");
+      start_report(request.substr(6 + token.size() + 1));
+    }
   }
 }
 
@@ -589,6 +599,7 @@ SideChannel::Reply SideChannel::ask_to_report(int coordinator, const std::string
   const std::vector<Answer> answers =
       ask_all({Target{peer.addresses, peer.port}}, "STALL " + hex(token_) + " " + line + "\n", timeout_s);
   if (answers[0].ok && answers[0].reply.rfind("OK", 0) == 0) return Reply::kTakes;
+  if (answers[0].ok && answers[0].reply.rfind("ENDED", 0) == 0) return Reply::kEnded;
   return answers[0].silent ? Reply::kSilent : Reply::kGone;
 }
 
@@ -611,8 +622,16 @@ void SideChannel::write_report_and_abort(const std::string& what) const {
   for (int r = 0; r < rank_; ++r) {
     if (states[r].answered && states[r].reporting) wait_for_report_then_abort(what);
   }
+  if (reported_.load()) wait_for_report_then_abort(what);  // another rank printed it meanwhile
   write_all(STDERR_FILENO,
             "error: " + what + "; the job is ended. Where the ranks are:\n  " + explain_stall(states) + "\n");
+  // Every other rank learns that the report is out before the job is torn down: a rank whose deadline passes
+  // later, or one the teardown continues (mpirun sends SIGCONT before SIGTERM), must not report again.
+  std::vector<Target> others;
+  for (int r = 0; r < size(); ++r) {
+    if (r != rank_) others.push_back(Target{peers_[r].addresses, peers_[r].port});
+  }
+  ask_all(others, "ENDED " + hex(token_) + "\n", kEndedNoticeS);
   abort_job();
 }
 
@@ -627,6 +646,7 @@ void SideChannel::wait_for_report_then_abort(const std::string& what) const {
 void end_job_after_timeout(int rank, const std::string& what, const std::function<void()>& abort_communicators) {
   if (SideChannel* channel = job_side_channel(); channel != nullptr && channel->size() > 1) {
     // The lowest rank that answers makes the one report of the job; this rank may be it.
+    if (channel->reported()) channel->wait_for_report_then_abort(what);
     bool waited = false;
     for (int coordinator = 0; coordinator < channel->size(); ++coordinator) {
       if (coordinator == channel->rank()) channel->report_and_end_job(what);
@@ -641,7 +661,7 @@ void end_job_after_timeout(int rank, const std::string& what, const std::functio
         std::this_thread::sleep_for(std::chrono::duration<double>(kExitedGraceS));
         reply = channel->ask_to_report(coordinator, what);
       }
-      if (reply == SideChannel::Reply::kTakes) {
+      if (reply == SideChannel::Reply::kTakes || reply == SideChannel::Reply::kEnded) {
         std::this_thread::sleep_for(std::chrono::duration<double>(kGatherTimeoutS + 10.0));
         break;  // no report came: end the job from here
       }

@@ -10,7 +10,8 @@
 //       error: rank 1's MPI_Allreduce #813 of ... did not complete within 300 s (DDP_COLLECTIVE_TIMEOUT_S); the
 //       job is ended. Where the ranks are:
 //         rank 2 is behind: last collective #812 (...), in data loading for 302 s; ranks 0,1,3 wait in #813 (...)
-//     and then ends the job (MPI_Abort);
+//     and then tells every other rank that the report is out (none reports again, not even one the teardown
+//     continues from a stop) and ends the job (MPI_Abort);
 //   - SIGUSR2: the answering thread prints this rank's flight recorder to stderr, and the job goes on.
 // Requests carry a token rank 0 draws at start, so that nothing outside the job can end it.
 #pragma once
@@ -47,14 +48,20 @@ class SideChannel {
   std::vector<RankState> gather_states(double timeout_s) const;
   // How a rank asked to report answered: it will (kTakes); its process took no connection, or closed it without
   // taking the request (kGone: exiting, most likely after a report of its own); it took the connection and sent
-  // nothing within the timeout (kSilent: stopped, or stuck without its answering thread). A coordinator on this
-  // machine is looked at in /proc first: one that is stopped is silent at once, one that runs gets a long wait.
-  enum class Reply { kTakes, kGone, kSilent };
+  // nothing within the timeout (kSilent: stopped, or stuck without its answering thread); another rank has
+  // printed the report already (kEnded). A coordinator on this machine is looked at in /proc first: one that is
+  // stopped is silent at once, one that runs gets a long wait.
+  enum class Reply { kTakes, kGone, kSilent, kEnded };
   // Asks `coordinator` to report the hang `what` and end the job.
   Reply ask_to_report(int coordinator, const std::string& what) const;
   // Gathers every rank's state, prints the report of the hang `what`, ends the job. If this rank is already
   // reporting (asked by another), waits for that report to end the job.
   [[noreturn]] void report_and_end_job(const std::string& what);
+  // Whether another rank has printed the report (it tells every rank before it ends the job).
+  bool reported() const { return reported_.load(); }
+  // Leaves the job's end to the rank that reports: if the end has not come after a while, ends it from here
+  // with a line saying the report did not come.
+  [[noreturn]] void wait_for_report_then_abort(const std::string& what) const;
 
  private:
   struct Peer {
@@ -68,7 +75,6 @@ class SideChannel {
   void answer(int connection);
   void start_report(const std::string& what);
   [[noreturn]] void write_report_and_abort(const std::string& what) const;
-  [[noreturn]] void wait_for_report_then_abort(const std::string& what) const;
   // Whether `rank` is a process of this machine that is stopped now.
   bool stopped(int rank) const;
 
@@ -79,6 +85,7 @@ class SideChannel {
   int wake_[2] = {-1, -1};  // SIGUSR2 and the destructor wake the answering thread through it
   bool routes_sigusr2_ = false;
   std::atomic<bool> reporting_{false};
+  std::atomic<bool> reported_{false};  // another rank printed the report
   std::thread thread_;
 };
 
