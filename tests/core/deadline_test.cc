@@ -27,13 +27,15 @@ double wall_seconds_until_passed(const Deadline& deadline) {
 TEST(Deadline, PassesOnTimeInAProcessThatRuns) {
   const double took = wall_seconds_until_passed(Deadline(0.3));
   EXPECT_GE(took, 0.29);
-  EXPECT_LT(took, 0.3 + kLongestRunningGapS);
+  // Later only by what a loaded machine keeps this thread from running (a gap left out as if stopped).
+  EXPECT_LT(took, 2.0);
 }
 
 TEST(Deadline, LeavesOutTheTimeTheProcessWasStopped) {
   const Clock::time_point start = Clock::now();
-  const Deadline deadline(1.0);
-  // A child stops this process for 2 s, then continues it.
+  const Deadline deadline(3.0);
+  // A child stops this process for 2 s, then continues it (the deadline is long enough for the child to start
+  // on a loaded machine).
   const pid_t parent = getpid();
   const pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -59,11 +61,11 @@ TEST(Deadline, LeavesOutTheTimeTheProcessWasStopped) {
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  // It passes once the process has run for its second: about 3 s of wall time in all.
+  // It passes once the process has run for its 3 s: about 5 s of wall time in all, never less.
   wall_seconds_until_passed(deadline);
   const double wall = seconds_since(start);
-  EXPECT_GE(wall, 2.9);
-  EXPECT_LT(wall, 3.0 + 2 * kLongestRunningGapS);
+  EXPECT_GE(wall, 4.9);
+  EXPECT_LT(wall, 8.0);
 }
 
 }  // namespace
