@@ -198,7 +198,19 @@ case "$case_name" in
     sleep 1
     state() { sed -E 's/^.*\) (.).*$/\1/' "/proc/$1/stat" 2>/dev/null; }
     [ "$(state "$pid")" = T ] || fail "ddprun is not stopped"
-    programs=$(pgrep -f -- "^$job" || true)
+    # This job's programs: processes running the job below ddprun (other tests may run the same program).
+    below_ddprun() {
+      local p=$1
+      while [ "${p:-1}" -gt 1 ]; do
+        [ "$p" = "$pid" ] && return 0
+        p=$(sed -E 's/^.*\) . ([0-9]+) .*$/\1/' "/proc/$p/stat" 2>/dev/null)
+      done
+      return 1
+    }
+    programs=
+    for p in $(pgrep -f -- "^$job" || true); do
+      below_ddprun "$p" && programs="$programs $p"
+    done
     [ "$(wc -w <<<"$programs")" -eq 4 ] || fail "not 4 programs of the job: $programs"
     for p in $programs; do
       [ "$(state "$p")" = T ] || fail "rank process $p is not stopped"
