@@ -49,6 +49,18 @@ run() {
   echo "exit status $status"
 }
 
+# Waits up to 30 s for a line matching PATTERN in the log of a job running in the background; fails with WHAT
+# (and the log) if none comes.
+wait_for_line() {
+  local pattern=$1 what=$2
+  for _ in $(seq 300); do
+    grep -q "$pattern" "$log" && return 0
+    sleep 0.1
+  done
+  cat "$log"
+  fail "$what"
+}
+
 # Seconds from the first line matching PATTERN to the job's end.
 seconds_since() {
   local at
@@ -145,11 +157,7 @@ case "$case_name" in
     fi
     "${launcher[@]}" "$job" "${job_args[@]}" --steps 40 --step-ms 100 >"$log" 2>&1 &
     pid=$!
-    for _ in $(seq 300); do
-      grep -q "step 3$" "$log" && break
-      sleep 0.1
-    done
-    grep -q "step 3$" "$log" || { cat "$log"; fail "the job did not get to step 3"; }
+    wait_for_line "step 3$" "the job did not get to step 3"
     if [ "$ddprun" = - ]; then
       kill -USR2 "$(pgrep -P $$ -x mpirun | head -1)" || fail "cannot signal mpirun"
     else
@@ -188,11 +196,7 @@ case "$case_name" in
     # No checkpoints: on a loaded machine a write can outlast the 2 s timeout by itself.
     DDP_FAULT_STALL=1:data:4:1.5 "$ddprun" -np 4 -- "$job" "$@" --steps 12 --step-ms 100 >"$log" 2>&1 &
     pid=$!
-    for _ in $(seq 300); do
-      grep -q "pausing 1.5 s in data loading" "$log" && break
-      sleep 0.1
-    done
-    grep -q "pausing 1.5 s in data loading" "$log" || { cat "$log"; fail "rank 1 did not pause"; }
+    wait_for_line "pausing 1.5 s in data loading" "rank 1 did not pause"
     sleep 0.5
     kill -TSTP "$pid"
     sleep 1
