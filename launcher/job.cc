@@ -37,7 +37,7 @@ namespace {
 // The signals ddprun catches: every one whose default action would end it and that can be caught (each ends the
 // job first, except kDumpSignal), and SIGTSTP (Ctrl-Z: the job stops with ddprun, suspend_job).
 constexpr int kCaughtSignals[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, SIGUSR2,
-                                SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGXFSZ, SIGTSTP};
+                                  SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGXFSZ, SIGTSTP};
 // Passed on to the job instead (mpirun forwards it to every rank's wrapper, the wrapper to its program): each
 // rank prints its flight recorder and goes on.
 constexpr int kDumpSignal = SIGUSR2;
