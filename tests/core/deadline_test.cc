@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <string>
 #include <thread>
 
 namespace ddp {
@@ -31,40 +33,49 @@ TEST(Deadline, PassesOnTimeInAProcessThatRuns) {
   EXPECT_LT(took, 2.0);
 }
 
+// True once /proc says `pid` is stopped (state T).
+bool is_stopped(pid_t pid) {
+  FILE* stat = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (stat == nullptr) return false;
+  char state = 0;
+  // The state follows the command name, which is in parentheses and may hold spaces: read past the last ')'.
+  std::string text(512, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), stat));
+  std::fclose(stat);
+  const size_t close = text.rfind(')');
+  if (close != std::string::npos && close + 2 < text.size()) state = text[close + 2];
+  return state == 'T';
+}
+
 TEST(Deadline, LeavesOutTheTimeTheProcessWasStopped) {
   const Clock::time_point start = Clock::now();
-  const Deadline deadline(3.0);
-  // A child stops this process for 2 s, then continues it (the deadline is long enough for the child to start
-  // on a loaded machine).
+  const Deadline deadline(1.0);
+  // This process stops itself at a known point; a child continues it once it has been stopped for 2 s. The child
+  // waits for the stop, so however late it is scheduled, the stop lasts 2 s and never outlives the test.
   const pid_t parent = getpid();
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    kill(parent, SIGSTOP);
+    while (!is_stopped(parent)) {
+      if (getppid() != parent) _exit(1);  // the test ended without stopping
+      usleep(1000);
+    }
     usleep(2000000);
     kill(parent, SIGCONT);
     _exit(0);
   }
-  // Waits as a waiter does until the stop has come and gone: a reading much later than the previous one.
-  Clock::time_point previous = Clock::now();
-  for (;;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    const bool passed = deadline.passed();
-    const Clock::time_point now = Clock::now();
-    if (now - previous > std::chrono::milliseconds(1500)) {
-      EXPECT_FALSE(passed) << "the deadline counted the " << std::chrono::duration<double>(now - previous).count()
-                           << " s the process was stopped";
-      break;
-    }
-    ASSERT_FALSE(passed) << "the deadline passed before the stop came";
-    previous = now;
-  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(deadline.passed());
+  raise(SIGSTOP);
+  const double stopped_after = seconds_since(start);
+  EXPECT_GE(stopped_after, 2.0) << "the process was not stopped for the 2 s the child keeps it";
+  EXPECT_FALSE(deadline.passed()) << "the deadline counted the time the process was stopped";
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  // It passes once the process has run for its 3 s: about 5 s of wall time in all, never less.
+  // It passes once the process has run for its 1 s: about 3 s of wall time in all, never less.
   wall_seconds_until_passed(deadline);
   const double wall = seconds_since(start);
-  EXPECT_GE(wall, 4.9);
+  EXPECT_GE(wall, 2.9);
   EXPECT_LT(wall, 8.0);
 }
 
