@@ -18,6 +18,7 @@
 #include <future>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -214,15 +215,17 @@ std::vector<std::int64_t> layer_sizes(const Flags& f, std::int64_t features, std
   return sizes;
 }
 
-// The command line as the recipe every rank must share: without the flags that name a place on the rank's own
-// node (its data, its outputs, which may differ from node to node) or its share of the node's cores.
+// The flags that name a place on the rank's own node (its data, its outputs, which may differ from node to node)
+// or its share of the node's cores: not part of the recipe.
+constexpr std::string_view kPerNodeFlags[] = {"--data",         "--test-data",       "--checkpoint-dir",
+                                              "--resume",       "--metrics-file",    "--trace-file",
+                                              "--tensorboard-dir", "--onnx",         "--threads"};
+
+// The command line as the recipe every rank must share.
 std::vector<std::pair<std::string, std::string>> recipe_settings(int argc, char** argv) {
-  static const char* const kPerNode[] = {"--data",     "--test-data",   "--checkpoint-dir", "--resume",
-                                         "--metrics-file", "--trace-file", "--tensorboard-dir", "--onnx",
-                                         "--threads"};
   std::vector<std::pair<std::string, std::string>> settings = ddp::command_line_settings(argc, argv);
   std::erase_if(settings, [](const auto& setting) {
-    return std::find(std::begin(kPerNode), std::end(kPerNode), setting.first) != std::end(kPerNode);
+    return std::find(std::begin(kPerNodeFlags), std::end(kPerNodeFlags), setting.first) != std::end(kPerNodeFlags);
   });
   return settings;
 }

@@ -37,7 +37,9 @@ TEST(StopRequest, TheFirstSignalAsksTheSecondEnds) {
       return false;
     });
     EXPECT_TRUE(WIFSIGNALED(status)) << "signal " << signal << ": status " << status;
-    if (WIFSIGNALED(status)) EXPECT_EQ(WTERMSIG(status), signal);
+    if (WIFSIGNALED(status)) {
+      EXPECT_EQ(WTERMSIG(status), signal);
+    }
   }
 }
 
