@@ -19,7 +19,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/stream.h"
-#include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 #include "runtime/distributed/nccl_communicator.h"
 #include "runtime/distributed/process_group_nccl.h"
 #include "runtime/distributed/world.h"

@@ -13,7 +13,7 @@
 // --gemm-floor (GPU) also times the step's GEMMs alone, timed the same way: the same cuBLASLt calls (shapes,
 // types, transposes, algorithms, the same dx/dw streams) with no epilogue and nothing else around them. The step
 // over that time is what the rest of the step costs (a step within 5% of its GEMMs alone is the goal).
-// --recorder-ab times the step with the flight recorder (runtime/distributed/flight_recorder.h: the record of
+// --recorder-ab times the step with the flight recorder (runtime/distributed/hang_diagnosis/flight_recorder.h: the record of
 // collectives and phases) on and off in the same run, alternating repeats (on/off, off/on, ...); step_us stays the
 // default (on), and the JSON adds both medians and the median of the paired ratios. A replayed CUDA graph records
 // nothing: compare eager steps.
@@ -40,7 +40,7 @@
 #include "bench/timing.h"
 #include "ddp.h"
 #include "runtime/core/allocator.h"  // memory_stats, reset_peak_memory_stats
-#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
 #include "runtime/kernels/cuda/gemm_options.h"  // GemmOptions, reported in the JSON
 
 namespace ddp {

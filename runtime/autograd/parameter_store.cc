@@ -126,8 +126,8 @@ void ParameterStore::relayout(std::vector<std::size_t> layout, const Stream& str
   build(checked_layout(std::move(layout), slots_.size()), offsets, total, stream, /*copy_grads=*/true);
 }
 
-void ParameterStore::set_update_shard(std::shared_ptr<UpdateShard> shard) {
-  update_shard_ = std::move(shard);
+void ParameterStore::set_optimizer_shard(std::shared_ptr<OptimizerShard> shard) {
+  optimizer_shard_ = std::move(shard);
   ++layout_version_;
 }
 

@@ -13,7 +13,7 @@
 // slot(i).offset equals BucketPlan::offsets[i] and each bucket is one contiguous slice of flat_grads().
 // relayout() changes the order later (values are preserved), optionally with padding after some slots (the
 // sharded DDP pads each bucket to a multiple of the world size), and counts a new layout_version(), by which an
-// optimizer's state buffers know they are stale. set_update_shard() (see update_shard.h) counts one too.
+// optimizer's state buffers know they are stale. set_optimizer_shard() (see optimizer_shard.h) counts one too.
 //
 // Grad-ready hooks: add_grad_ready_hook(fn) makes backward call fn(i) on the calling thread as soon as
 // parameter i's gradient is final for that backward (see runtime/autograd/autograd.h for the exact rule), once
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "runtime/autograd/gradient_gate.h"
-#include "runtime/autograd/update_shard.h"
+#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 
@@ -97,10 +97,10 @@ class ParameterStore {
 
   // The part of the update this process owns (null: all of it). Setting it counts a new layout_version(): an
   // optimizer made before re-makes its state for the shard at its first step.
-  void set_update_shard(std::shared_ptr<UpdateShard> shard);
-  UpdateShard* update_shard() const { return update_shard_.get(); }
+  void set_optimizer_shard(std::shared_ptr<OptimizerShard> shard);
+  OptimizerShard* optimizer_shard() const { return optimizer_shard_.get(); }
   // The same, shared: an optimizer keeps it for as long as its state is made for it.
-  const std::shared_ptr<UpdateShard>& shared_update_shard() const { return update_shard_; }
+  const std::shared_ptr<OptimizerShard>& shared_optimizer_shard() const { return optimizer_shard_; }
 
   // Gradients that become final piece by piece (see gradient_gate.h), or null: final when backward returns.
   // The gate's owner sets it and clears it (null) before it goes away.
@@ -127,7 +127,7 @@ class ParameterStore {
   Tensor flat_params_;
   Tensor flat_grads_;
   std::shared_ptr<HookList> hooks_;  // shared with the per-tensor hooks, emptied when the store goes away
-  std::shared_ptr<UpdateShard> update_shard_;
+  std::shared_ptr<OptimizerShard> optimizer_shard_;
   GradientGate* gradient_gate_ = nullptr;
 };
 

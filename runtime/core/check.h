@@ -1,7 +1,7 @@
 // The runtime's errors, the CUDA runtime's check macros, and the two checks of our own: DDP_CHECK for what a
 // caller passed in, DDP_ASSERT for the runtime's own invariants. The other libraries' checks live with the layer
 // that links them: cuBLAS in runtime/kernels/cuda/cublas_check.h, NCCL and MPI in
-// runtime/distributed/comm_check.h, so this bottom layer links the CUDA runtime only.
+// runtime/distributed/mpi_nccl_errors.h, so this bottom layer links the CUDA runtime only.
 //
 // Each failing call becomes a typed exception that carries the file, the line and the text of the call, so an
 // error from rank 3 deep inside a bucket all-reduce still says exactly what failed. Destructors must not throw:

@@ -6,8 +6,8 @@
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
 #include "runtime/distributed/bf16_compression_hook.h"
-#include "runtime/distributed/bucket_update_shard.h"
-#include "runtime/distributed/parameter_check.h"
+#include "runtime/distributed/bucket_optimizer_shard.h"
+#include "runtime/distributed/same_parameters.h"
 
 namespace ddp {
 namespace {
@@ -117,9 +117,9 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   Reducer* reducer = reducer_.get();
   parameters_.add_grad_ready_hook([reducer](std::size_t index) { reducer->mark_ready(index); });
   if (options.shard_optimizer) {
-    shard_ = std::make_shared<BucketUpdateShard>(group_, world, reducer_->plan(), CommBuffer::of(parameters_.flat_params()),
+    shard_ = std::make_shared<BucketOptimizerShard>(group_, world, reducer_->plan(), CommBuffer::of(parameters_.flat_params()),
                                                  compute_);
-    parameters_.set_update_shard(shard_);
+    parameters_.set_optimizer_shard(shard_);
   }
   if (options.overlap_optimizer) {
     gate_ = std::make_unique<BucketGradientGate>(*reducer_);
@@ -130,7 +130,7 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
 
 DistributedDataParallel::~DistributedDataParallel() {
   parameters_.clear_grad_ready_hooks();
-  if (shard_) parameters_.set_update_shard(nullptr);
+  if (shard_) parameters_.set_optimizer_shard(nullptr);
   if (gate_) {
     try {
       gate_->wait_all(compute_);  // the store's gradients stay final without this object

@@ -20,7 +20,7 @@
 // reduce-scattered instead of all-reduced (rank r gets the average of its slice of every bucket), an optimizer
 // made on the store afterwards keeps state for those slices only and updates them alone, and the updated
 // parameters are all-gathered bucket by bucket while the optimizer works on the next one (see
-// bucket_update_shard.h). The user's loop is unchanged; the gradients outside this rank's slices are undefined
+// bucket_optimizer_shard.h). The user's loop is unchanged; the gradients outside this rank's slices are undefined
 // after backward (clip_grad_norm knows, and sums its norm over the ranks).
 #pragma once
 
@@ -38,7 +38,7 @@
 
 namespace ddp {
 
-class BucketUpdateShard;
+class BucketOptimizerShard;
 class BucketGradientGate;
 
 enum class GradientCompression { kNone, kBFloat16 };
@@ -156,7 +156,7 @@ class DistributedDataParallel {
   std::unique_ptr<CommHook> hook_;
   std::unique_ptr<BucketGradientGate> gate_;  // overlap_optimizer
   std::unique_ptr<Reducer> reducer_;
-  std::shared_ptr<BucketUpdateShard> shard_;  // also held by the store while this object lives
+  std::shared_ptr<BucketOptimizerShard> shard_;  // also held by the store while this object lives
 };
 
 }  // namespace ddp

@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "runtime/distributed/comm_check.h"
 #include "runtime/core/device.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 
 namespace ddp {
 

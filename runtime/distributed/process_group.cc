@@ -5,8 +5,8 @@
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
 #include "runtime/core/settings.h"
-#include "runtime/distributed/collective_check.h"
-#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/collective_mismatch.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
 #include "runtime/distributed/process_group_mpi.h"
 #include "runtime/distributed/process_group_nccl.h"
 #include "runtime/distributed/world_mpi.h"
@@ -34,7 +34,7 @@ CollectiveDescription ProcessGroup::issue(const char* collective, const CommBuff
   CollectiveDescription d{collective, 0, buffer.count, buffer.dtype, backend(), rank(), context_};
   const std::int64_t step = context_.bucket >= 0 ? context_.backward : current_step();
   d.seq = record_collective_issued(collective, buffer.count, buffer.dtype, context_.bucket, context_.buckets, step);
-  if (collective_check_enabled()) {
+  if (collective_mismatch_enabled()) {
     const std::string difference = check_collective(CollectiveFingerprint(
         d.seq, collective, buffer.count, buffer.dtype, root, reduce ? static_cast<int>(*reduce) : -1,
         context_.bucket, context_.buckets, step));

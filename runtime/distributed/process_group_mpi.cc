@@ -11,8 +11,8 @@
 #include "runtime/core/bfloat16.h"
 #include "runtime/core/check.h"
 #include "runtime/core/settings.h"
-#include "runtime/distributed/comm_check.h"
-#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 #include "runtime/kernels/kernels.h"
 
 namespace ddp {

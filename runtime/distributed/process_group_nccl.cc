@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "runtime/core/check.h"
-#include "runtime/distributed/comm_check.h"
-#include "runtime/distributed/flight_recorder.h"
 #include "runtime/core/graph.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 
 namespace ddp {
 namespace {

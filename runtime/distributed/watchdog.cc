@@ -6,9 +6,9 @@
 #include <cstdlib>
 
 #include "runtime/core/check.h"
-#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/side_channel.h"
 #include "runtime/distributed/process_group.h"
-#include "runtime/distributed/side_channel.h"
 
 namespace ddp {
 

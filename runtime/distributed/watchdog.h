@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "runtime/core/deadline.h"
-#include "runtime/distributed/collective_deadline.h"
+#include "runtime/distributed/hang_diagnosis/collective_deadline.h"
 #include "runtime/distributed/process_group.h"
 
 namespace ddp {

@@ -19,12 +19,12 @@
 #include "runtime/core/phase.h"
 #include "runtime/core/settings.h"
 #include "runtime/core/stop_request.h"
-#include "runtime/distributed/collective_check.h"
-#include "runtime/distributed/collective_deadline.h"
-#include "runtime/distributed/comm_check.h"
-#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/collective_deadline.h"
+#include "runtime/distributed/hang_diagnosis/collective_mismatch.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/side_channel.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 #include "runtime/distributed/nccl_communicator.h"
-#include "runtime/distributed/side_channel.h"
 #include "runtime/distributed/srun_check.h"
 #include "runtime/distributed/world_mpi.h"
 
@@ -106,7 +106,7 @@ void run_host_collective(const char* operation, std::int64_t count, DType dtype,
   if (!settings_error.empty()) throw CollectiveError(settings_error, rank);
   const std::int64_t step = current_step();
   const std::int64_t seq = record_collective_issued(operation, count, dtype, -1, 0, step);
-  if (collective_check_enabled()) {
+  if (collective_mismatch_enabled()) {
     const std::string difference =
         check_collective(CollectiveFingerprint(seq, operation, count, dtype, -1, -1, -1, 0, step));
     if (!difference.empty()) throw CollectiveError(difference, rank);
@@ -259,10 +259,10 @@ void World::join(std::int64_t parent_handle) {
   int length = 0;
   DDP_MPI_CHECK(MPI_Get_processor_name(name, &length));
   node_name_.assign(name, length);
-  // One job-wide side channel and collective check per process: a second World (an application that makes a
+  // One job-wide side channel and collective comparison per process: a second World (an application that makes a
   // session again after the first ended) starts its own.
   side_channel_ = SideChannel::start(comm);
-  const std::string debug_error = start_collective_check(comm);
+  const std::string debug_error = start_collective_mismatch(comm);
   if (!debug_error.empty()) throw CollectiveError(debug_error, rank_);
 }
 
@@ -351,7 +351,7 @@ World::~World() {
   if (std::uncaught_exceptions() > uncaught_at_start_) return;
   nccl_.reset();
   side_channel_.reset();
-  stop_collective_check();
+  stop_collective_mismatch();
   if (mpi_->comm != MPI_COMM_NULL && mpi_is_running()) MPI_Comm_free(&mpi_->comm);
   if (owns_mpi_ && mpi_is_running()) MPI_Finalize();
 }

@@ -7,7 +7,7 @@
 // collective. Started without mpirun, Open MPI's singleton mode gives a world of one.
 //
 // It also starts what explains a hang: the side channel over which ranks say where they are (side_channel.h)
-// and, under DDP_DEBUG=collectives, the comparison of every collective across ranks (collective_check.h). Its
+// and, under DDP_DEBUG=collectives, the comparison of every collective across ranks (collective_mismatch.h). Its
 // own host collectives (agree, sum, max) are recorded in the flight recorder and have the collective deadline.
 //
 // An MPI application that embeds the runtime makes the World on a communicator of its own instead (the world or

@@ -1,4 +1,4 @@
-// The MPI side of a World, for the runtime's own MPI calls (the process groups, the parameter check, tests).
+// The MPI side of a World, for the runtime's own MPI calls (the process groups, the model agreement check, tests).
 // Kept out of world.h so that the public header, which includes world.h, pulls in no <mpi.h>: user code reaches
 // the other ranks through the World's host collectives and the process group, never through MPI itself.
 #pragma once
@@ -23,7 +23,7 @@ inline MPI_Comm mpi_comm(const World& world) { return world.mpi().comm; }
 // collective `operation` (a string literal) of `count` elements of `dtype`, under the collective deadline and
 // DDP_DEBUG=collectives' comparison (a difference throws CollectiveError). `count` must be the same on every
 // rank (for a gather, the whole count). Every MPI collective the runtime makes outside a process group goes
-// through here (the World's, the parameter check's, a sharded checkpoint's gathers), so that none can hang
+// through here (the World's, the model agreement check's, a sharded checkpoint's gathers), so that none can hang
 // without a report or be missing from the flight recorder.
 void run_host_collective(const char* operation, std::int64_t count, DType dtype,
                          const std::function<int(MPI_Request*)>& start);

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernels/dispatch.h"
 #include "runtime/core/check.h"
+#include "runtime/kernels/dispatch.h"
 
 namespace ddp {
 namespace {
@@ -28,7 +28,7 @@ std::vector<FlatSpan> current_gradients(const ParameterStore& store) {
 // The current gradients this rank holds: all of them, or (sharded) those in its own spans.
 std::vector<FlatSpan> held_gradients(const ParameterStore& store) {
   std::vector<FlatSpan> current = current_gradients(store);
-  const UpdateShard* shard = store.update_shard();
+  const OptimizerShard* shard = store.optimizer_shard();
   if (shard == nullptr) return current;
   std::vector<FlatSpan> held;
   for (const FlatSpan& s : current) {
@@ -43,7 +43,7 @@ double clip_grad_norm(ParameterStore& store, double max_norm, const Stream& stre
   DDP_CHECK(max_norm > 0.0 && std::isfinite(max_norm),
             "clip_grad_norm: max_norm must be a positive finite number, got " + std::to_string(max_norm));
   const std::vector<FlatSpan> spans = held_gradients(store);
-  UpdateShard* shard = store.update_shard();
+  OptimizerShard* shard = store.optimizer_shard();
   if (spans.empty() && shard == nullptr) return 0.0;
   store.wait_for_gradients(stream);  // the norm reads every gradient: all of them final first
   float* grads = store.flat_grads().data<float>();

@@ -4,9 +4,9 @@
 // optimizer.step(), and the flat gradient buffer makes it two kernels — a sum of squares whose result is the
 // same bits on every run, then a scale — whatever the number of parameters.
 //
-// Sharded (the store carries an UpdateShard: DistributedDataParallel with shard_optimizer): each rank holds the
+// Sharded (the store carries an OptimizerShard: DistributedDataParallel with shard_optimizer): each rank holds the
 // averaged gradients of its own spans only, so each sums the squares of those and the norm is the square root
-// of the sum over the ranks (UpdateShard::sum, in rank order: every rank gets the same bits and clips alike);
+// of the sum over the ranks (OptimizerShard::sum, in rank order: every rank gets the same bits and clips alike);
 // each rank scales its own spans. The partial sums are added in another grouping than the unsharded single
 // pass, so the norm can differ from it in the last bits of a double.
 #pragma once

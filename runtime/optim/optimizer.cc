@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/kernels/dispatch.h"
 #include "runtime/core/check.h"
+#include "runtime/kernels/dispatch.h"
 
 namespace ddp {
 
@@ -79,7 +79,7 @@ void Sgd::make_state(const Stream& stream) {
 }
 
 void Optimizer::adopt_store_layout(const Stream& stream) {
-  shard_ = store_.shared_update_shard();
+  shard_ = store_.shared_optimizer_shard();
   spans_.clear();
   others_.clear();
   if (shard_ == nullptr) {

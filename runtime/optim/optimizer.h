@@ -7,7 +7,7 @@
 // before the store is re-laid out (DistributedDataParallel does it) follows the new layout until its first step
 // and refuses, saying so, after it.
 //
-// Sharded (ZeRO stage 1): when the store carries an UpdateShard (DistributedDataParallel with
+// Sharded (ZeRO stage 1): when the store carries an OptimizerShard (DistributedDataParallel with
 // DdpOptions::shard_optimizer), the optimizer keeps state for this rank's spans of the flat buffers only and
 // runs its kernel over each of them, telling the shard after each (which hands the updated span to the other
 // ranks while the next one is updated), then waits for the other ranks' spans. The arithmetic per element is
@@ -24,11 +24,11 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/models/module.h"
+#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/phase.h"
-#include "runtime/autograd/update_shard.h"
 #include "runtime/core/stream.h"
+#include "runtime/models/module.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp {
@@ -80,8 +80,8 @@ class Optimizer {
   // starts at the sum of the counts of spans 0..k-1. The whole buffer (one span) unless sharded. Follows a
   // new layout of the store at the next prepare_step.
   const std::vector<FlatSpan>& state_spans() const { return spans_; }
-  // The store's UpdateShard this optimizer's state is made for, or null (unsharded).
-  UpdateShard* shard() const { return shard_.get(); }
+  // The store's OptimizerShard this optimizer's state is made for, or null (unsharded).
+  OptimizerShard* shard() const { return shard_.get(); }
   bool sharded() const { return shard_ != nullptr; }
 
   // Mixed precision: every step() also writes bfloat16(updated parameters) into `copy`, a flat bfloat16
@@ -132,7 +132,7 @@ class Optimizer {
   std::vector<double> plan_lr_;      // the learning rate of each row, for prepare_step's check
   std::int64_t plan_first_step_ = 0;
   std::int64_t layout_version_;  // the store's layout the state buffers are in
-  std::shared_ptr<UpdateShard> shard_;  // kept alive with the state made for it
+  std::shared_ptr<OptimizerShard> shard_;  // kept alive with the state made for it
   std::vector<FlatSpan> spans_;   // updated here, in flat order
   std::vector<FlatSpan> others_;  // the rest of the flat buffer (sharded): updated by the other ranks
 };

@@ -19,7 +19,7 @@ for f in include/ddp.h lib/libddp.so lib/pkgconfig/ddp.pc lib/cmake/ddp/ddpConfi
   [ -f "$prefix/$f" ] || fail "$f was not installed"
 done
 internal=$(cd "$prefix/include" && find . -name 'world_mpi.h' -o -name 'nccl_communicator.h' -o -name 'process_group_*.h' \
-  -o -name 'comm_check.h' -o -name 'dispatch.h' -o -path '*/cpu/*' -o -name '*.cuh')
+  -o -name 'mpi_nccl_errors.h' -o -name 'dispatch.h' -o -path '*/cpu/*' -o -name '*.cuh')
 [ -z "$internal" ] || fail "internal headers were installed: $internal"
 printf '#include <ddp.h>\nint main() { return 0; }\n' >"$work/only_ddp.cc"
 "${CXX:-c++}" -std=c++20 -fsyntax-only -I"$prefix/include" -I"$prefix/include/ddp" "$work/only_ddp.cc" ||

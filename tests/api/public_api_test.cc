@@ -35,7 +35,9 @@ TEST(Session, SetsUpTheDeviceStreamBackendAndHostCollectives) {
   if (std::getenv("DDP_BACKEND") == nullptr) {
     EXPECT_EQ(session.backend(), session.device().is_cuda() ? ddp::Backend::kNccl : ddp::Backend::kMpi);
   }
-  if (session.device().is_cpu()) EXPECT_GE(session.cpu_threads(), 1);
+  if (session.device().is_cpu()) {
+    EXPECT_GE(session.cpu_threads(), 1);
+  }
   const int n = session.size();
   EXPECT_EQ(session.sum(session.rank() + 1.0), n * (n + 1) / 2.0);
   EXPECT_EQ(session.mean(2.0 * session.rank()), n - 1.0);

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 #include "runtime/kernels/cuda/cublas_check.h"
 
 namespace ddp {

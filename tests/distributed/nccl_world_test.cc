@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "runtime/core/check.h"
-#include "runtime/distributed/comm_check.h"
 #include "runtime/core/stream.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 #include "runtime/distributed/nccl_communicator.h"
 #include "tests/distributed/test_world.h"
 

@@ -15,8 +15,8 @@
 
 #include "runtime/core/check.h"
 #include "runtime/distributed/bf16_compression_hook.h"
-#include "runtime/distributed/parameter_check.h"
 #include "runtime/distributed/reducer.h"
+#include "runtime/distributed/same_parameters.h"
 #include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"

@@ -41,7 +41,7 @@ a_stalled_sharded_checkpoint_ends_the_job_with_a_report() {
   status=$?
   end=$(date +%s)
   [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "stalled sharded checkpoint: exit status $status (124: hung)"
-  grep -q "BucketUpdateShard::gather" <<<"$out" || fail "stalled sharded checkpoint: the gather is not named: $out"
+  grep -q "BucketOptimizerShard::gather" <<<"$out" || fail "stalled sharded checkpoint: the gather is not named: $out"
   grep -q "rank 0 is behind: .* in checkpoint I/O" <<<"$out" ||
     fail "stalled sharded checkpoint: the report does not say rank 0 is behind in checkpoint I/O: $out"
   [ $((end - start)) -lt 180 ] || fail "stalled sharded checkpoint: took $((end - start)) s with a 30 s deadline"

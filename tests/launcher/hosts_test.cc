@@ -58,7 +58,9 @@ TEST(HostFactsHere, DescribeThisMachine) {
   EXPECT_GE(f.cores, 1);
   int in_nodes = 0;
   for (int c : f.numa_cores) in_nodes += c;
-  if (!f.numa_cores.empty()) EXPECT_EQ(in_nodes, f.cores);
+  if (!f.numa_cores.empty()) {
+    EXPECT_EQ(in_nodes, f.cores);
+  }
   EXPECT_EQ(parse_probe_line(probe_line(f))->cores, f.cores);
 }
 

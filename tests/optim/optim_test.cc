@@ -279,9 +279,9 @@ TEST(Optimizer, FollowsANewLayoutUntilItHasStepped) {
   }
 }
 
-// An UpdateShard of one process that owns some spans: it records what the optimizer tells it and, as the
+// An OptimizerShard of one process that owns some spans: it records what the optimizer tells it and, as the
 // other ranks would, writes `gathered` into the spans it does not own when the update finishes.
-class FakeShard : public UpdateShard {
+class FakeShard : public OptimizerShard {
  public:
   FakeShard(std::vector<FlatSpan> owned, Tensor params) : owned_(std::move(owned)), params_(std::move(params)) {}
   int rank() const override { return 0; }
@@ -320,7 +320,7 @@ TEST(Optimizer, ShardedItUpdatesAndKeepsStateForItsOwnSpansOnly) {
   auto shard = std::make_shared<FakeShard>(mine, sharded.store.flat_params());
   AdamW reference(plain.store, AdamWOptions{1e-2, 0.9, 0.999, 1e-8, 0.05}, S());
   AdamW early(sharded.store, AdamWOptions{1e-2, 0.9, 0.999, 1e-8, 0.05}, S());  // made before the shard is set
-  sharded.store.set_update_shard(shard);
+  sharded.store.set_optimizer_shard(shard);
   Tensor copy = Tensor::zeros({sharded.store.total_numel()}, DType::kBFloat16, Device::cpu(), S());
   early.set_bf16_copy(copy);
   for (int step = 0; step < 3; ++step) {
@@ -352,12 +352,12 @@ TEST(Optimizer, ShardedItUpdatesAndKeepsStateForItsOwnSpansOnly) {
       << "the bf16 copy is not bf16 of every updated or gathered parameter";
 }
 
-// Sharded clipping: this rank's share of the sum of squares plus the others' (UpdateShard::sum) is the norm,
+// Sharded clipping: this rank's share of the sum of squares plus the others' (OptimizerShard::sum) is the norm,
 // and only this rank's spans are scaled.
 TEST(ClipGradNorm, ShardedTheNormIsTheSumOverTheShards) {
   Fixture f;
   auto shard = std::make_shared<FakeShard>(std::vector<FlatSpan>{{0, 2}}, f.store.flat_params());
-  f.store.set_update_shard(shard);
+  f.store.set_optimizer_shard(shard);
   f.set_current_grads(0);
   const std::vector<float> g = f.store.flat_grads().to_vector<float>(S());
   const double mine = static_cast<double>(g[0]) * g[0] + static_cast<double>(g[1]) * g[1];

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
 
 namespace ddp {
 

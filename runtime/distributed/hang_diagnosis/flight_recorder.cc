@@ -1,4 +1,4 @@
-#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
 
 #include <unistd.h>
 

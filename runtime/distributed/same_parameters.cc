@@ -1,11 +1,11 @@
-#include "runtime/distributed/parameter_check.h"
+#include "runtime/distributed/same_parameters.h"
 
 #include <mpi.h>
 
 #include <string>
 
 #include "runtime/core/check.h"
-#include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 #include "runtime/distributed/world_mpi.h"
 
 namespace ddp {

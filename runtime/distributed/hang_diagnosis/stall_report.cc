@@ -1,4 +1,4 @@
-#include "runtime/distributed/stall_report.h"
+#include "runtime/distributed/hang_diagnosis/stall_report.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "runtime/distributed/collective_deadline.h"
+#include "runtime/distributed/hang_diagnosis/collective_deadline.h"
 
 #include <chrono>
 #include <cstdio>
@@ -8,8 +8,8 @@
 #include "runtime/core/check.h"
 #include "runtime/core/deadline.h"
 #include "runtime/core/settings.h"
-#include "runtime/distributed/comm_check.h"
-#include "runtime/distributed/side_channel.h"
+#include "runtime/distributed/hang_diagnosis/side_channel.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 
 namespace ddp {
 

@@ -25,7 +25,7 @@ shift 3
 if [ -n "${TEST_SRCDIR:-}" ]; then
   source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
 else
-  source "$(cd "$(dirname "$0")" && pwd)/../../bazel/mpi_env.sh"
+  source "$(cd "$(dirname "$0")" && pwd)/../../../bazel/mpi_env.sh"
 fi
 timeout_s=${HANG_TIMEOUT_S:-2}
 export DDP_COLLECTIVE_TIMEOUT_S=$timeout_s DDP_FAULT_STALL= DDP_DEBUG=

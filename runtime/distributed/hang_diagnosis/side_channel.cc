@@ -1,4 +1,4 @@
-#include "runtime/distributed/side_channel.h"
+#include "runtime/distributed/hang_diagnosis/side_channel.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -21,8 +21,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "runtime/distributed/comm_check.h"
-#include "runtime/distributed/stall_report.h"
+#include "runtime/distributed/hang_diagnosis/stall_report.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 
 namespace ddp {
 namespace {

@@ -42,10 +42,10 @@ struct CollectiveFingerprint {
 // Collective over `comm`: turns the check on, on every rank, when DDP_DEBUG names "collectives" on any rank
 // (a check on some ranks only would itself hang). Returns, on every rank alike, what is wrong with DDP_DEBUG
 // (a mode it does not know, on some rank), or an empty string.
-std::string start_collective_check(MPI_Comm comm);
+std::string start_collective_mismatch(MPI_Comm comm);
 // Frees the check's communicator (before MPI is finalised).
-void stop_collective_check();
-bool collective_check_enabled();
+void stop_collective_mismatch();
+bool collective_mismatch_enabled();
 
 // With the check on: compares `mine` with every rank's and returns the message above when they differ (empty
 // when they agree, or when the check is off). After a difference every later call returns it again at once,

@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
 
 namespace ddp {
 

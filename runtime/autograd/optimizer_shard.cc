@@ -1,5 +1,5 @@
-// Span arithmetic for UpdateShard's users (the optimizers, gradient clipping, checkpoints).
-#include "runtime/autograd/update_shard.h"
+// Span arithmetic for OptimizerShard's users (the optimizers, gradient clipping, checkpoints).
+#include "runtime/autograd/optimizer_shard.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "runtime/distributed/collective_check.h"
+#include "runtime/distributed/hang_diagnosis/collective_mismatch.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,9 +12,9 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/settings.h"
-#include "runtime/distributed/collective_deadline.h"
-#include "runtime/distributed/comm_check.h"
-#include "runtime/distributed/stall_report.h"
+#include "runtime/distributed/hang_diagnosis/collective_deadline.h"
+#include "runtime/distributed/hang_diagnosis/stall_report.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 
 namespace ddp {
 namespace {
@@ -80,7 +80,7 @@ std::string CollectiveFingerprint::text() const {
   return s + ", step " + std::to_string(step);
 }
 
-std::string start_collective_check(MPI_Comm comm) {
+std::string start_collective_mismatch(MPI_Comm comm) {
   std::string error;
   const bool requested = debug_collectives_requested(&error);
   int flags[2] = {requested ? 1 : 0, error.empty() ? 0 : 1};
@@ -99,14 +99,14 @@ std::string start_collective_check(MPI_Comm comm) {
   return "";
 }
 
-void stop_collective_check() {
+void stop_collective_mismatch() {
   CheckState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.enabled.store(false);
   if (s.comm != MPI_COMM_NULL) MPI_Comm_free(&s.comm);
 }
 
-bool collective_check_enabled() { return state().enabled.load(std::memory_order_relaxed); }
+bool collective_mismatch_enabled() { return state().enabled.load(std::memory_order_relaxed); }
 
 std::string check_collective(const CollectiveFingerprint& mine) {
   CheckState& s = state();

@@ -1,5 +1,5 @@
 // NCCL and MPI status codes into NcclError and MpiError.
-#include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 
 #include <mpi.h>
 #include <nccl.h>

@@ -1,4 +1,4 @@
-// UpdateShard: the part of a ParameterStore's update that this process owns, when several processes share
+// OptimizerShard: the part of a ParameterStore's update that this process owns, when several processes share
 // the update of one set of parameters (ZeRO stage 1, DistributedDataParallel with DdpOptions::shard_optimizer).
 //
 // Why it lives by the store, below the optimizers and the distributed layer: the optimizer must learn which
@@ -27,9 +27,9 @@ struct FlatSpan {
   std::int64_t end() const { return offset + count; }
 };
 
-class UpdateShard {
+class OptimizerShard {
  public:
-  virtual ~UpdateShard() = default;
+  virtual ~OptimizerShard() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // The spans process `rank` updates, in flat order.

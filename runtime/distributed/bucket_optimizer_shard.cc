@@ -1,24 +1,24 @@
-// BucketUpdateShard: the owned slices, the per-bucket in-place all-gathers of the updated parameters, and the
+// BucketOptimizerShard: the owned slices, the per-bucket in-place all-gathers of the updated parameters, and the
 // host collectives over the shards.
-#include "runtime/distributed/bucket_update_shard.h"
+#include "runtime/distributed/bucket_optimizer_shard.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "runtime/core/check.h"
 #include "runtime/core/graph.h"
-#include "runtime/distributed/comm_check.h"
+#include "runtime/distributed/mpi_nccl_errors.h"
 #include "runtime/distributed/world_mpi.h"
 
 namespace ddp {
 
-BucketUpdateShard::BucketUpdateShard(ProcessGroup& group, const World& world, BucketPlan plan,
+BucketOptimizerShard::BucketOptimizerShard(ProcessGroup& group, const World& world, BucketPlan plan,
                                      CommBuffer parameters, const Stream& compute)
     : group_(group), plan_(std::move(plan)), parameters_(parameters), rank_(group.rank()), size_(group.size()) {
-  DDP_CHECK(plan_.shards == size_, "BucketUpdateShard: the bucket plan is made for " + std::to_string(plan_.shards) +
+  DDP_CHECK(plan_.shards == size_, "BucketOptimizerShard: the bucket plan is made for " + std::to_string(plan_.shards) +
                                       " shards, the group has " + std::to_string(size_) + " ranks");
   DDP_CHECK(parameters.count == plan_.total && parameters.dtype == DType::kFloat32,
-            "BucketUpdateShard: the flat parameter buffer must be the plan's " + std::to_string(plan_.total) +
+            "BucketOptimizerShard: the flat parameter buffer must be the plan's " + std::to_string(plan_.total) +
                 " float32 elements");
   DDP_MPI_CHECK(MPI_Comm_dup(mpi_comm(world), &comm_));
   DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
@@ -33,7 +33,7 @@ BucketUpdateShard::BucketUpdateShard(ProcessGroup& group, const World& world, Bu
   }
 }
 
-BucketUpdateShard::~BucketUpdateShard() {
+BucketOptimizerShard::~BucketOptimizerShard() {
   // All-gathers in flight write the parameter buffer: let them finish before it can go away.
   for (auto& w : works_) {
     if (!w) continue;
@@ -47,12 +47,12 @@ BucketUpdateShard::~BucketUpdateShard() {
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
 }
 
-const std::vector<FlatSpan>& BucketUpdateShard::owned(int rank) const {
-  DDP_CHECK(rank >= 0 && rank < size_, "BucketUpdateShard: no rank " + std::to_string(rank));
+const std::vector<FlatSpan>& BucketOptimizerShard::owned(int rank) const {
+  DDP_CHECK(rank >= 0 && rank < size_, "BucketOptimizerShard: no rank " + std::to_string(rank));
   return owned_[static_cast<std::size_t>(rank)];
 }
 
-void BucketUpdateShard::span_updated(std::size_t k, const Stream& stream) {
+void BucketOptimizerShard::span_updated(std::size_t k, const Stream& stream) {
   DDP_ASSERT(k < plan_.buckets.size(), "span_updated: no bucket " + std::to_string(k));
   if (k == 0) {
     ++steps_;
@@ -72,7 +72,7 @@ void BucketUpdateShard::span_updated(std::size_t k, const Stream& stream) {
   works_[k] = group_.all_gather(mine, whole, stream);
 }
 
-void BucketUpdateShard::finish_update(const Stream& stream) {
+void BucketOptimizerShard::finish_update(const Stream& stream) {
   const bool captured = is_capturing(stream);
   const bool cuda = stream.device().is_cuda();
   if (cuda && !captured) waits_begin_.record(stream);
@@ -90,7 +90,7 @@ void BucketUpdateShard::finish_update(const Stream& stream) {
   stats_pending_ = true;
 }
 
-const GatherStats& BucketUpdateShard::last_stats() {
+const GatherStats& BucketOptimizerShard::last_stats() {
   if (!stats_pending_) return stats_;
   stats_pending_ = false;
   stats_.timed = true;
@@ -105,9 +105,9 @@ const GatherStats& BucketUpdateShard::last_stats() {
   return stats_;
 }
 
-double BucketUpdateShard::sum(double value) {
+double BucketOptimizerShard::sum(double value) {
   std::vector<double> all(static_cast<std::size_t>(size_));
-  run_host_collective("BucketUpdateShard::sum", size_, DType::kFloat64, [&](MPI_Request* request) {
+  run_host_collective("BucketOptimizerShard::sum", size_, DType::kFloat64, [&](MPI_Request* request) {
     return MPI_Iallgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm_, request);
   });
   double total = 0.0;
@@ -115,7 +115,7 @@ double BucketUpdateShard::sum(double value) {
   return total;
 }
 
-void BucketUpdateShard::gather_to_first(FlatSpan range, const float* local, float* out) {
+void BucketOptimizerShard::gather_to_first(FlatSpan range, const float* local, float* out) {
   DDP_CHECK(range.offset >= 0 && range.end() <= plan_.total && range.count <= INT32_MAX,
             "gather_to_first: elements [" + std::to_string(range.offset) + ", " + std::to_string(range.end()) +
                 ") are not a range of the flat buffer, or too many for one MPI call");
@@ -131,7 +131,7 @@ void BucketUpdateShard::gather_to_first(FlatSpan range, const float* local, floa
   std::vector<float> wire(rank_ == 0 ? static_cast<std::size_t>(range.count) : 0);
   // Under the deadline and in the flight recorder: a rank 0 stuck writing the file must not leave the others
   // waiting here without a report.
-  run_host_collective("BucketUpdateShard::gather", range.count, DType::kFloat32, [&](MPI_Request* request) {
+  run_host_collective("BucketOptimizerShard::gather", range.count, DType::kFloat32, [&](MPI_Request* request) {
     return MPI_Igatherv(local, counts[rank_], MPI_FLOAT, wire.data(), counts.data(), displacements.data(), MPI_FLOAT,
                         0, comm_, request);
   });

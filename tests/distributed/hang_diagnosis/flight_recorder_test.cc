@@ -1,13 +1,13 @@
 // The flight recorder (its ring of collectives, the phases) and the explanation of a hang built from the
 // ranks' records, without MPI: the hang tests under mpirun (hang_report_test.sh) take it end to end.
-#include "runtime/distributed/flight_recorder.h"
+#include "runtime/distributed/hang_diagnosis/flight_recorder.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "runtime/core/phase.h"
-#include "runtime/distributed/stall_report.h"
+#include "runtime/distributed/hang_diagnosis/stall_report.h"
 
 namespace ddp {
 namespace {

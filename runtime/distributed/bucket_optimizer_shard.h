@@ -1,5 +1,5 @@
-// BucketUpdateShard: ZeRO stage 1 over DistributedDataParallel's buckets — the UpdateShard the sharded DDP
-// gives the ParameterStore (see runtime/autograd/update_shard.h).
+// BucketOptimizerShard: ZeRO stage 1 over DistributedDataParallel's buckets — the OptimizerShard the sharded DDP
+// gives the ParameterStore (see runtime/autograd/optimizer_shard.h).
 //
 // Who owns what: the bucket plan is made with shards = N, so every bucket is padded to a multiple of
 // N·kSlotAlignment elements and rank r owns slice r of every bucket (BucketPlan::shard_of). The reducer
@@ -19,7 +19,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/autograd/update_shard.h"
+#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/stream.h"
 #include "runtime/distributed/bucket_plan.h"
 #include "runtime/distributed/process_group.h"
@@ -28,12 +28,12 @@
 
 namespace ddp {
 
-class BucketUpdateShard : public UpdateShard {
+class BucketOptimizerShard : public OptimizerShard {
  public:
   // `plan` must have shards = group.size(); `parameters` is the flat parameter buffer laid out by it.
-  BucketUpdateShard(ProcessGroup& group, const World& world, BucketPlan plan, CommBuffer parameters,
+  BucketOptimizerShard(ProcessGroup& group, const World& world, BucketPlan plan, CommBuffer parameters,
                     const Stream& compute);
-  ~BucketUpdateShard() override;
+  ~BucketOptimizerShard() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
