@@ -6,11 +6,7 @@ set -uo pipefail
 ddprun="$1"
 train="$2"
 fit="$3"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-work="$session/fit"
-mkdir -p "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
 
 "$ddprun" -np 2 -- "$fit" "$work/fit" 40 >"$work/fit.out" 2>&1 || { fail "fit failed"; tail "$work/fit.out"; }
 "$ddprun" -np 2 -- "$train" --checkpoint-dir "$work/train_mlp" --max-steps 40 >"$work/train.out" 2>&1 \
@@ -28,5 +24,4 @@ out=$(DDP_RESUME=1 "$ddprun" -np 2 -- "$fit" "$work/fit" 50 2>&1) || fail "fit d
 grep -q "resumed from .*ckpt-00000040.safetensors: step 40" <<<"$out" || fail "fit did not resume from step 40: $out"
 grep -q "final step=50" <<<"$out" || fail "fit did not reach step 50: $out"
 
-[ "$failures" -eq 0 ] && echo "PASS" || echo "$failures failure(s)"
-exit "$failures"
+finish fit

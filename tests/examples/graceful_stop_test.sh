@@ -9,22 +9,10 @@
 set -uo pipefail
 ddprun="$1"
 train="$2"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-work="$session/work"
-mkdir -p "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
 # Batches of 256 per rank: an epoch is 118 steps on 2 ranks and 59 on 4, so the run evaluates before its end.
 args=(--hidden 64 --layers 2 --batch-size 256 --log-every 10 --seed 5 --max-steps 150 --checkpoint-every 40)
 
-# Waits (up to 60 s) for a line matching $2 in file $1.
-wait_for_line() {
-  for _ in $(seq 600); do
-    grep -qE "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 # The reference: the same run on N ranks, never stopped.
 reference() {
@@ -113,8 +101,4 @@ echo "two signals: ddprun exited $status ${elapsed} s after the first"
 [ "$status" -eq 143 ] || { fail "two signals: ddprun exited $status, expected 143"; tail -20 "$dir.out"; }
 awk -v e="$elapsed" 'BEGIN { exit !(e < 15) }' || fail "two signals: the job took ${elapsed} s to end"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "PASS"
+finish graceful_stop

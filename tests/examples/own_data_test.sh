@@ -11,11 +11,7 @@
 set -uo pipefail
 ddprun="$1"
 train="$2"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-work="$session/own"
-mkdir -p "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
 expect_error() {  # NAME EXPECTED NP ARGS...
   local name="$1" expected="$2" np="$3"
   shift 3
@@ -120,5 +116,4 @@ expect_error "seed past 2^64" "must be at most 18446744073709551615" 2 "${reg[@]
 expect_error "one file for two outputs" "--metrics-file and --trace-file name the same file" 2 "${reg[@]}" \
   --max-steps 1 --metrics-file "$work/same.out" --trace-file "$work/same.out"
 
-[ "$failures" -eq 0 ] && echo "PASS" || echo "$failures failure(s)"
-exit "$failures"
+finish own_data

@@ -5,9 +5,7 @@
 set -uo pipefail
 ddprun="$1"
 train="$2"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
 run=("$ddprun" -np 2 -- "$train" --device cpu --hidden 32 --layers 1 --max-steps 40 --log-every 10)
 
 # Runs the job on a pseudo-terminal and prints what the terminal received, byte for byte (repr per line).
@@ -47,5 +45,4 @@ out=$("${run[@]}" 2>&1) || fail "the job into a pipe failed"
 grep -q $'\r' <<<"$out" && fail "into a pipe: a carriage return"
 [ "$(grep -c '^\[rank 0\] epoch=0 step=[0-9]*/40 loss=' <<<"$out")" = 4 ] || { fail "into a pipe: not 4 step lines:"; echo "$out"; }
 
-[ "$failures" -eq 0 ] && echo "PASS" || echo "$failures failure(s)"
-exit "$failures"
+finish progress_bar

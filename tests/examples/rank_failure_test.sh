@@ -10,11 +10,7 @@
 set -uo pipefail
 ddprun="$1"
 train="$2"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-work="$session/work"
-mkdir -p "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
 same_final_checkpoint() {  # CLEAN RESTARTED: the two runs' final checkpoints are the same file, byte for byte
   if [ -f "$1" ] && [ -f "$2" ]; then
     cmp -s "$1" "$2" || fail "the restarted run ended with different parameters (checkpoints differ)"
@@ -74,5 +70,4 @@ status=$?
 [ "$status" -ne 0 ] || fail "--resume of a directory without a checkpoint exited 0"
 grep -q "no complete checkpoint in $work/empty" <<<"$out" || { fail "--resume of an empty directory: no clear refusal"; echo "$out" | tail -5; }
 
-echo "rank failure: $failures failure(s)"
-[ "$failures" -eq 0 ]
+finish rank_failure

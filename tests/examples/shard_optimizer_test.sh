@@ -13,11 +13,7 @@ ddprun="$1"
 train="$2"
 checker="$3"
 custom="$4"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-work="$session/work"
-mkdir -p "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
 losses() { grep -o '"loss":[^,]*,"lr"' "$1" | grep -v null; }
 small=(--hidden 64 --layers 2 --lr 1e-3 --weight-decay 1e-4 --log-every 10 --seed 7 --schedule constant)
 
@@ -99,5 +95,4 @@ a=$(run 2 "$custom" --device cpu --steps 100 2>&1 | grep '^final_mse=') || fail 
 b=$(run 2 "$custom" --device cpu --steps 100 --shard-optimizer 2>&1 | grep '^final_mse=') || fail "custom_loop --shard-optimizer failed"
 [ -n "$a" ] && [ "$a" == "$b" ] || fail "custom_loop: sharded '$b' differs from unsharded '$a'"
 
-echo "shard_optimizer: $failures failure(s)"
-[ "$failures" -eq 0 ]
+finish shard_optimizer

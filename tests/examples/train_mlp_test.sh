@@ -12,11 +12,7 @@ set -uo pipefail
 ddprun="$1"
 train="$2"
 checker="$3"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-work="$session/work"
-mkdir -p "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
 expect_error() {  # NAME EXPECTED ARGS...
   local name="$1" expected="$2"
   shift 2
@@ -232,5 +228,4 @@ expect_error "resume of a missing directory" "--resume $work/nothing-here: no su
 expect_error "resume of a file" "is a file; pass the directory that holds the checkpoints" "${small[@]}" \
   --resume "$(ls "$work/resume"/ckpt-*.safetensors | tail -1)"
 
-echo "train_mlp: $failures failure(s)"
-[ "$failures" -eq 0 ]
+finish train_mlp

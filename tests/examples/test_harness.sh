@@ -1,0 +1,27 @@
+# Sourced (not run) by the example programs' shell tests. Gives them the MPI environment (bazel/mpi_env.sh), a
+# work folder $work removed with the test, and a tally of failures: `fail MESSAGE` counts one and goes on, so a
+# run reports every broken check at once; `finish NAME` ends the test with the tally.
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+work="$session/work"
+mkdir -p "$work"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# Waits (up to 60 s) for a line matching the extended regular expression $2 in file $1.
+wait_for_line() {
+  for _ in $(seq 6000); do
+    grep -qE "$2" "$1" 2>/dev/null && return 0
+    sleep 0.01
+  done
+  return 1
+}
+
+# PASS and exit 0, or the number of failures and exit 1.
+finish() {
+  if [ "$failures" -eq 0 ]; then
+    echo "$1: PASS"
+    exit 0
+  fi
+  echo "$1: $failures failure(s)"
+  exit 1
+}
