@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace ddp {
 
@@ -13,5 +14,11 @@ enum class Activation : std::uint8_t { kNone, kRelu, kGelu, kTanh, kSigmoid };
 constexpr bool fused_activation(Activation act) {
   return act == Activation::kNone || act == Activation::kRelu || act == Activation::kGelu;
 }
+
+// The one spelling of each activation, as command lines, the C API, checkpoints' metadata and the autograd tape
+// use it: "relu", "gelu", "tanh", "sigmoid" ("identity" for kNone).
+const char* activation_name(Activation act);
+// The inverse for the four a layer applies; InvalidArgument naming the choices otherwise.
+Activation parse_activation(const std::string& name);
 
 }  // namespace ddp

@@ -37,14 +37,6 @@ Tensor Linear::forward_fused(const Tensor& x, Activation act, const Stream& stre
 
 Tensor ActivationLayer::forward(const Tensor& x, const Stream& stream) { return ops::activation(x, act_, stream); }
 
-Activation parse_activation(const std::string& name) {
-  if (name == "relu") return Activation::kRelu;
-  if (name == "gelu") return Activation::kGelu;
-  if (name == "tanh") return Activation::kTanh;
-  if (name == "sigmoid") return Activation::kSigmoid;
-  throw InvalidArgument("unknown activation '" + name + "': use relu, gelu, tanh or sigmoid");
-}
-
 std::string ActivationLayer::type_name() const {
   switch (act_) {
     case Activation::kRelu:

@@ -16,9 +16,6 @@
 
 namespace ddp {
 
-// "relu", "gelu", "tanh" or "sigmoid"; InvalidArgument naming the choices otherwise.
-Activation parse_activation(const std::string& name);
-
 class Linear : public Module {
  public:
   // torch.nn.Linear's defaults: weight ~ U(−1/√in, 1/√in) (kaiming_uniform with a = √5), bias likewise.

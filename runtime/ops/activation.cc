@@ -16,12 +16,7 @@ Tensor activation(const Tensor& x, Activation act, const Stream& stream) {
   Tensor y = Tensor::empty(x.shape(), DType::kFloat32, device, stream);
   DDP_DISPATCH(device, activation_forward, act, x.data<float>(), y.data<float>(), x.numel(), stream.handle());
   if (autograd::should_record({&x})) {
-    const char* name = act == Activation::kRelu      ? "relu"
-                       : act == Activation::kGelu    ? "gelu"
-                       : act == Activation::kTanh    ? "tanh"
-                       : act == Activation::kSigmoid ? "sigmoid"
-                                                     : "identity";
-    autograd::record(name, {x}, {y}, [x, y, act, device](const Stream& s) {
+    autograd::record(activation_name(act), {x}, {y}, [x, y, act, device](const Stream& s) {
       Tensor dy = autograd::grad_of(y, s);
       if (!dy.defined()) return;
       autograd::GradTarget gx = autograd::grad_target(x, s);

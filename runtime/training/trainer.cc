@@ -86,18 +86,6 @@ std::string optimizer_name(const TrainerOptions& o) {
 double peak_lr(const TrainerOptions& o) {
   return std::visit([](const auto& options) { return options.lr; }, o.optimizer);
 }
-std::string activation_name(Activation a) {
-  switch (a) {
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kTanh:
-      return "tanh";
-    case Activation::kSigmoid:
-      return "sigmoid";
-    default:
-      return "relu";
-  }
-}
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainerOptions& o, MLP& mlp, const Stream& stream) {
   if (const auto* sgd = std::get_if<SgdOptions>(&o.optimizer)) return std::make_unique<Sgd>(mlp, *sgd, stream);
@@ -452,8 +440,8 @@ class Trainer::Run {
     const std::int64_t in = mlp_.sizes().front(), out = mlp_.sizes().back();
     if (train_set.size <= 0) return "the training set is empty";
     if (o_.precision == Precision::kBFloat16 && !fused_activation(mlp_.activation())) {
-      return "bf16 precision takes relu or gelu activations; train " + activation_name(mlp_.activation()) +
-             " in fp32 or tf32";
+      return std::string("bf16 precision takes relu or gelu activations; train ") +
+             activation_name(mlp_.activation()) + " in fp32 or tf32";
     }
     for (const data::Dataset* d : {&train_set, &test_set}) {
       const std::string which = d == &train_set ? "training" : "test";
