@@ -11,19 +11,13 @@
 
 #include "ddp.h"
 #include "tests/scratch.h"
+#include "tests/error_message.h"
 
 namespace {
 
-using ddp::Tensor;
+using ::ddp::testing::error_message;
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using ddp::Tensor;
 
 TEST(Session, SetsUpTheDeviceStreamBackendAndHostCollectives) {
   ddp::Session session(nullptr, nullptr);
@@ -67,7 +61,7 @@ TEST(Session, ItsStreamIsCurrentWhileItLivesAndTheCpuStreamAfter) {
 TEST(Session, RefusesAnUnknownBackendOnEveryRank) {
   ddp::SessionOptions options;
   options.backend = "gloo";
-  const std::string error = message_of([&] { ddp::Session session(nullptr, nullptr, options); });
+  const std::string error = error_message<std::exception>([&] { ddp::Session session(nullptr, nullptr, options); });
   EXPECT_NE(error.find("bad backend:"), std::string::npos) << error;
   EXPECT_NE(error.find("unknown backend 'gloo'"), std::string::npos) << error;
 }
@@ -76,7 +70,7 @@ TEST(Session, RefusesNcclOnTheCpu) {
   ddp::SessionOptions options;
   options.device = ddp::DeviceRequest::kCpu;
   options.backend = "nccl";
-  const std::string error = message_of([&] { ddp::Session session(nullptr, nullptr, options); });
+  const std::string error = error_message<std::exception>([&] { ddp::Session session(nullptr, nullptr, options); });
   EXPECT_NE(error.find("the NCCL backend needs CUDA devices, but this rank runs on cpu"), std::string::npos)
       << error;
 }
@@ -86,7 +80,7 @@ TEST(Session, WithoutAProcessGroupSaysSo) {
   options.process_group = false;
   ddp::Session session(nullptr, nullptr, options);
   EXPECT_EQ(session.sum(1.0), session.size());
-  const std::string error = message_of([&] { session.group(); });
+  const std::string error = error_message<std::exception>([&] { session.group(); });
   EXPECT_NE(error.find("SessionOptions::process_group = false"), std::string::npos) << error;
 }
 
@@ -144,7 +138,7 @@ TEST(DistributedDataParallel, OrdersThatCannotWorkAreRefusedSayingWhatToDo) {
   ddp::autograd::backward(ddp::ops::cross_entropy(stepped.forward(x, stream), y, stream), stream);
   sgd.step(stream);
   ddp::DistributedDataParallel late(stepped, session);
-  std::string error = message_of([&] { sgd.step(stream); });
+  std::string error = error_message<std::exception>([&] { sgd.step(stream); });
   EXPECT_NE(error.find("construct DistributedDataParallel before stepping the optimizer"), std::string::npos)
       << error;
 
@@ -153,7 +147,7 @@ TEST(DistributedDataParallel, OrdersThatCannotWorkAreRefusedSayingWhatToDo) {
   ddp::DistributedDataParallel ddp_model(model, session);
   model.flatten_parameters(stream);
   model.zero_grad(stream);
-  error = message_of([&] { ddp_model.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream)); });
+  error = error_message<std::exception>([&] { ddp_model.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream)); });
   ddp::autograd::clear_tape();
   EXPECT_NE(error.find("flattened again after DistributedDataParallel was constructed"), std::string::npos) << error;
 }

@@ -10,9 +10,12 @@
 #include <string>
 
 #include "runtime/core/check.h"
+#include "tests/error_message.h"
 
 namespace ddp::settings {
 namespace {
+
+using ::ddp::testing::error_message;
 
 // Sets a variable for one test and restores it after.
 class ScopedEnv {
@@ -34,15 +37,6 @@ class ScopedEnv {
   std::string old_;
 };
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Settings, EveryNameIsOnceInTheTableAndEveryDefaultIsOfItsType) {
   std::set<std::string_view> names;
   for (const Setting& s : kTable) {
@@ -52,7 +46,7 @@ TEST(Settings, EveryNameIsOnceInTheTableAndEveryDefaultIsOfItsType) {
     EXPECT_EQ(s.type == Type::kChoice, !s.choices.empty()) << s.name;
     const std::string name(s.name);
     ::unsetenv(name.c_str());
-    EXPECT_EQ(message_of([&] {
+    EXPECT_EQ(error_message<InvalidArgument>([&] {
                 switch (s.type) {
                   case Type::kFlag:
                     flag(s);
@@ -67,7 +61,7 @@ TEST(Settings, EveryNameIsOnceInTheTableAndEveryDefaultIsOfItsType) {
                     text(s);
                 }
               }),
-              "")
+              "(no error)")
         << s.name << "'s default does not parse";
   }
 }
@@ -103,19 +97,19 @@ TEST(Settings, ReadsEachType) {
 TEST(Settings, AMalformedValueIsRefusedNamingTheVariableAndWhatItTakes) {
   {
     ScopedEnv v("DDP_FLIGHT_RECORDER", "yes");
-    EXPECT_EQ(message_of([] { flag(setting("DDP_FLIGHT_RECORDER")); }), "DDP_FLIGHT_RECORDER=yes: expected 0 or 1");
+    EXPECT_EQ(error_message<InvalidArgument>([] { flag(setting("DDP_FLIGHT_RECORDER")); }), "DDP_FLIGHT_RECORDER=yes: expected 0 or 1");
   }
   {
     ScopedEnv v("DDP_FAULT_KILL_RANK", "1x");
-    EXPECT_EQ(message_of([] { integer(setting("DDP_FAULT_KILL_RANK")); }), "DDP_FAULT_KILL_RANK=1x: expected an integer");
+    EXPECT_EQ(error_message<InvalidArgument>([] { integer(setting("DDP_FAULT_KILL_RANK")); }), "DDP_FAULT_KILL_RANK=1x: expected an integer");
   }
   {
     ScopedEnv v("DDP_BACKEND", "gloo");
-    EXPECT_EQ(message_of([] { text(setting("DDP_BACKEND")); }), "DDP_BACKEND=gloo: expected auto, nccl or mpi");
+    EXPECT_EQ(error_message<InvalidArgument>([] { text(setting("DDP_BACKEND")); }), "DDP_BACKEND=gloo: expected auto, nccl or mpi");
   }
   for (const char* value : {"0", "-1", "inf", "nan", "1e10", "5s", "1e-400"}) {
     ScopedEnv v("DDP_COLLECTIVE_TIMEOUT_S", value);
-    EXPECT_EQ(message_of([] { seconds(setting("DDP_COLLECTIVE_TIMEOUT_S")); }),
+    EXPECT_EQ(error_message<InvalidArgument>([] { seconds(setting("DDP_COLLECTIVE_TIMEOUT_S")); }),
               "DDP_COLLECTIVE_TIMEOUT_S must be a number of seconds above 0 and at most 1000000 (about 11.6 days), "
               "got '" + std::string(value) + "'");
   }

@@ -17,10 +17,13 @@
 #include "runtime/data/resident_dataset.h"
 #include "runtime/io/safetensors.h"
 #include "tests/scratch.h"
+#include "tests/error_message.h"
 
 namespace ddp {
 namespace data {
 namespace {
+
+using ::ddp::testing::error_message;
 
 template <typename T>
 HostArray array_of(DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
@@ -30,15 +33,6 @@ HostArray array_of(DType dtype, std::vector<int64_t> shape, const std::vector<T>
   a.bytes.resize(values.size() * sizeof(T));
   std::memcpy(a.bytes.data(), values.data(), a.bytes.size());
   return a;
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
@@ -66,18 +60,18 @@ TEST(Npy, NotWhatItClaimsIsRefusedWithTheFileAndTheReason) {
     good.assign(std::istreambuf_iterator<char>(in), {});
   }
   write_bytes(dir + "/magic.npy", "PK\x03\x04 not numpy at all");
-  EXPECT_NE(message_of([&] { read_npy(dir + "/magic.npy"); }).find("magic.npy: not a NumPy .npy file"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/magic.npy"); }).find("magic.npy: not a NumPy .npy file"),
             std::string::npos);
   write_bytes(dir + "/truncated.npy", good.substr(0, good.size() - 3));
-  EXPECT_NE(message_of([&] { read_npy(dir + "/truncated.npy"); }).find("(truncated)"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/truncated.npy"); }).find("(truncated)"), std::string::npos);
   std::string big_endian = good;
   big_endian.replace(big_endian.find("<f4"), 3, ">f4");
   write_bytes(dir + "/be.npy", big_endian);
-  EXPECT_NE(message_of([&] { read_npy(dir + "/be.npy"); }).find("dtype '>f4' is not read"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/be.npy"); }).find("dtype '>f4' is not read"), std::string::npos);
   std::string fortran = good;
   fortran.replace(fortran.find("False"), 5, "True ");
   write_bytes(dir + "/fortran.npy", fortran);
-  EXPECT_NE(message_of([&] { read_npy(dir + "/fortran.npy"); }).find("Fortran-ordered"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/fortran.npy"); }).find("Fortran-ordered"), std::string::npos);
 }
 
 TEST(ArrayDataset, IntegerTargetsAreClassesAndFloatTargetsRegressionOfTheirWidth) {
@@ -96,16 +90,16 @@ TEST(ArrayDataset, IntegerTargetsAreClassesAndFloatTargetsRegressionOfTheirWidth
 
 TEST(ArrayDataset, MismatchedOrBadArraysAreRefusedNamingTheArray) {
   const HostArray x = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, 3, 4, 5, 6});
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               make_array_dataset(x, array_of<float>(DType::kFloat32, {2}, {1, 2}), "d");
             }).find("d: targets have shape [2]; expected [3] or [3, W]"),
             std::string::npos);
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               make_array_dataset(x, array_of<int32_t>(DType::kInt32, {3}, {0, -1, 2}), "d");
             }).find("label -1 at row 1"),
             std::string::npos);
   const HostArray nan = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, NAN, 4, 5, 6});
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               make_array_dataset(nan, array_of<float>(DType::kFloat32, {3}, {1, 2, 3}), "d");
             }).find("d: features: element 2"),
             std::string::npos);
@@ -131,9 +125,9 @@ TEST(ArrayDataset, ReadFromANpyDirectoryOrASafetensorsFile) {
   io::save_safetensors(
       no_targets, {{.name = "features", .dtype = DType::kFloat32, .shape = {2, 2}, .data = xs.data(), .bytes = 16}},
       {});
-  EXPECT_NE(message_of([&] { load_array_dataset(no_targets); }).find("x.safetensors: no tensor 'targets'"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { load_array_dataset(no_targets); }).find("x.safetensors: no tensor 'targets'"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { load_array_dataset(dir + "/missing"); }).find("no such data set"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { load_array_dataset(dir + "/missing"); }).find("no such data set"), std::string::npos);
 }
 
 // Rows 0..n-1 with features (i, -i) and targets (i/10, i/100, i/1000).

@@ -15,10 +15,13 @@
 
 #include "runtime/core/check.h"
 #include "tests/scratch.h"
+#include "tests/error_message.h"
 
 namespace ddp {
 namespace data {
 namespace {
+
+using ::ddp::testing::error_message;
 
 std::vector<uint8_t> file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -57,15 +60,6 @@ std::vector<uint8_t> seq(size_t n) {
   return v;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Idx, ReadsValidGzipFile) {
   const std::string path = write_gz("valid-idx3.gz", idx_bytes({3, 2, 4}, seq(24)));
   const IdxArray a = read_idx_file(path);
@@ -82,41 +76,41 @@ TEST(Idx, RefusesBadMagic) {
   std::vector<uint8_t> b = idx_bytes({3}, seq(3));
   b[0] = 0x1f;
   const std::string path = write_gz("badmagic.gz", b);
-  const std::string e = error_of([&] { read_idx_file(path); });
+  const std::string e = error_message<InvalidArgument>([&] { read_idx_file(path); });
   EXPECT_NE(e.find(path), std::string::npos) << e;
   EXPECT_NE(e.find("bad magic number 0x1f000801"), std::string::npos) << e;
   // A float array (type 0x0d) is not what the MNIST family uses.
   const std::string path2 = write_gz("floattype.gz", idx_bytes({3}, seq(12), 0x0d));
-  EXPECT_NE(error_of([&] { read_idx_file(path2); }).find("bad magic number 0x00000d01"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_idx_file(path2); }).find("bad magic number 0x00000d01"), std::string::npos);
 }
 
 TEST(Idx, RefusesTruncatedData) {
   std::vector<uint8_t> b = idx_bytes({10, 4}, seq(40));
   b.resize(b.size() - 5);
   const std::string path = write_gz("truncated.gz", b);
-  const std::string e = error_of([&] { read_idx_file(path); });
+  const std::string e = error_message<InvalidArgument>([&] { read_idx_file(path); });
   EXPECT_NE(e.find(path), std::string::npos) << e;
   EXPECT_NE(e.find("truncated: dimensions [10,4] need 52 bytes, file has 47"), std::string::npos) << e;
   // Cut inside the header, in a file and in memory.
   const std::vector<uint8_t> header_only = {0, 0, 8, 3, 0, 0};
-  EXPECT_NE(error_of([&] { read_idx_file(write_gz("header-cut.gz", header_only)); })
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_idx_file(write_gz("header-cut.gz", header_only)); })
                 .find("truncated: the header needs 16 bytes for 3 dimensions, file has 6"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_idx(header_only.data(), header_only.size(), "x"); }).find("truncated: the header"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(header_only.data(), header_only.size(), "x"); }).find("truncated: the header"),
             std::string::npos);
 }
 
 TEST(Idx, RefusesTrailingBytesAndZeroDimension) {
   std::vector<uint8_t> b = idx_bytes({2, 2}, seq(5));
-  EXPECT_NE(error_of([&] { parse_idx(b.data(), b.size(), "f"); }).find("wrong length"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(b.data(), b.size(), "f"); }).find("wrong length"), std::string::npos);
   // From a file the array is read into place and the rest only counted: 100000 bytes too many.
-  EXPECT_NE(error_of([&] { read_idx_file(write_gz("trailing.gz", idx_bytes({2, 2}, seq(100004)))); })
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_idx_file(write_gz("trailing.gz", idx_bytes({2, 2}, seq(100004)))); })
                 .find("wrong length: dimensions [2,2] need 16 bytes, file has 100016"),
             std::string::npos);
   b = idx_bytes({2, 0}, {});
-  EXPECT_NE(error_of([&] { parse_idx(b.data(), b.size(), "f"); }).find("dimension 1 is zero"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(b.data(), b.size(), "f"); }).find("dimension 1 is zero"), std::string::npos);
   b = idx_bytes({0xffffffffu, 0xffffffffu}, {});
-  EXPECT_NE(error_of([&] { parse_idx(b.data(), b.size(), "f"); }).find("the header is corrupt"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(b.data(), b.size(), "f"); }).find("the header is corrupt"), std::string::npos);
 }
 
 TEST(Idx, RefusesTruncatedGzipStream) {
@@ -132,11 +126,11 @@ TEST(Idx, RefusesTruncatedGzipStream) {
   f = std::fopen(path.c_str(), "wb");
   std::fwrite(gz.data(), 1, gz.size(), f);
   std::fclose(f);
-  const std::string e = error_of([&] { read_idx_file(path); });
+  const std::string e = error_message<InvalidArgument>([&] { read_idx_file(path); });
   EXPECT_NE(e.find(path), std::string::npos) << e;
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
   // The in-memory path agrees.
-  EXPECT_NE(error_of([&] { gunzip(gz.data(), gz.size(), "mem"); }).find("truncated gzip"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { gunzip(gz.data(), gz.size(), "mem"); }).find("truncated gzip"), std::string::npos);
 }
 
 // A well-formed single-member file takes the one-call inflate; what that path cannot take goes the streaming way:
@@ -157,7 +151,7 @@ TEST(Idx, ReadsGzipOfSeveralMembersAndRefusesACorruptStream) {
   damaged[damaged.size() / 2] ^= 0x5a;  // inside the deflate data; the trailer is intact
   const std::string bad = ddp::testing::scratch_path("damaged.gz");
   write_bytes(bad, damaged);
-  const std::string e = error_of([&] { read_idx_file(bad); });
+  const std::string e = error_message<InvalidArgument>([&] { read_idx_file(bad); });
   EXPECT_NE(e.find(bad), std::string::npos) << e;
   EXPECT_TRUE(e.find("corrupt gzip data") != std::string::npos || e.find("truncated") != std::string::npos) << e;
 }
@@ -170,13 +164,13 @@ TEST(Idx, GunzipRoundTrip) {
   std::fclose(f);
   const std::vector<uint8_t> raw = gunzip(gz.data(), gz.size(), "mem");
   EXPECT_EQ(parse_idx(raw.data(), raw.size(), "mem").values, seq(5));
-  EXPECT_NE(error_of([&] { gunzip(gz.data(), gz.size(), "mem", 10); }).find("more than 10 bytes"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { gunzip(gz.data(), gz.size(), "mem", 10); }).find("more than 10 bytes"),
             std::string::npos);
 }
 
 TEST(Idx, MissingFileSaysWhatToDo) {
   const std::string dir = ddp::testing::scratch_path("no-such-dataset");
-  const std::string e = error_of([&] { load_fashion_mnist(dir, Split::kTrain); });
+  const std::string e = error_message<InvalidArgument>([&] { load_fashion_mnist(dir, Split::kTrain); });
   EXPECT_NE(e.find(dir + "/train-images-idx3-ubyte.gz"), std::string::npos) << e;
   EXPECT_NE(e.find("apt-get install dataset-fashion-mnist"), std::string::npos) << e;
   EXPECT_NE(e.find("--data DIR"), std::string::npos) << e;
@@ -209,14 +203,14 @@ TEST_F(MiniDataset, LoadsAndNormalises) {
 
 TEST_F(MiniDataset, RefusesCountMismatch) {
   write(Split::kTrain, 4, 5);
-  const std::string e = error_of([&] { load_fashion_mnist(dir_, Split::kTrain); });
+  const std::string e = error_message<InvalidArgument>([&] { load_fashion_mnist(dir_, Split::kTrain); });
   EXPECT_NE(e.find("4 images but 5 labels"), std::string::npos) << e;
   EXPECT_NE(e.find("train-labels-idx1-ubyte.gz"), std::string::npos) << e;
 }
 
 TEST_F(MiniDataset, RefusesLabelOutOfRange) {
   write(Split::kTrain, 12, 12, 11);
-  const std::string e = error_of([&] { load_fashion_mnist(dir_, Split::kTrain); });
+  const std::string e = error_message<InvalidArgument>([&] { load_fashion_mnist(dir_, Split::kTrain); });
   EXPECT_NE(e.find("label 10 of sample 10 is outside [0, 10)"), std::string::npos) << e;
 }
 

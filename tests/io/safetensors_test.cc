@@ -12,19 +12,13 @@
 
 #include "runtime/core/check.h"
 #include "tests/scratch.h"
+#include "tests/error_message.h"
 
 namespace ddp {
 namespace io {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ::ddp::testing::error_message;
 
 struct Fixture {
   std::vector<float> w = {1, 2, 3, 4, 5, 6};
@@ -81,9 +75,9 @@ TEST(Safetensors, ProducedTensorsGiveTheBytesOfWholeOnes) {
   EXPECT_EQ(w, f.w);
 
   lazy[0].produce = [&f](const ByteSink& sink) { sink(f.w.data(), 20); };
-  EXPECT_NE(error_of([&] { encode_safetensors(lazy, {}); }).find("the producer wrote 20 bytes of 24"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { encode_safetensors(lazy, {}); }).find("the producer wrote 20 bytes of 24"), std::string::npos);
   lazy[0].produce = nullptr;
-  EXPECT_NE(error_of([&] { encode_safetensors(lazy, {}); }).find("0.weight: no data"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { encode_safetensors(lazy, {}); }).find("0.weight: no data"), std::string::npos);
 }
 
 TEST(Safetensors, RoundTripThroughAFile) {
@@ -113,13 +107,13 @@ TEST(Safetensors, ShapeAndDtypeMismatchNameFileAndTensor) {
   o.kind = "checkpoint";
   const SafetensorsFile file = load_safetensors(path, o);
   std::vector<float> out(100);
-  EXPECT_NE(error_of([&] { file.copy_to("0.weight", DType::kFloat32, {2, 5}, out.data()); })
+  EXPECT_NE(error_message<InvalidArgument>([&] { file.copy_to("0.weight", DType::kFloat32, {2, 5}, out.data()); })
                 .find("checkpoint " + path + ": tensor 0.weight: shape [2,3] does not match the model's [2,5]"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { file.copy_to("0.bias", DType::kBFloat16, {2}, out.data()); })
+  EXPECT_NE(error_message<InvalidArgument>([&] { file.copy_to("0.bias", DType::kBFloat16, {2}, out.data()); })
                 .find("tensor 0.bias: dtype F32 does not match the model's BF16"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { file.copy_to("4.weight", DType::kFloat32, {2}, out.data()); })
+  EXPECT_NE(error_message<InvalidArgument>([&] { file.copy_to("4.weight", DType::kFloat32, {2}, out.data()); })
                 .find("tensor 4.weight: missing from the file"),
             std::string::npos);
 }
@@ -128,7 +122,7 @@ TEST(Safetensors, RefusesTruncation) {
   Fixture f;
   const std::string bytes = encode_safetensors(f.tensors(), {});
   const std::string cut = bytes.substr(0, bytes.size() - 10);
-  const std::string e = error_of([&] { parse_safetensors(cut, "/x/ckpt.safetensors"); });
+  const std::string e = error_message<InvalidArgument>([&] { parse_safetensors(cut, "/x/ckpt.safetensors"); });
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   const size_t data = bytes.size() - 8 - n;
@@ -136,8 +130,8 @@ TEST(Safetensors, RefusesTruncation) {
                    " bytes of data, file has " + std::to_string(data - 10)),
             std::string::npos)
       << e;
-  EXPECT_NE(error_of([&] { parse_safetensors(bytes.substr(0, 5), "f"); }).find("truncated"), std::string::npos);
-  EXPECT_NE(error_of([&] { parse_safetensors(bytes.substr(0, 40), "f"); }).find("truncated: header says"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(bytes.substr(0, 5), "f"); }).find("truncated"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(bytes.substr(0, 40), "f"); }).find("truncated: header says"),
             std::string::npos);
 }
 
@@ -145,19 +139,19 @@ TEST(Safetensors, RefusesCorruptedData) {
   Fixture f;
   std::string bytes = encode_safetensors(f.tensors(), {});
   bytes[bytes.size() - 12] ^= 0x01;  // inside 0.bias / optimizer.step region
-  const std::string e = error_of([&] { parse_safetensors(bytes, "/x/c.safetensors"); });
+  const std::string e = error_message<InvalidArgument>([&] { parse_safetensors(bytes, "/x/c.safetensors"); });
   EXPECT_NE(e.find("/x/c.safetensors: tensor optimizer.step: checksum mismatch"), std::string::npos) << e;
 }
 
 TEST(Safetensors, RefusesTrailingBytesAndGaps) {
   Fixture f;
   const std::string bytes = encode_safetensors(f.tensors(), {});
-  EXPECT_NE(error_of([&] { parse_safetensors(bytes + "xx", "f"); }).find("wrong length"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(bytes + "xx", "f"); }).find("wrong length"), std::string::npos);
   const std::string gap = R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})";
   std::string file(8, '\0');
   file[0] = static_cast<char>(gap.size());
   file += gap + "zz";
-  EXPECT_NE(error_of([&] { parse_safetensors(file, "f"); }).find("tensor a: data starts at byte 1"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(file, "f"); }).find("tensor a: data starts at byte 1"),
             std::string::npos);
 }
 
@@ -169,43 +163,43 @@ std::string with_header(const std::string& header, const std::string& data = "")
 }
 
 TEST(Safetensors, RefusesHostileHeaders) {
-  EXPECT_NE(error_of([&] { parse_safetensors(with_header("not json"), "f"); }).find("not valid JSON"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(with_header("not json"), "f"); }).find("not valid JSON"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_safetensors(with_header("[1,2]"), "f"); }).find("not a JSON object"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(with_header("[1,2]"), "f"); }).find("not a JSON object"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               parse_safetensors(with_header(R"({"t":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}})", "a"), "f");
             }).find("tensor t: unknown dtype \"Q9\""),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               parse_safetensors(with_header(R"({"t":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "abcd"),
                                 "f");
             }).find("tensor t: shape"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               parse_safetensors(with_header(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "abcd"),
                                 "f");
             }).find("tensor t: shape [2] of F32 does not fit its 4 bytes"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               parse_safetensors(
                   with_header(R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,4]}})",
                               "abcd"),
                   "f");
             }).find("does not fit"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               parse_safetensors(with_header(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[3,1]}})", "a"), "f");
             }).find("end before they begin"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_safetensors(with_header(R"({"__metadata__":{"a":1}})"), "f"); })
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(with_header(R"({"__metadata__":{"a":1}})"), "f"); })
                 .find("not a string"),
             std::string::npos);
   // A header length far beyond the cap is refused before any allocation.
   std::string huge(8, '\xff');
-  EXPECT_NE(error_of([&] { parse_safetensors(huge, "f"); }).find("exceeds the limit"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(huge, "f"); }).find("exceeds the limit"), std::string::npos);
   // Deep nesting is just invalid structure, not a stack overflow.
-  EXPECT_NE(error_of([&] { parse_safetensors(with_header(std::string(5000, '[') + std::string(5000, ']')), "f"); })
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(with_header(std::string(5000, '[') + std::string(5000, ']')), "f"); })
                 .find("not a JSON object"),
             std::string::npos);
 }
@@ -215,7 +209,7 @@ TEST(Safetensors, ChecksumsRequiredWhenAsked) {
   EXPECT_NO_THROW(parse_safetensors(file, "f"));  // a file from PyTorch has none
   ReadOptions strict;
   strict.require_checksums = true;
-  EXPECT_NE(error_of([&] { parse_safetensors(file, "f", strict); }).find("tensor t: no checksum"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(file, "f", strict); }).find("tensor t: no checksum"),
             std::string::npos);
 }
 
