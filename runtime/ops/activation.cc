@@ -21,8 +21,8 @@ Tensor activation(const Tensor& x, Activation act, const Stream& stream) {
       if (!dy.defined()) return;
       autograd::GradTarget gx = autograd::grad_target(x, s);
       if (!gx.grad.defined()) return;
-      DDP_DISPATCH(device, activation_backward, act, x.data<float>(), dy.data<float>(), gx.grad.data<float>(),
-                   x.numel(), gx.accumulate, s.handle());
+      DDP_DISPATCH(device, activation_backward, act, x.data<float>(), y.data<float>(), dy.data<float>(),
+                   gx.grad.data<float>(), x.numel(), gx.accumulate, s.handle());
     });
   }
   return y;

@@ -70,15 +70,9 @@ inline float tanh(float x) {
 // would overflow.
 inline float sigmoid(float x) { return 1.0f / (1.0f + exp_vectorisable(-std::clamp(x, -87.0f, 87.0f))); }
 
-// Both derivatives from the input x, as the standalone backward gets it.
-inline float tanh_grad(float x) {
-  const float t = tanh(x);
-  return 1.0f - t * t;
-}
-inline float sigmoid_grad(float x) {
-  const float s = sigmoid(x);
-  return s * (1.0f - s);
-}
+// Both derivatives from the output y, which the forward kept: nothing is computed again.
+inline float tanh_grad_from_output(float y) { return 1.0f - y * y; }
+inline float sigmoid_grad_from_output(float y) { return y * (1.0f - y); }
 
 inline float activate(Activation act, float z) {
   switch (act) {

@@ -45,8 +45,8 @@ void activation_forward(Activation act, const float* x, float* y, std::int64_t n
 }
 
 DDP_VECTOR_CLONES
-void activation_backward(Activation act, const float* x, const float* dy, float* dx, std::int64_t n,
-                         bool accumulate, StreamHandle /*stream*/) {
+void activation_backward(Activation act, const float* x, const float* y, const float* dy, float* dx,
+                         std::int64_t n, bool accumulate, StreamHandle /*stream*/) {
   switch (act) {
     case Activation::kNone:
       if (accumulate) {
@@ -71,16 +71,16 @@ void activation_backward(Activation act, const float* x, const float* dy, float*
       return;
     case Activation::kTanh:
       if (accumulate) {
-        for (std::int64_t i = 0; i < n; ++i) dx[i] += dy[i] * detail::tanh_grad(x[i]);
+        for (std::int64_t i = 0; i < n; ++i) dx[i] += dy[i] * detail::tanh_grad_from_output(y[i]);
       } else {
-        for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * detail::tanh_grad(x[i]);
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * detail::tanh_grad_from_output(y[i]);
       }
       return;
     case Activation::kSigmoid:
       if (accumulate) {
-        for (std::int64_t i = 0; i < n; ++i) dx[i] += dy[i] * detail::sigmoid_grad(x[i]);
+        for (std::int64_t i = 0; i < n; ++i) dx[i] += dy[i] * detail::sigmoid_grad_from_output(y[i]);
       } else {
-        for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * detail::sigmoid_grad(x[i]);
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * detail::sigmoid_grad_from_output(y[i]);
       }
       return;
   }

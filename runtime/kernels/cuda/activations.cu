@@ -26,20 +26,21 @@ __global__ void activation_forward_kernel(Activation act, const float* x, float*
       [&](std::int64_t i) { y[i] = f(x[i]); });
 }
 
-__global__ void activation_backward_kernel(Activation act, const float* x, const float* dy,
+// `saved` is what activation_grad differentiates from (device_utils.cuh).
+__global__ void activation_backward_kernel(Activation act, const float* saved, const float* dy,
                                            float* dx, std::int64_t n, bool accumulate, bool vectorized) {
   detail::begin_kernel();
-  auto grad = [act](float input, float g) { return g * activation_grad(act, input); };
+  auto grad = [act](float s, float g) { return g * activation_grad(act, s); };
   for_each_by_four(
       n, vectorized,
       [&](std::int64_t v) {
         float4* dx4 = reinterpret_cast<float4*>(dx);
-        float4 r = map4(reinterpret_cast<const float4*>(x)[v], reinterpret_cast<const float4*>(dy)[v], grad);
+        float4 r = map4(reinterpret_cast<const float4*>(saved)[v], reinterpret_cast<const float4*>(dy)[v], grad);
         if (accumulate) r = map4(dx4[v], r, [](float o, float d) { return o + d; });
         dx4[v] = r;
       },
       [&](std::int64_t i) {
-        const float r = grad(x[i], dy[i]);
+        const float r = grad(saved[i], dy[i]);
         dx[i] = accumulate ? dx[i] + r : r;
       });
 }
@@ -223,12 +224,14 @@ void activation_forward(Activation act, const float* x, float* y, std::int64_t n
                  act, x, y, n, vectorized);
 }
 
-void activation_backward(Activation act, const float* x, const float* dy, float* dx, std::int64_t n,
-                         bool accumulate, StreamHandle stream) {
+void activation_backward(Activation act, const float* x, const float* y, const float* dy, float* dx,
+                         std::int64_t n, bool accumulate, StreamHandle stream) {
   if (n <= 0) return;
-  const bool vectorized = detail::aligned16(x) && detail::aligned16(dy) && detail::aligned16(dx);
+  // What activation_grad differentiates from: the output for tanh and sigmoid, the input otherwise.
+  const float* saved = act == Activation::kTanh || act == Activation::kSigmoid ? y : x;
+  const bool vectorized = detail::aligned16(saved) && detail::aligned16(dy) && detail::aligned16(dx);
   detail::launch(detail::activation_backward_kernel, detail::blocks_by_four(n, vectorized), detail::kThreads, 0, stream,
-                 act, x, dy, dx, n, accumulate, vectorized);
+                 act, saved, dy, dx, n, accumulate, vectorized);
 }
 
 }  // namespace ddp::kernels::cuda

@@ -127,21 +127,18 @@ __device__ __forceinline__ float apply_activation(Activation act, float z) {
   }
 }
 // For kRelu `saved` is the activation's output or input (the same sign test works for both); for kGelu it is the
-// input. As torch's threshold_backward: the gradient is 0 where the input is ≤ 0.
+// input; for kTanh and kSigmoid (standalone only) it is the output, so the function is not computed again. As
+// torch's threshold_backward: the ReLU's gradient is 0 where the input is ≤ 0.
 __device__ __forceinline__ float activation_grad(Activation act, float saved) {
   switch (act) {
     case Activation::kRelu:
       return saved > 0.0f ? 1.0f : 0.0f;
     case Activation::kGelu:
       return gelu_grad(saved);
-    case Activation::kTanh: {  // standalone only: `saved` is the input
-      const float t = tanhf(saved);
-      return 1.0f - t * t;
-    }
-    case Activation::kSigmoid: {
-      const float s = sigmoid(saved);
-      return s * (1.0f - s);
-    }
+    case Activation::kTanh:
+      return 1.0f - saved * saved;
+    case Activation::kSigmoid:
+      return saved * (1.0f - saved);
     default:
       return 1.0f;
   }

@@ -73,8 +73,8 @@ TEST(ActivationMath, ExpIsWithin1Point1e7RelativeOverItsRange) {
   EXPECT_LE(worst, 1.1e-7);
 }
 
-// The standalone kernels: forward, and backward (overwritten and accumulated) from the input, against the
-// derivative in double precision.
+// The standalone kernels: forward, and backward (overwritten and accumulated) from the forward's output, against
+// the derivative in double precision.
 TEST(ActivationMath, TheKernelsComputeTheFunctionAndItsDerivative) {
   const std::vector<float> x = sweep(-6.0f, 6.0f, 1001);
   const auto n = static_cast<std::int64_t>(x.size());
@@ -83,8 +83,8 @@ TEST(ActivationMath, TheKernelsComputeTheFunctionAndItsDerivative) {
   for (Activation act : {Activation::kTanh, Activation::kSigmoid}) {
     std::vector<float> y(x.size()), dx(x.size()), dx_acc(x.size(), 1.0f);
     activation_forward(act, x.data(), y.data(), n, nullptr);
-    activation_backward(act, x.data(), dy.data(), dx.data(), n, /*accumulate=*/false, nullptr);
-    activation_backward(act, x.data(), dy.data(), dx_acc.data(), n, /*accumulate=*/true, nullptr);
+    activation_backward(act, x.data(), y.data(), dy.data(), dx.data(), n, /*accumulate=*/false, nullptr);
+    activation_backward(act, x.data(), y.data(), dy.data(), dx_acc.data(), n, /*accumulate=*/true, nullptr);
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double xd = x[i];
       const double f = act == Activation::kTanh ? std::tanh(xd) : 1.0 / (1.0 + std::exp(-xd));

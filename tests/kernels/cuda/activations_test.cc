@@ -40,7 +40,7 @@ TEST_F(CudaKernels, ActivationsMatchReference) {
           } else {
             dxd.poison();
           }
-          gpu::activation_backward(act, x, dy, dx, n, accumulate, stream_);
+          gpu::activation_backward(act, x, y, dy, dx, n, accumulate, stream_);
           sync();
           std::vector<float> dxh(n);
           DDP_CUDA_CHECK(cudaMemcpy(dxh.data(), dx, n * 4, cudaMemcpyDeviceToHost));
