@@ -8,12 +8,11 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "examples/allreduce_sum_kernels.h"
+#include "examples/cli_checks.h"
 #include "runtime/core/check.h"
 #include "runtime/core/stream.h"
 #include "runtime/distributed/nccl_communicator.h"
@@ -26,31 +25,18 @@ struct Flags {
   long long n_local = 1 << 20;
 };
 
+// Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
 Flags parse_flags(int argc, char** argv) {
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ddp::InvalidArgument(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--device") {
-      flags.device = ddp::parse_device_request(value());
-    } else if (arg == "--n-local") {
-      const std::string text = value();
-      char* end = nullptr;
-      flags.n_local = std::strtoll(text.c_str(), &end, 10);
-      if (end == text.c_str() || *end != '\0' || flags.n_local <= 0 || flags.n_local > (1LL << 24)) {
-        throw ddp::InvalidArgument("--n-local must be an integer in [1, 16777216] (floats stay exact), got '" +
-                                   text + "'");
-      }
-    } else if (arg == "--help" || arg == "-h") {
-      std::printf("usage: allreduce_sum [--device auto|cpu|cuda] [--n-local N]\n");
-      std::exit(0);
-    } else {
-      throw ddp::InvalidArgument("unknown flag '" + arg + "'; see --help");
-    }
-  }
+  std::string device = "auto";
+  CLI::App app{"allreduce_sum: every rank doubles its slice of 0..N-1 and the ranks sum it (under mpirun)"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--device", device, "where each rank runs (auto: a GPU when there is one)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--n-local", flags.n_local, "elements per rank (at most 2^24: the floats stay exact)")
+      ->check(CLI::Range(1LL, 1LL << 24));
+  examples::parse_or_throw(app, argc, argv);
+  flags.device = ddp::parse_device_request(device);
   return flags;
 }
 
@@ -91,15 +77,8 @@ double local_doubled_sum(const ddp::World& world, std::vector<float>& values) {
 
 int main(int argc, char** argv) {
   return ddp::run_main([&] {
-    // Flags are parsed before the world exists (it needs --device) but reported once it does, so a typo
-    // ends every rank with one message.
-    Flags flags;
-    std::string flag_error;
-    try {
-      flags = parse_flags(argc, argv);
-    } catch (const ddp::InvalidArgument& e) {
-      flag_error = e.what();
-    }
+    const auto [flags, flag_error] =
+        examples::parse_now_report_later<Flags>([&] { return parse_flags(argc, argv); });
     ddp::WorldOptions options;
     options.device = flags.device;
     ddp::World world(&argc, &argv, options);

@@ -1,5 +1,5 @@
-// Command-line checks the examples share, over CLI11: numbers with their bounds said in words, and the unknown
-// arguments of a command line with the flag most likely meant.
+// Command-line checks the examples share, over CLI11: numbers with their bounds said in words, the unknown
+// arguments of a command line with the flag most likely meant, and the parse that every rank reports alike.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "ddp.h"
 
 namespace examples {
 
@@ -90,6 +92,34 @@ inline void group_help(CLI::App& app, const HelpGroups& groups) {
       const std::string fallback = option->get_default_str();
       option->group(group)->option_text(std::string(value) + (fallback.empty() ? "" : " (default " + fallback + ")"));
     }
+  }
+}
+
+// Parses `argv` into the options of `app`: --help prints the help (where `prints_help`: one rank of several) and
+// exits 0; a bad value or an argument no option takes throws InvalidArgument saying what was wrong (an unknown
+// one with the flag most likely meant).
+inline void parse_or_throw(CLI::App& app, int argc, char** argv, bool prints_help = true) {
+  app.allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    if (prints_help) std::printf("%s", app.help().c_str());
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    throw ddp::InvalidArgument(std::string(e.what()) + " (see --help)");
+  }
+  if (!app.remaining().empty()) throw ddp::InvalidArgument(unknown_arguments(app, app.remaining()) + " (see --help)");
+}
+
+// The flags `parse` returns and, instead of an exception, what was wrong with them. Flags are read before the
+// session exists (it needs --device and --backend) and their error is raised once it does, through the session's
+// agree, so a typo ends every rank with one message and the job still ends cleanly.
+template <typename Flags, typename Parse>
+std::pair<Flags, std::string> parse_now_report_later(Parse&& parse) {
+  try {
+    return {parse(), ""};
+  } catch (const ddp::InvalidArgument& e) {
+    return {Flags{}, e.what()};
   }
 }
 

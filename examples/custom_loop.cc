@@ -10,18 +10,17 @@
 //
 //   mpirun -np 2 bazel-bin/examples/custom_loop [--device auto|cpu|cuda] [--steps N] ... (see --help)
 #include <chrono>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ddp.h"
+#include "examples/cli_checks.h"
 
 namespace custom_loop {
 
@@ -54,91 +53,34 @@ struct Flags {
   bool shard_optimizer = false;
 };
 
-const char* const kUsage =
-    "usage: custom_loop [flags]   (under mpirun for several ranks)\n"
-    "  --device auto|cpu|cuda   where each rank runs (default auto: a GPU when there is one)\n"
-    "  --backend auto|nccl|mpi  gradient all-reduce backend (default auto: nccl on CUDA, mpi on the CPU)\n"
-    "  --steps N                optimizer steps (default 400)\n"
-    "  --batch-size B           samples per rank per micro-batch (default 64)\n"
-    "  --accum K                micro-batches per step, all but the last under ddp.no_sync() (default 2)\n"
-    "  --hidden H               width of the residual trunk (default 64)\n"
-    "  --blocks N               residual blocks (default 2)\n"
-    "  --lr LR                  peak AdamW learning rate (default 0.003)\n"
-    "  --warmup N               linear warmup steps before the cosine decay (default steps/10)\n"
-    "  --weight-decay WD        AdamW decoupled weight decay (default 0.01)\n"
-    "  --eval-size N            held-out samples, split over the ranks (default 4096)\n"
-    "  --log-every N            rank 0 prints the loss every N steps (default 50)\n"
-    "  --seed S                 model and data seed (default 1)\n"
-    "  --max-final-ratio R      fail unless final_mse < R * initial mse (default 0.2)\n"
-    "  --shard-optimizer        shard AdamW's state over the ranks (ZeRO stage 1)\n";
-
-std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t low, std::int64_t high) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || errno != 0 || v < low || v > high) {
-    throw ddp::InvalidArgument(flag + " must be an integer in [" + std::to_string(low) + ", " +
-                               std::to_string(high) + "], got '" + text + "'");
-  }
-  return v;
-}
-
-double parse_double(const std::string& flag, const std::string& text, double low, double high) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < low || v > high) {
-    throw ddp::InvalidArgument(flag + " must be a number in [" + std::to_string(low) + ", " +
-                               std::to_string(high) + "], got '" + text + "'");
-  }
-  return v;
-}
-
+// Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ddp::InvalidArgument(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--device") {
-      f.device = ddp::parse_device_request(value());
-    } else if (arg == "--backend") {
-      f.backend = value();
-      if (f.backend != "auto") ddp::parse_backend(f.backend);  // throws, naming the choices
-    } else if (arg == "--steps") {
-      f.steps = parse_int(arg, value(), 1, 1000000);
-    } else if (arg == "--batch-size") {
-      f.batch_size = parse_int(arg, value(), 1, 1 << 20);
-    } else if (arg == "--accum") {
-      f.accum = parse_int(arg, value(), 1, 1024);
-    } else if (arg == "--hidden") {
-      f.hidden = parse_int(arg, value(), 1, 1 << 14);
-    } else if (arg == "--blocks") {
-      f.blocks = parse_int(arg, value(), 0, 64);
-    } else if (arg == "--lr") {
-      f.lr = parse_double(arg, value(), 0.0, 10.0);
-    } else if (arg == "--warmup") {
-      f.warmup = parse_int(arg, value(), 0, 1000000);
-    } else if (arg == "--weight-decay") {
-      f.weight_decay = parse_double(arg, value(), 0.0, 1.0);
-    } else if (arg == "--eval-size") {
-      f.eval_size = parse_int(arg, value(), 1, 1 << 24);
-    } else if (arg == "--log-every") {
-      f.log_every = parse_int(arg, value(), 1, 1000000);
-    } else if (arg == "--seed") {
-      f.seed = static_cast<std::uint64_t>(parse_int(arg, value(), 0, INT64_MAX));
-    } else if (arg == "--max-final-ratio") {
-      f.max_final_ratio = parse_double(arg, value(), 0.0, 1e9);
-    } else if (arg == "--shard-optimizer") {
-      f.shard_optimizer = true;
-    } else if (arg == "--help" || arg == "-h") {
-      std::printf("%s", kUsage);
-      std::exit(0);
-    } else {
-      throw ddp::InvalidArgument("unknown flag '" + arg + "'; see --help");
-    }
-  }
+  std::string device = "auto";
+  CLI::App app{"custom_loop: a user's own model, data, loss and loop on ddp.h (under mpirun for several ranks)"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--device", device, "where each rank runs (auto: a GPU when there is one)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--backend", f.backend, "gradient all-reduce: auto (nccl on CUDA, mpi on the CPU), nccl or mpi")
+      ->check(CLI::IsMember({"auto", "nccl", "mpi"}));
+  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::Range(1, 1000000));
+  app.add_option("--batch-size", f.batch_size, "samples per rank per micro-batch")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--accum", f.accum, "micro-batches per step, all but the last under ddp.no_sync()")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--hidden", f.hidden, "width of the residual trunk")->check(CLI::Range(1, 1 << 14));
+  app.add_option("--blocks", f.blocks, "residual blocks")->check(CLI::Range(0, 64));
+  app.add_option("--lr", f.lr, "peak AdamW learning rate")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--warmup", f.warmup, "linear warmup steps before the cosine decay (-1: a tenth of --steps)")
+      ->check(CLI::Range(-1, 1000000));
+  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--eval-size", f.eval_size, "held-out samples, split over the ranks")->check(CLI::Range(1, 1 << 24));
+  app.add_option("--log-every", f.log_every, "rank 0 prints the loss every N steps")->check(CLI::Range(1, 1000000));
+  app.add_option("--seed", f.seed, "model and data seed")->check(examples::kSeed);
+  app.add_option("--max-final-ratio", f.max_final_ratio, "fail unless final_mse < R x the initial mse")
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_flag("--shard-optimizer", f.shard_optimizer, "shard AdamW's state over the ranks (ZeRO stage 1)");
+  examples::parse_or_throw(app, argc, argv);
+  f.device = ddp::parse_device_request(device);
   if (f.warmup < 0) f.warmup = f.steps / 10;
   if (f.warmup > f.steps) {
     throw ddp::InvalidArgument("--warmup " + std::to_string(f.warmup) + " exceeds --steps " + std::to_string(f.steps));
@@ -303,15 +245,7 @@ std::vector<Tensor> train_step(std::int64_t step, ddp::Module& model, ddp::Distr
 }
 
 int run(int argc, char** argv) {
-  // Flags are parsed before the session exists (it needs --device and --backend) but reported once it does, so
-  // a typo ends every rank with one message.
-  Flags flags;
-  std::string flag_error;
-  try {
-    flags = parse_flags(argc, argv);
-  } catch (const ddp::InvalidArgument& e) {
-    flag_error = e.what();
-  }
+  const auto [flags, flag_error] = examples::parse_now_report_later<Flags>([&] { return parse_flags(argc, argv); });
   ddp::SessionOptions options;
   options.device = flags.device;
   options.backend = flags.backend;

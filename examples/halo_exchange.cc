@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ddp.h"
+#include "examples/cli_checks.h"
 
 namespace halo {
 
@@ -59,14 +60,7 @@ Flags parse_flags(int argc, char** argv) {
   app.add_option("--rate", f.rate, "r of the update, at most 0.25 for stability")->check(CLI::Range(1e-6, 0.25));
   app.add_option("--log-every", f.log_every, "steps between heat lines")->check(CLI::Range(1, 1 << 24));
   app.add_flag("!--no-check", f.check, "skip the comparison with the one-rank result");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    std::exit(0);
-  } catch (const CLI::ParseError& e) {
-    throw ddp::InvalidArgument(std::string(e.what()) + " (see --help)");
-  }
+  examples::parse_or_throw(app, argc, argv);
   f.device = ddp::parse_device_request(device);
   return f;
 }
@@ -205,13 +199,7 @@ double difference_from_one_rank(const Flags& f, const Band& band, const ddp::Ses
 }
 
 int run(int argc, char** argv) {
-  Flags flags;
-  std::string flag_error;
-  try {
-    flags = parse_flags(argc, argv);
-  } catch (const ddp::InvalidArgument& e) {
-    flag_error = e.what();
-  }
+  auto [flags, flag_error] = examples::parse_now_report_later<Flags>([&] { return parse_flags(argc, argv); });
   ddp::SessionOptions options;
   options.device = flags.device;
   options.backend = flags.backend;

@@ -60,8 +60,6 @@ struct Flags {
 Flags parse_flags(int argc, char** argv, int rank) {
   Flags f;
   CLI::App app{"Train an MLP on Fashion-MNIST with DistributedDataParallel (start it with ddprun or mpirun)."};
-  // Arguments no option takes are reported below, in order and with a suggestion, instead of by CLI11.
-  app.allow_extras();
   // A flag given twice takes its last value, as most command lines do (scripts append overrides).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", f.data,
@@ -171,16 +169,7 @@ Flags parse_flags(int argc, char** argv, int rank) {
             {"Outputs", {{"--log-every", "STEPS"}, {"--metrics-file", "FILE"}, {"--tensorboard-dir", "DIR"},
                          {"--onnx", "FILE"}}},
             {"Debugging", {{"--trace-file", "FILE"}, {"--no-cuda-graph", ""}}}});
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    if (rank == 0) std::printf("%s", app.help().c_str());
-    std::exit(0);
-  } catch (const CLI::ParseError& e) {
-    throw InvalidArgument(std::string(e.what()) + " (see --help)");
-  }
-  if (!app.remaining().empty())
-    throw InvalidArgument(examples::unknown_arguments(app, app.remaining()) + " (see --help)");
+  examples::parse_or_throw(app, argc, argv, /*prints_help=*/rank == 0);
   if (f.schedule == "cosine" && f.run.warmup_epochs > f.run.epochs) {
     char text[160];
     std::snprintf(text, sizeof text, "--warmup-epochs %g is longer than the run (--epochs %d); make the warmup shorter",
@@ -234,17 +223,9 @@ int train(int argc, char** argv) {
   // SIGTERM, SIGINT and SIGUSR1 (from ddprun, Slurm, Ctrl-C) ask for a stop after the current step, with a
   // checkpoint; a second one ends the process at once.
   ddp::install_stop_handlers();
-  // Flags are parsed before the session exists (it needs --device and --backend) and refused once it does, so
-  // a typo ends every rank with one message.
-  int mpi_rank = 0;
+  int mpi_rank = 0;  // for --help, printed once
   if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) mpi_rank = std::atoi(r);
-  Flags flags;
-  std::string flag_error;
-  try {
-    flags = parse_flags(argc, argv, mpi_rank);
-  } catch (const InvalidArgument& e) {
-    flag_error = e.what();
-  }
+  auto [flags, flag_error] = examples::parse_now_report_later<Flags>([&] { return parse_flags(argc, argv, mpi_rank); });
   // With a bad command line the session only serves to say so: on the CPU, so that nothing about the device
   // comes before the one message, and without reading the data.
   const bool bad_flags = !flag_error.empty();

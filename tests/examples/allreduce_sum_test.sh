@@ -20,8 +20,8 @@ out=$("$binary" 2>&1) || fail "singleton exited non-zero: $out"
 grep -qx "Global sum = 1099510579200.00" <<<"$out" || fail "wrong sum for a world of one: $out"
 
 if out=$(run 2 "$binary" --bogus 2>&1); then fail "a bad flag exited 0"; fi
-grep -q "unknown flag '--bogus'" <<<"$out" || fail "no clear message for a bad flag: $out"
-[ "$(grep -c "unknown flag" <<<"$out")" = 1 ] || fail "the bad-flag message should be printed once: $out"
+grep -q "unknown argument '--bogus'" <<<"$out" || fail "no clear message for a bad flag: $out"
+[ "$(grep -c "unknown argument" <<<"$out")" = 1 ] || fail "the bad-flag message should be printed once: $out"
 
 if [ -z "$(ls /dev/nvidia0 2>/dev/null)" ]; then
   if out=$(run 2 "$binary" --device cuda 2>&1); then fail "--device cuda without a GPU exited 0"; fi

@@ -35,11 +35,11 @@ fi
 grep -q "is not below" <<<"$out" || fail "no message for a missed bound: $out"
 
 if out=$(run 2 "$binary" --bogus 2>&1); then fail "a bad flag exited 0"; fi
-grep -q "unknown flag '--bogus'" <<<"$out" || fail "no clear message for a bad flag: $out"
-[ "$(grep -c "unknown flag" <<<"$out")" = 1 ] || fail "the bad-flag message should be printed once: $out"
+grep -q "unknown argument '--bogus'" <<<"$out" || fail "no clear message for a bad flag: $out"
+[ "$(grep -c "unknown argument" <<<"$out")" = 1 ] || fail "the bad-flag message should be printed once: $out"
 
 if out=$(run 2 "$binary" --steps 0 2>&1); then fail "--steps 0 exited 0"; fi
-grep -q -- "--steps must be an integer in \[1, " <<<"$out" || fail "no clear message for --steps 0: $out"
+grep -q -- "--steps: Value 0 not in range 1 to 1000000" <<<"$out" || fail "no clear message for --steps 0: $out"
 if out=$(run 2 "$binary" --steps 10 --warmup 50 2>&1); then fail "--warmup beyond --steps exited 0"; fi
 grep -q -- "--warmup 50 exceeds --steps 10" <<<"$out" || fail "no clear message for --warmup > --steps: $out"
 echo "custom_loop: all checks passed"
