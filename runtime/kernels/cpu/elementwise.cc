@@ -13,11 +13,12 @@
 namespace ddp::kernels::cpu {
 
 // The activations are the costliest elementwise passes of a small MLP's step (tanh and sigmoid above all): each
-// is built twice, for AVX2 and for the x86-64 baseline, and the loader picks by the CPU (GCC's target_clones).
-// Without FMA contraction (ISO C++ mode), both compute the same bits. Not in the sanitizer build: an ifunc
-// resolver runs while the program is loaded, before the sanitizer's runtime has started.
+// is built for AVX-512, for AVX2 and for the x86-64 baseline, and the loader picks by the CPU (GCC's
+// target_clones). Without FMA contraction (-ffp-contract=off in BUILD) all three compute the same bits
+// (tests/kernels/cpu/activation_math_test). Not in the sanitizer build: an ifunc resolver runs while the program
+// is loaded, before the sanitizer's runtime has started.
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define DDP_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define DDP_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DDP_VECTOR_CLONES
 #endif

@@ -6,6 +6,8 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -94,6 +96,49 @@ TEST(ActivationMath, TheKernelsComputeTheFunctionAndItsDerivative) {
       EXPECT_NEAR(dx_acc[i], 1.0 + grad, 2e-6) << "x = " << x[i];
     }
   }
+}
+
+
+// The activation passes are built once per instruction set (target_clones in elementwise.cc) and the loader picks
+// one by the CPU: each must compute the same bits, or a run's outputs would depend on the machine. The same
+// loops, compiled here for each set with the kernels' flags, against the baseline's.
+#define DDP_ACTIVATION_LOOP(name, isa)                                                          \
+  __attribute__((target(isa))) void name(const float* x, float* y, std::int64_t n) {          \
+    for (std::int64_t i = 0; i < n; ++i) y[3 * i] = detail::tanh(x[i]);                        \
+    for (std::int64_t i = 0; i < n; ++i) y[3 * i + 1] = detail::sigmoid(x[i]);                 \
+    for (std::int64_t i = 0; i < n; ++i) y[3 * i + 2] = detail::gelu(x[i]);                    \
+  }
+DDP_ACTIVATION_LOOP(activations_baseline, "arch=x86-64")
+DDP_ACTIVATION_LOOP(activations_avx2, "avx2")
+DDP_ACTIVATION_LOOP(activations_avx512, "avx512f")
+
+TEST(ActivationMath, EveryInstructionSetComputesTheSameBits) {
+  const std::vector<float> x = sweep(-20.0f, 20.0f, 400003);
+  const auto n = static_cast<std::int64_t>(x.size());
+  std::vector<float> want(3 * x.size()), got(3 * x.size());
+  activations_baseline(x.data(), want.data(), n);
+  int compared = 0;
+  struct Clone {
+    const char* isa;
+    bool supported;
+    void (*loop)(const float*, float*, std::int64_t);
+  };
+  for (const Clone& clone : {Clone{"avx2", __builtin_cpu_supports("avx2") != 0, &activations_avx2},
+                             Clone{"avx512f", __builtin_cpu_supports("avx512f") != 0, &activations_avx512}}) {
+    if (!clone.supported) continue;
+    const char* isa = clone.isa;
+    const auto loop = clone.loop;
+    loop(x.data(), got.data(), n);
+    std::size_t differ = 0, first = got.size();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+    }
+    EXPECT_EQ(differ, 0u) << isa << ": " << differ << " of " << got.size() << " values differ from the baseline's, the first "
+                          << (first % 3 == 0 ? "tanh" : first % 3 == 1 ? "sigmoid" : "gelu") << "(" << x[first / 3]
+                          << ") = " << got[first] << " against " << want[first];
+    ++compared;
+  }
+  if (compared == 0) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512F: only the baseline runs here";
 }
 
 }  // namespace
