@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The in-situ surrogate's training step from the application's arrays (bench/surrogate_step.c over the C API)
 # against PyTorch's eager step on the same model (5-64-64-1, tanh, AdamW, MSE) and batch, in one run, alternating
-# ROUNDS times; then each side's median step and the ratio PyTorch / ours.
+# ROUNDS times; then each side's median step and the median of the paired ratios PyTorch / ours.
 #   DEVICE=cpu bash bench/surrogate_step.sh      this machine: bazel-bin, Debian's PyTorch (/usr/bin/python3)
 #   bash bench/surrogate_step.sh                 the GPU machine: .gpu/bin, the machine's PyTorch, device arrays
 # Environment: BATCHES ("256 1024"), STEPS (2000), ROUNDS (3), OMP/OpenBLAS threads 1 (one rank, one core).
@@ -63,14 +63,18 @@ for ((r = 0; r < ROUNDS; r++)); do
     torch_step "$batch" | grep '^{' >>"$runs"
   done
 done
+# Each round's PyTorch step over ours at the same batch, taken next to each other: on a shared machine whose speed
+# drifts, the median of these paired ratios is steadier than the ratio of the two medians.
 python3 - "$runs" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("| batch | ours (C API, application arrays) | PyTorch eager | PyTorch / ours |")
+print("| batch | ours (C API, application arrays) | PyTorch eager | PyTorch / ours, paired by round (median, range) |")
 print("| --- | --- | --- | --- |")
 for batch in sorted({r["batch"] for r in rows}):
-    ours = statistics.median(r["step_us"] for r in rows if r["batch"] == batch and r["program"] == "ddp C API")
+    ours = [r["step_us"] for r in rows if r["batch"] == batch and r["program"] == "ddp C API"]
     torch_rows = [r for r in rows if r["batch"] == batch and r["program"] != "ddp C API"]
-    theirs = statistics.median(r["step_us"] for r in torch_rows)
-    print(f"| {batch} | {ours:.1f} us | {theirs:.1f} us ({torch_rows[0]['program']}) | {theirs / ours:.2f}x |")
+    theirs = [r["step_us"] for r in torch_rows]
+    ratios = [t / o for o, t in zip(ours, theirs)]
+    print(f"| {batch} | {statistics.median(ours):.1f} us | {statistics.median(theirs):.1f} us ({torch_rows[0]['program']}) "
+          f"| **{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f}) |")
 PY
