@@ -1,6 +1,8 @@
 #include "runtime/core/deadline.h"
 
+#include <fstream>
 #include <mutex>
+#include <string>
 
 namespace ddp {
 
@@ -22,5 +24,16 @@ Deadline::Deadline(double seconds) : at_(running_seconds() + seconds) {}
 bool Deadline::passed() const { return seconds_left() < 0; }
 
 double Deadline::seconds_left() const { return at_ - running_seconds(); }
+
+bool process_stopped(int pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(file, stat);
+  // The state follows the command name, which is in parentheses and may hold spaces and parentheses itself.
+  const std::size_t name_end = stat.rfind(')');
+  if (name_end == std::string::npos || name_end + 2 >= stat.size()) return false;
+  const char state = stat[name_end + 2];
+  return state == 'T' || state == 't';
+}
 
 }  // namespace ddp

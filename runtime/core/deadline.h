@@ -32,4 +32,8 @@ class Deadline {
   double at_;
 };
 
+// Whether process `pid` of this node is stopped now (SIGSTOP, SIGTSTP, a debugger): a peer that cannot be late
+// by its own doing. The state letter of /proc/PID/stat; false when it cannot be read.
+bool process_stopped(int pid);
+
 }  // namespace ddp

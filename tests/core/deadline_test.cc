@@ -8,8 +8,6 @@
 
 #include <chrono>
 #include <csignal>
-#include <cstdio>
-#include <string>
 #include <thread>
 
 namespace ddp {
@@ -33,20 +31,6 @@ TEST(Deadline, PassesOnTimeInAProcessThatRuns) {
   EXPECT_LT(took, 2.0);
 }
 
-// True once /proc says `pid` is stopped (state T).
-bool is_stopped(pid_t pid) {
-  FILE* stat = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (stat == nullptr) return false;
-  char state = 0;
-  // The state follows the command name, which is in parentheses and may hold spaces: read past the last ')'.
-  std::string text(512, '\0');
-  text.resize(std::fread(text.data(), 1, text.size(), stat));
-  std::fclose(stat);
-  const size_t close = text.rfind(')');
-  if (close != std::string::npos && close + 2 < text.size()) state = text[close + 2];
-  return state == 'T';
-}
-
 TEST(Deadline, LeavesOutTheTimeTheProcessWasStopped) {
   const Clock::time_point start = Clock::now();
   const Deadline deadline(1.0);
@@ -56,7 +40,7 @@ TEST(Deadline, LeavesOutTheTimeTheProcessWasStopped) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    while (!is_stopped(parent)) {
+    while (!process_stopped(parent)) {
       if (getppid() != parent) _exit(1);  // the test ended without stopping
       usleep(1000);
     }

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "runtime/core/deadline.h"
 #include "runtime/distributed/hang_diagnosis/stall_report.h"
 #include "runtime/distributed/mpi_nccl_errors.h"
 
@@ -93,18 +94,6 @@ std::string boot_id() {
 std::uint64_t pid_namespace() {
   struct stat st {};
   return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
-}
-
-// Whether process `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): the state letter of /proc/PID/stat, after the
-// command name in parentheses.
-bool process_stopped(std::int32_t pid) {
-  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(file, stat);
-  const std::size_t name_end = stat.rfind(')');
-  if (name_end == std::string::npos || name_end + 2 >= stat.size()) return false;
-  const char state = stat[name_end + 2];
-  return state == 'T' || state == 't';
 }
 
 // The IPv4 addresses of this node's interfaces that are up, loopback excepted: how ranks elsewhere reach us.
