@@ -69,15 +69,18 @@ Flags parse_flags(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--hidden", f.hidden, "width of the residual trunk")->check(CLI::Range(1, 1 << 14));
   app.add_option("--blocks", f.blocks, "residual blocks")->check(CLI::Range(0, 64));
-  app.add_option("--lr", f.lr, "peak AdamW learning rate")->check(CLI::Range(0.0, 10.0));
-  app.add_option("--warmup", f.warmup, "linear warmup steps before the cosine decay (-1: a tenth of --steps)")
-      ->check(CLI::Range(-1, 1000000));
-  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")->check(CLI::Range(0.0, 1.0));
+  // examples' number checks refuse NaN, which every range lets through.
+  app.add_option("--lr", f.lr, "peak AdamW learning rate")
+      ->check(examples::kNonNegativeNumber & CLI::Range(0.0, 10.0));
+  app.add_option("--warmup", f.warmup, "linear warmup steps before the cosine decay (default: a tenth of --steps)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")
+      ->check(examples::kNonNegativeNumber & CLI::Range(0.0, 1.0));
   app.add_option("--eval-size", f.eval_size, "held-out samples, split over the ranks")->check(CLI::Range(1, 1 << 24));
   app.add_option("--log-every", f.log_every, "rank 0 prints the loss every N steps")->check(CLI::Range(1, 1000000));
   app.add_option("--seed", f.seed, "model and data seed")->check(examples::kSeed);
   app.add_option("--max-final-ratio", f.max_final_ratio, "fail unless final_mse < R x the initial mse")
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(examples::kNonNegativeNumber & CLI::Range(0.0, 1e9));
   app.add_flag("--shard-optimizer", f.shard_optimizer, "shard AdamW's state over the ranks (ZeRO stage 1)");
   examples::parse_or_throw(app, argc, argv);
   f.device = ddp::parse_device_request(device);
