@@ -13,10 +13,10 @@
 // --gemm-floor (GPU) also times the step's GEMMs alone, timed the same way: the same cuBLASLt calls (shapes,
 // types, transposes, algorithms, the same dx/dw streams) with no epilogue and nothing else around them. The step
 // over that time is what the rest of the step costs (a step within 5% of its GEMMs alone is the goal).
-// --recorder-ab times the step with the flight recorder (runtime/distributed/hang_diagnosis/flight_recorder.h: the record of
-// collectives and phases) on and off in the same run, alternating repeats (on/off, off/on, ...); step_us stays the
-// default (on), and the JSON adds both medians and the median of the paired ratios. A replayed CUDA graph records
-// nothing: compare eager steps.
+// --recorder-ab times the step with the flight recorder (runtime/distributed/hang_diagnosis/flight_recorder.h: the
+// record of collectives and phases) on and off in the same run, alternating repeats (on/off, off/on, ...); step_us
+// stays the default (on), and the JSON adds both medians and the median of the paired ratios. A replayed CUDA graph
+// records nothing: compare eager steps.
 // --ddp-ab times the eager step with DistributedDataParallel and without it, alternating repeats the same way:
 // two models of the same sizes and seed in this process, one wrapped, one not. step_us is the wrapped one's;
 // the JSON adds the unwrapped median and the median of the paired ratios: DDP's own cost at this world size.

@@ -26,8 +26,8 @@ const char* phase_name(Phase phase);
 // The inverse of phase_name; false when `name` is none of them.
 bool parse_phase_name(const char* name, Phase* phase);
 
-// The phases and the record of collectives (runtime/distributed/hang_diagnosis/flight_recorder.h) are kept while enabled: by
-// default, unless DDP_FLIGHT_RECORDER=0. Switching at run time is for measuring what they cost.
+// The phases and the record of collectives (runtime/distributed/hang_diagnosis/flight_recorder.h) are kept while
+// enabled: by default, unless DDP_FLIGHT_RECORDER=0. Switching at run time is for measuring what they cost.
 bool flight_recorder_enabled();
 void set_flight_recorder_enabled(bool enabled);
 

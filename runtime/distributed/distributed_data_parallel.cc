@@ -117,8 +117,8 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   Reducer* reducer = reducer_.get();
   parameters_.add_grad_ready_hook([reducer](std::size_t index) { reducer->mark_ready(index); });
   if (options.shard_optimizer) {
-    shard_ = std::make_shared<BucketOptimizerShard>(group_, world, reducer_->plan(), CommBuffer::of(parameters_.flat_params()),
-                                                 compute_);
+    shard_ = std::make_shared<BucketOptimizerShard>(group_, world, reducer_->plan(),
+                                                    CommBuffer::of(parameters_.flat_params()), compute_);
     parameters_.set_optimizer_shard(shard_);
   }
   if (options.overlap_optimizer) {

@@ -147,7 +147,8 @@ TEST(DistributedDataParallel, OrdersThatCannotWorkAreRefusedSayingWhatToDo) {
   ddp::DistributedDataParallel ddp_model(model, session);
   model.flatten_parameters(stream);
   model.zero_grad(stream);
-  error = error_message<std::exception>([&] { ddp_model.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream)); });
+  error = error_message<std::exception>(
+      [&] { ddp_model.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream)); });
   ddp::autograd::clear_tape();
   EXPECT_NE(error.find("flattened again after DistributedDataParallel was constructed"), std::string::npos) << error;
 }

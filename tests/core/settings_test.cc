@@ -97,15 +97,18 @@ TEST(Settings, ReadsEachType) {
 TEST(Settings, AMalformedValueIsRefusedNamingTheVariableAndWhatItTakes) {
   {
     ScopedEnv v("DDP_FLIGHT_RECORDER", "yes");
-    EXPECT_EQ(error_message<InvalidArgument>([] { flag(setting("DDP_FLIGHT_RECORDER")); }), "DDP_FLIGHT_RECORDER=yes: expected 0 or 1");
+    EXPECT_EQ(error_message<InvalidArgument>([] { flag(setting("DDP_FLIGHT_RECORDER")); }),
+              "DDP_FLIGHT_RECORDER=yes: expected 0 or 1");
   }
   {
     ScopedEnv v("DDP_FAULT_KILL_RANK", "1x");
-    EXPECT_EQ(error_message<InvalidArgument>([] { integer(setting("DDP_FAULT_KILL_RANK")); }), "DDP_FAULT_KILL_RANK=1x: expected an integer");
+    EXPECT_EQ(error_message<InvalidArgument>([] { integer(setting("DDP_FAULT_KILL_RANK")); }),
+              "DDP_FAULT_KILL_RANK=1x: expected an integer");
   }
   {
     ScopedEnv v("DDP_BACKEND", "gloo");
-    EXPECT_EQ(error_message<InvalidArgument>([] { text(setting("DDP_BACKEND")); }), "DDP_BACKEND=gloo: expected auto, nccl or mpi");
+    EXPECT_EQ(error_message<InvalidArgument>([] { text(setting("DDP_BACKEND")); }),
+              "DDP_BACKEND=gloo: expected auto, nccl or mpi");
   }
   for (const char* value : {"0", "-1", "inf", "nan", "1e10", "5s", "1e-400"}) {
     ScopedEnv v("DDP_COLLECTIVE_TIMEOUT_S", value);

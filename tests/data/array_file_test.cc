@@ -60,18 +60,22 @@ TEST(Npy, NotWhatItClaimsIsRefusedWithTheFileAndTheReason) {
     good.assign(std::istreambuf_iterator<char>(in), {});
   }
   write_bytes(dir + "/magic.npy", "PK\x03\x04 not numpy at all");
-  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/magic.npy"); }).find("magic.npy: not a NumPy .npy file"),
-            std::string::npos);
+  EXPECT_NE(
+      error_message<InvalidArgument>([&] { read_npy(dir + "/magic.npy"); }).find("magic.npy: not a NumPy .npy file"),
+      std::string::npos);
   write_bytes(dir + "/truncated.npy", good.substr(0, good.size() - 3));
-  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/truncated.npy"); }).find("(truncated)"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/truncated.npy"); }).find("(truncated)"),
+            std::string::npos);
   std::string big_endian = good;
   big_endian.replace(big_endian.find("<f4"), 3, ">f4");
   write_bytes(dir + "/be.npy", big_endian);
-  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/be.npy"); }).find("dtype '>f4' is not read"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/be.npy"); }).find("dtype '>f4' is not read"),
+            std::string::npos);
   std::string fortran = good;
   fortran.replace(fortran.find("False"), 5, "True ");
   write_bytes(dir + "/fortran.npy", fortran);
-  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/fortran.npy"); }).find("Fortran-ordered"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_npy(dir + "/fortran.npy"); }).find("Fortran-ordered"),
+            std::string::npos);
 }
 
 TEST(ArrayDataset, IntegerTargetsAreClassesAndFloatTargetsRegressionOfTheirWidth) {
@@ -125,9 +129,12 @@ TEST(ArrayDataset, ReadFromANpyDirectoryOrASafetensorsFile) {
   io::save_safetensors(
       no_targets, {{.name = "features", .dtype = DType::kFloat32, .shape = {2, 2}, .data = xs.data(), .bytes = 16}},
       {});
-  EXPECT_NE(error_message<InvalidArgument>([&] { load_array_dataset(no_targets); }).find("x.safetensors: no tensor 'targets'"),
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              load_array_dataset(no_targets);
+            }).find("x.safetensors: no tensor 'targets'"),
             std::string::npos);
-  EXPECT_NE(error_message<InvalidArgument>([&] { load_array_dataset(dir + "/missing"); }).find("no such data set"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { load_array_dataset(dir + "/missing"); }).find("no such data set"),
+            std::string::npos);
 }
 
 // Rows 0..n-1 with features (i, -i) and targets (i/10, i/100, i/1000).

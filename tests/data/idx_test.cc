@@ -81,7 +81,8 @@ TEST(Idx, RefusesBadMagic) {
   EXPECT_NE(e.find("bad magic number 0x1f000801"), std::string::npos) << e;
   // A float array (type 0x0d) is not what the MNIST family uses.
   const std::string path2 = write_gz("floattype.gz", idx_bytes({3}, seq(12), 0x0d));
-  EXPECT_NE(error_message<InvalidArgument>([&] { read_idx_file(path2); }).find("bad magic number 0x00000d01"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { read_idx_file(path2); }).find("bad magic number 0x00000d01"),
+            std::string::npos);
 }
 
 TEST(Idx, RefusesTruncatedData) {
@@ -96,21 +97,27 @@ TEST(Idx, RefusesTruncatedData) {
   EXPECT_NE(error_message<InvalidArgument>([&] { read_idx_file(write_gz("header-cut.gz", header_only)); })
                 .find("truncated: the header needs 16 bytes for 3 dimensions, file has 6"),
             std::string::npos);
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(header_only.data(), header_only.size(), "x"); }).find("truncated: the header"),
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              parse_idx(header_only.data(), header_only.size(), "x");
+            }).find("truncated: the header"),
             std::string::npos);
 }
 
 TEST(Idx, RefusesTrailingBytesAndZeroDimension) {
   std::vector<uint8_t> b = idx_bytes({2, 2}, seq(5));
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(b.data(), b.size(), "f"); }).find("wrong length"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(b.data(), b.size(), "f"); }).find("wrong length"),
+            std::string::npos);
   // From a file the array is read into place and the rest only counted: 100000 bytes too many.
-  EXPECT_NE(error_message<InvalidArgument>([&] { read_idx_file(write_gz("trailing.gz", idx_bytes({2, 2}, seq(100004)))); })
-                .find("wrong length: dimensions [2,2] need 16 bytes, file has 100016"),
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              read_idx_file(write_gz("trailing.gz", idx_bytes({2, 2}, seq(100004))));
+            }).find("wrong length: dimensions [2,2] need 16 bytes, file has 100016"),
             std::string::npos);
   b = idx_bytes({2, 0}, {});
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(b.data(), b.size(), "f"); }).find("dimension 1 is zero"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(b.data(), b.size(), "f"); }).find("dimension 1 is zero"),
+            std::string::npos);
   b = idx_bytes({0xffffffffu, 0xffffffffu}, {});
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(b.data(), b.size(), "f"); }).find("the header is corrupt"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_idx(b.data(), b.size(), "f"); }).find("the header is corrupt"),
+            std::string::npos);
 }
 
 TEST(Idx, RefusesTruncatedGzipStream) {
@@ -130,7 +137,8 @@ TEST(Idx, RefusesTruncatedGzipStream) {
   EXPECT_NE(e.find(path), std::string::npos) << e;
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
   // The in-memory path agrees.
-  EXPECT_NE(error_message<InvalidArgument>([&] { gunzip(gz.data(), gz.size(), "mem"); }).find("truncated gzip"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { gunzip(gz.data(), gz.size(), "mem"); }).find("truncated gzip"),
+            std::string::npos);
 }
 
 // A well-formed single-member file takes the one-call inflate; what that path cannot take goes the streaming way:

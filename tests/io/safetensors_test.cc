@@ -75,9 +75,12 @@ TEST(Safetensors, ProducedTensorsGiveTheBytesOfWholeOnes) {
   EXPECT_EQ(w, f.w);
 
   lazy[0].produce = [&f](const ByteSink& sink) { sink(f.w.data(), 20); };
-  EXPECT_NE(error_message<InvalidArgument>([&] { encode_safetensors(lazy, {}); }).find("the producer wrote 20 bytes of 24"), std::string::npos);
+  EXPECT_NE(
+      error_message<InvalidArgument>([&] { encode_safetensors(lazy, {}); }).find("the producer wrote 20 bytes of 24"),
+      std::string::npos);
   lazy[0].produce = nullptr;
-  EXPECT_NE(error_message<InvalidArgument>([&] { encode_safetensors(lazy, {}); }).find("0.weight: no data"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { encode_safetensors(lazy, {}); }).find("0.weight: no data"),
+            std::string::npos);
 }
 
 TEST(Safetensors, RoundTripThroughAFile) {
@@ -130,8 +133,11 @@ TEST(Safetensors, RefusesTruncation) {
                    " bytes of data, file has " + std::to_string(data - 10)),
             std::string::npos)
       << e;
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(bytes.substr(0, 5), "f"); }).find("truncated"), std::string::npos);
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(bytes.substr(0, 40), "f"); }).find("truncated: header says"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(bytes.substr(0, 5), "f"); }).find("truncated"),
+            std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              parse_safetensors(bytes.substr(0, 40), "f");
+            }).find("truncated: header says"),
             std::string::npos);
 }
 
@@ -146,13 +152,15 @@ TEST(Safetensors, RefusesCorruptedData) {
 TEST(Safetensors, RefusesTrailingBytesAndGaps) {
   Fixture f;
   const std::string bytes = encode_safetensors(f.tensors(), {});
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(bytes + "xx", "f"); }).find("wrong length"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(bytes + "xx", "f"); }).find("wrong length"),
+            std::string::npos);
   const std::string gap = R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})";
   std::string file(8, '\0');
   file[0] = static_cast<char>(gap.size());
   file += gap + "zz";
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(file, "f"); }).find("tensor a: data starts at byte 1"),
-            std::string::npos);
+  EXPECT_NE(
+      error_message<InvalidArgument>([&] { parse_safetensors(file, "f"); }).find("tensor a: data starts at byte 1"),
+      std::string::npos);
 }
 
 std::string with_header(const std::string& header, const std::string& data = "") {
@@ -163,10 +171,12 @@ std::string with_header(const std::string& header, const std::string& data = "")
 }
 
 TEST(Safetensors, RefusesHostileHeaders) {
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(with_header("not json"), "f"); }).find("not valid JSON"),
-            std::string::npos);
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(with_header("[1,2]"), "f"); }).find("not a JSON object"),
-            std::string::npos);
+  EXPECT_NE(
+      error_message<InvalidArgument>([&] { parse_safetensors(with_header("not json"), "f"); }).find("not valid JSON"),
+      std::string::npos);
+  EXPECT_NE(
+      error_message<InvalidArgument>([&] { parse_safetensors(with_header("[1,2]"), "f"); }).find("not a JSON object"),
+      std::string::npos);
   EXPECT_NE(error_message<InvalidArgument>([&] {
               parse_safetensors(with_header(R"({"t":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}})", "a"), "f");
             }).find("tensor t: unknown dtype \"Q9\""),
@@ -197,10 +207,12 @@ TEST(Safetensors, RefusesHostileHeaders) {
             std::string::npos);
   // A header length far beyond the cap is refused before any allocation.
   std::string huge(8, '\xff');
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(huge, "f"); }).find("exceeds the limit"), std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(huge, "f"); }).find("exceeds the limit"),
+            std::string::npos);
   // Deep nesting is just invalid structure, not a stack overflow.
-  EXPECT_NE(error_message<InvalidArgument>([&] { parse_safetensors(with_header(std::string(5000, '[') + std::string(5000, ']')), "f"); })
-                .find("not a JSON object"),
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              parse_safetensors(with_header(std::string(5000, '[') + std::string(5000, ']')), "f");
+            }).find("not a JSON object"),
             std::string::npos);
 }
 

@@ -133,9 +133,12 @@ TEST(ActivationMath, EveryInstructionSetComputesTheSameBits) {
     for (std::size_t i = 0; i < got.size(); ++i) {
       if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
     }
-    EXPECT_EQ(differ, 0u) << isa << ": " << differ << " of " << got.size() << " values differ from the baseline's, the first "
-                          << (first % 3 == 0 ? "tanh" : first % 3 == 1 ? "sigmoid" : "gelu") << "(" << x[first / 3]
-                          << ") = " << got[first] << " against " << want[first];
+    EXPECT_EQ(differ, 0u) << isa << ": " << differ << " of " << got.size()
+                          << " values differ from the baseline's, the first "
+                          << (first % 3 == 0   ? "tanh"
+                              : first % 3 == 1 ? "sigmoid"
+                                               : "gelu")
+                          << "(" << x[first / 3] << ") = " << got[first] << " against " << want[first];
     ++compared;
   }
   if (compared == 0) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512F: only the baseline runs here";
