@@ -7,6 +7,8 @@
 #
 #   train_mlp_outputs_test.sh DDPRUN TRAIN_MLP DIGEST RECORD [EXTRA TRAIN_MLP ARGS...]
 #
+# RANKS (default 2) sets the world size: on one GPU, 1 rank runs NCCL and the CUDA graph, 2 ranks the MPI backend.
+#
 # With DDP_RECORD=1 it writes RECORD instead of comparing (how a record is made: at the commit it describes).
 set -uo pipefail
 ddprun="$1"
@@ -15,6 +17,7 @@ digest="$3"
 record="$4"
 shift 4
 extra=("$@")
+ranks=${RANKS:-2}
 if [ -n "${TEST_SRCDIR:-}" ]; then
   source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
 else  # the GPU machine (tools/gpu_jobs.txt), which runs it from the tree without Bazel
@@ -28,11 +31,11 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 small=(--hidden 64 --layers 2 --batch-size 32 --log-every 10 --seed 7 "${extra[@]}")
 
-# run NAME ARGS...: one run on 2 ranks, its digest appended to $work/digest.
+# run NAME ARGS...: one run on $ranks ranks, its digest appended to $work/digest.
 run() {
   local name="$1"
   shift
-  "$ddprun" -np 2 -- "$train" --metrics-file "$work/$name.jsonl" "$@" >"$work/$name.out" 2>&1
+  "$ddprun" -np "$ranks" -- "$train" --metrics-file "$work/$name.jsonl" "$@" >"$work/$name.out" 2>&1
   local status=$?
   [ "$status" -eq 0 ] || { fail "$name exited $status"; tail -20 "$work/$name.out"; }
   {
