@@ -10,14 +10,24 @@
 #
 # Environment: ROUNDS (3), B (the default binaries, .gpu/bin), DDP_GPU_DATA (.gpu/data), ARGS (more train_mlp
 # arguments for every arm, e.g. "--precision bf16"), OUT (where main_job_ab.jsonl goes, /tmp).
+# DEVICE=cpu NP=2 runs the arms on 2 CPU ranks of this machine (B then bazel-bin/examples, the installed data).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ]; then
   echo "usage: bench/main_job_ab.sh ARM [ARM ...]   (an ARM is LABEL[@BINARY_DIR][=VAR=value ...])" >&2
   exit 2
 fi
-B=${B:-$PWD/.gpu/bin}
-data=${DDP_GPU_DATA:-$PWD/.gpu/data}
+DEVICE=${DEVICE:-cuda}
+NP=${NP:-1}
+if [ "$DEVICE" = cuda ]; then
+  B=${B:-$PWD/.gpu/bin}
+  data=${DDP_GPU_DATA:-$PWD/.gpu/data}
+  bind=none
+else
+  B=${B:-$PWD/bazel-bin/examples}
+  data=${DDP_GPU_DATA:-/usr/share/datasets/fashion-mnist}
+  bind=core  # as ddprun binds ranks on a machine with a core for each
+fi
 ROUNDS=${ROUNDS:-3}
 out="${OUT:-/tmp}/main_job_ab.jsonl"
 : >"$out"
@@ -36,7 +46,7 @@ for round in $(seq "$ROUNDS"); do
     [ "$label" != "$head" ] && bin=${head#*@}
     t0=$EPOCHREALTIME
     # shellcheck disable=SC2086 # the arm's assignments and ARGS are word lists
-    log=$(env $settings mpirun -np 1 --bind-to none "$bin/train_mlp" --device cuda --data "$data" ${ARGS:-} 2>&1 |
+    log=$(env $settings mpirun -np "$NP" --bind-to "$bind" "$bin/train_mlp" --device "$DEVICE" --data "$data" ${ARGS:-} 2>&1 |
           tr '\r' '\n' | while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done)
     t1=$EPOCHREALTIME
     final=$(grep -E 'final step=[0-9]+ test_loss=[0-9.]+ test_accuracy=[0-9.]+' <<<"$log" | tail -1)
