@@ -46,3 +46,19 @@ def mpi_gtest(name, srcs, deps, ranks = [1, 2, 4], medium_from = 4, tags = []):
             size = _size(r, medium_from),
             tags = tags + (["multigpu", "exclusive"] if r == "gpus" else []),
         )
+
+def mpi_script_test(name, inputs = [], data = [], size = "small", srcs = None, args_before = [], tags = [], **kwargs):
+    """A test script (`<name>.sh` unless `srcs` says) that starts MPI jobs under //bazel:mpi_env.sh.
+
+    The script gets the path of each of `inputs` (programs, files it reads) as an argument, in order, after
+    `args_before`; `data` lists files it needs without being told their paths (a sourced harness).
+    """
+    native.sh_test(
+        name = name,
+        size = size,
+        srcs = srcs or [name + ".sh"],
+        args = args_before + ["$(location %s)" % i for i in inputs],
+        data = inputs + data + ["//bazel:mpi_env.sh"],
+        tags = tags + ["mpi"],
+        **kwargs
+    )

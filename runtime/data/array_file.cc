@@ -124,39 +124,32 @@ bool is_integer(DType d) {
   return d == DType::kInt32 || d == DType::kInt64 || d == DType::kInt16 || d == DType::kInt8 || d == DType::kUInt8;
 }
 
+// A value of type T stored at p, unaligned as it may be in a file's bytes, as a double.
+template <typename T>
+double load_as_double(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return static_cast<double>(v);
+}
+
 // Element i of an array as a double (any dtype this file reads).
 double element(const HostArray& a, int64_t i) {
   const uint8_t* p = a.bytes.data() + static_cast<std::size_t>(i) * dtype_size(a.dtype);
   switch (a.dtype) {
-    case DType::kFloat32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kFloat64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DType::kInt32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kInt64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case DType::kInt16: {
-      int16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
+    case DType::kFloat32:
+      return load_as_double<float>(p);
+    case DType::kFloat64:
+      return load_as_double<double>(p);
+    case DType::kInt32:
+      return load_as_double<int32_t>(p);
+    case DType::kInt64:
+      return load_as_double<int64_t>(p);
+    case DType::kInt16:
+      return load_as_double<int16_t>(p);
     case DType::kInt8:
-      return static_cast<int8_t>(*p);
+      return load_as_double<int8_t>(p);
     case DType::kUInt8:
-      return *p;
+      return load_as_double<uint8_t>(p);
     default:
       break;
   }

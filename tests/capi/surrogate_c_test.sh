@@ -5,15 +5,5 @@
 set -uo pipefail
 binary="$1"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-fail() { echo "FAIL: $*"; exit 1; }
-for ranks in 1 2 3; do
-  trainers=$ranks
-  [ "$ranks" -ge 3 ] && trainers=$((ranks - 1))
-  out=$(mpirun -np "$ranks" --oversubscribe --bind-to none "$binary" "$TEST_TMPDIR/ckpt-$ranks" 300 2>&1) ||
-    fail "$ranks rank(s) exited non-zero: $out"
-  grep -q "^surrogate: ranks=$ranks trainers=$trainers steps=300 mse .* checkpoint step 300$" <<<"$out" ||
-    fail "$ranks rank(s): no summary: $out"
-  grep -q '^surrogate: OK$' <<<"$out" || fail "$ranks rank(s): $out"
-  echo "$ranks rank(s): $(grep 'mse' <<<"$out")"
-done
-echo "surrogate_c: all checks passed"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/capi/surrogate_checks.sh"
+check_surrogate surrogate "$binary" 300

@@ -6,20 +6,10 @@
 set -uo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 source "$root/bazel/mpi_env.sh"
-fail() { echo "FAIL: $*"; exit 1; }
+source "$root/tests/capi/surrogate_checks.sh"
 work="$TEST_TMPDIR/fortran"
 mkdir -p "$work/lib"
 cp "$root/libddp.so" "$work/lib/"
 (cd "$work" && mpifort -O2 -o surrogate_f "$root/capi/ddp.f90" "$root/examples/embedded/surrogate.f90" \
   -L"$work/lib" -Wl,-rpath,"$work/lib" -lddp) >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "mpifort"; }
-for ranks in 1 2 3; do
-  trainers=$ranks
-  [ "$ranks" -ge 3 ] && trainers=$((ranks - 1))
-  out=$(mpirun -np "$ranks" --oversubscribe --bind-to none "$work/surrogate_f" "$TEST_TMPDIR/ckpt-$ranks" 2>&1) ||
-    fail "$ranks rank(s) exited non-zero: $out"
-  grep -q "^surrogate_f: ranks=$ranks trainers=$trainers steps=300 mse .* checkpoint step 300$" <<<"$out" ||
-    fail "$ranks rank(s): no summary: $out"
-  grep -q '^surrogate_f: OK$' <<<"$out" || fail "$ranks rank(s): $out"
-  echo "$ranks rank(s): $(grep 'mse' <<<"$out")"
-done
-echo "surrogate_fortran: all checks passed"
+check_surrogate surrogate_f "$work/surrogate_f"

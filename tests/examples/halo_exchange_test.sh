@@ -4,16 +4,12 @@
 # number of ranks; a bad flag and too many ranks for the rows end every rank with one message.
 set -uo pipefail
 binary="$1"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-run() {
-  mpirun -np "$1" --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none "${@:2}"
-}
-fail() { echo "FAIL: $*"; exit 1; }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
 
 heat=""
 for ranks in 1 2 4; do
   # 61 rows: an uneven split (16, 15, 15, 15 on 4 ranks).
-  out=$(run "$ranks" "$binary" --device cpu --rows 61 --cols 40 --steps 120 --log-every 40 2>&1) ||
+  out=$(mpirun_shared "$ranks" "$binary" --device cpu --rows 61 --cols 40 --steps 120 --log-every 40 2>&1) ||
     fail "$ranks rank(s) exited non-zero: $out"
   grep -q "^halo_exchange: ranks=$ranks device=cpu backend=mpi plate=63x42 steps=120$" <<<"$out" ||
     fail "$ranks rank(s): no first line: $out"
@@ -27,8 +23,8 @@ for ranks in 1 2 4; do
   echo "$ranks rank(s): total heat $this at step 120, max_abs_diff=0"
 done
 
-if out=$(run 2 "$binary" --bogus 2>&1); then fail "a bad flag exited 0"; fi
+if out=$(mpirun_shared 2 "$binary" --bogus 2>&1); then fail "a bad flag exited 0"; fi
 [ "$(grep -c -- "--bogus" <<<"$out")" = 1 ] || fail "no single message for a bad flag: $out"
-if out=$(run 4 "$binary" --device cpu --rows 3 2>&1); then fail "3 rows on 4 ranks exited 0"; fi
+if out=$(mpirun_shared 4 "$binary" --device cpu --rows 3 2>&1); then fail "3 rows on 4 ranks exited 0"; fi
 grep -q "gives some of the 4 ranks no row" <<<"$out" || fail "no message for more ranks than rows: $out"
-echo "halo_exchange: all checks passed"
+finish halo_exchange

@@ -90,9 +90,8 @@ grep -q "ranks 0,1: .*tensor 0.weight: shape \[64,784\] does not match the model
   || { fail "no message on every rank for a resume with other shapes:"; echo "$out" | tail -5; }
 
 # 4. custom_loop: no_sync accumulation and AdamW sharded, the unsharded final_mse.
-run() { mpirun -np "$1" --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none "${@:2}"; }
-a=$(run 2 "$custom" --device cpu --steps 100 2>&1 | grep '^final_mse=') || fail "custom_loop failed"
-b=$(run 2 "$custom" --device cpu --steps 100 --shard-optimizer 2>&1 | grep '^final_mse=') || fail "custom_loop --shard-optimizer failed"
+a=$(mpirun_shared 2 "$custom" --device cpu --steps 100 2>&1 | grep '^final_mse=') || fail "custom_loop failed"
+b=$(mpirun_shared 2 "$custom" --device cpu --steps 100 --shard-optimizer 2>&1 | grep '^final_mse=') || fail "custom_loop --shard-optimizer failed"
 [ -n "$a" ] && [ "$a" == "$b" ] || fail "custom_loop: sharded '$b' differs from unsharded '$a'"
 
 finish shard_optimizer

@@ -7,6 +7,12 @@ mkdir -p "$work"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
+# mpirun_shared N PROGRAM ARGS...: N ranks on this machine's cores shared among them (more ranks than cores
+# allowed, no binding), without the shared-memory transport's single-copy mechanism (containers may forbid it).
+mpirun_shared() {
+  mpirun -np "$1" --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none "${@:2}"
+}
+
 # Waits (up to 60 s) for a line matching the extended regular expression $2 in file $1.
 wait_for_line() {
   for _ in $(seq 6000); do

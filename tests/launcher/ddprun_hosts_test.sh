@@ -13,6 +13,7 @@ set -uo pipefail
 ddprun=$(realpath "$1")
 train=$(realpath "$2")
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/process_tree.sh"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -31,25 +32,14 @@ mkdir -p "$dir"
 ssh-keygen -q -t ed25519 -N '' -f "$dir/host_key" && ssh-keygen -q -t ed25519 -N '' -f "$dir/key" || exit 1
 cp "$dir/key.pub" "$dir/authorized_keys"
 
-# The given processes and every process under them, from one look at /proc.
-tree_of() {
-  cat /proc/[0-9]*/stat 2>/dev/null | awk -v roots="$*" '
-    { pid = $1; sub(/.*\) /, ""); split($0, field, " "); parent[pid] = field[2] }
-    END {
-      n = split(roots, queue, " ")
-      for (i = 1; i <= n; i++) seen[queue[i]] = 1
-      for (i = 1; i <= n; i++) for (p in parent) if (parent[p] == queue[i] && !(p in seen)) { seen[p] = 1; queue[++n] = p }
-      for (p in seen) print p
-    }'
-}
 # A host going down: its sshd and everything it started, at once (stopped first, so that none forks meanwhile).
 host_down() {
   local pidfile="$dir/sshd-$1.pid"
   [ -f "$pidfile" ] || return 0
   local pids
-  pids=$(tree_of "$(cat "$pidfile")")
+  pids=$(process_tree "$(cat "$pidfile")")
   kill -STOP $pids 2>/dev/null
-  pids=$(tree_of $pids)
+  pids=$(process_tree $pids)
   kill -KILL $pids 2>/dev/null
   rm -f "$pidfile"
 }

@@ -10,6 +10,7 @@
 #   slurm_job_state JOB                 its state now (PENDING, RUNNING, COMPLETED, TIMEOUT, NODE_FAIL, ...)
 #   slurm_node_down                     the node lost: slurmd, its job steps and everything under them killed
 # Needs root (slurmd starts jobs as their user) and the packages of tools/setup.sh.
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/process_tree.sh"
 cluster=$(mktemp -d /tmp/ddp-slurm.XXXXXX)
 chmod 755 "$cluster"
 slurm_node=$(hostname -s)
@@ -19,17 +20,6 @@ for v in $(compgen -e | grep '^SLURM_' | grep -v '^SLURM_CONF$'); do unset "$v";
 
 slurm_node() { echo "$slurm_node"; }
 
-# The processes of the given pids and every process under them, from one look at /proc.
-slurm_tree_of() {
-  cat /proc/[0-9]*/stat 2>/dev/null | awk -v roots="$*" '
-    { pid = $1; sub(/.*\) /, ""); split($0, field, " "); parent[pid] = field[2] }
-    END {
-      n = split(roots, queue, " ")
-      for (i = 1; i <= n; i++) seen[queue[i]] = 1
-      for (i = 1; i <= n; i++) for (p in parent) if (parent[p] == queue[i] && !(p in seen)) { seen[p] = 1; queue[++n] = p }
-      for (p in seen) print p
-    }'
-}
 # The processes this cluster started that outlive their daemon (slurmd forks slurmstepd away from itself, and
 # the job's tasks run under it): every process whose environment names this cluster's config and a job.
 slurm_job_processes() {
@@ -45,9 +35,9 @@ slurm_job_processes() {
 slurm_kill_pidfile() {  # FILE: the daemon and everything under it, stopped first so that none forks meanwhile
   [ -s "$1" ] || return 0
   local pids
-  pids=$(slurm_tree_of "$(cat "$1")")
+  pids=$(process_tree "$(cat "$1")")
   kill -STOP $pids 2>/dev/null
-  kill -KILL $(slurm_tree_of $pids) 2>/dev/null
+  kill -KILL $(process_tree $pids) 2>/dev/null
   rm -f "$1"
 }
 # The node lost at once: slurmd, its job steps and every task under them (stopped first, so that none forks
@@ -56,10 +46,10 @@ slurm_node_down() {
   local pids
   pids=$(slurm_job_processes)
   [ -s "$cluster/slurmd.pid" ] && pids="$pids $(cat "$cluster/slurmd.pid")"
-  pids=$(slurm_tree_of $pids)
+  pids=$(process_tree $pids)
   [ -n "$pids" ] || return 0
   kill -STOP $pids 2>/dev/null
-  kill -KILL $(slurm_tree_of $pids) 2>/dev/null
+  kill -KILL $(process_tree $pids) 2>/dev/null
   rm -f "$cluster/slurmd.pid"
 }
 slurm_stop() {
