@@ -1,5 +1,7 @@
 """mpi_test: runs a cc_binary (usually a GoogleTest binary) as N MPI ranks under mpirun, as a bazel test."""
 
+load("//bazel:script_test.bzl", "script_test")
+
 def mpi_test(name, binary, ranks, args = [], tags = [], size = "small", **kwargs):
     native.sh_test(
         name = name,
@@ -47,18 +49,13 @@ def mpi_gtest(name, srcs, deps, ranks = [1, 2, 4], medium_from = 4, tags = []):
             tags = tags + (["multigpu", "exclusive"] if r == "gpus" else []),
         )
 
-def mpi_script_test(name, inputs = [], data = [], size = "small", srcs = None, args_before = [], tags = [], **kwargs):
-    """A test script (`<name>.sh` unless `srcs` says) that starts MPI jobs under //bazel:mpi_env.sh.
-
-    The script gets the path of each of `inputs` (programs, files it reads) as an argument, in order, after
-    `args_before`; `data` lists files it needs without being told their paths (a sourced harness).
-    """
-    native.sh_test(
+def mpi_script_test(name, inputs = [], data = [], srcs = None, tags = [], **kwargs):
+    """A script_test (`<name>.sh` unless `srcs` says) that starts MPI jobs under //bazel:mpi_env.sh."""
+    script_test(
         name = name,
-        size = size,
-        srcs = srcs or [name + ".sh"],
-        args = args_before + ["$(location %s)" % i for i in inputs],
-        data = inputs + data + ["//bazel:mpi_env.sh"],
+        src = srcs[0] if srcs else name + ".sh",
+        inputs = inputs,
+        data = data + ["//bazel:mpi_env.sh"],
         tags = tags + ["mpi"],
         **kwargs
     )

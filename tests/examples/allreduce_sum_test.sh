@@ -3,7 +3,7 @@
 # on a machine without a GPU end every rank with one clear message and a non-zero exit.
 set -uo pipefail
 binary="$1"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 
 out=$(mpirun_shared 4 "$binary" 2>&1) || fail "4 ranks exited non-zero: $out"
 echo "$out"

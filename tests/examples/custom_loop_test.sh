@@ -4,7 +4,7 @@
 # every rank with one clear message.
 set -uo pipefail
 binary="$1"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 # The value of `final_mse=` in the output, which must be a number below the initial mse.
 check_final() {
   local out="$1" what="$2" initial final

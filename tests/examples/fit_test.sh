@@ -6,7 +6,7 @@ set -uo pipefail
 ddprun="$1"
 train="$2"
 fit="$3"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 
 "$ddprun" -np 2 -- "$fit" "$work/fit" 40 >"$work/fit.out" 2>&1 || { fail "fit failed"; tail "$work/fit.out"; }
 "$ddprun" -np 2 -- "$train" --checkpoint-dir "$work/train_mlp" --max-steps 40 >"$work/train.out" 2>&1 \

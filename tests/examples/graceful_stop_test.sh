@@ -9,7 +9,7 @@
 set -uo pipefail
 ddprun="$1"
 train="$2"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 # Batches of 256 per rank: an epoch is 118 steps on 2 ranks and 59 on 4, so the run evaluates before its end.
 args=(--hidden 64 --layers 2 --batch-size 256 --log-every 10 --seed 5 --max-steps 150 --checkpoint-every 40)
 

@@ -4,7 +4,7 @@
 # number of ranks; a bad flag and too many ranks for the rows end every rank with one message.
 set -uo pipefail
 binary="$1"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 
 heat=""
 for ranks in 1 2 4; do

@@ -17,7 +17,7 @@ set -uo pipefail
 ddprun="$1"
 train="$2"
 custom_loop="$3"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 small=(--device cpu --hidden 32 --layers 1 --batch-size 64 --log-every 1000 --seed 7)
 
 

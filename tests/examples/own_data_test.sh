@@ -11,7 +11,7 @@
 set -uo pipefail
 ddprun="$1"
 train="$2"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 expect_error() {  # NAME EXPECTED NP ARGS...
   local name="$1" expected="$2" np="$3"
   shift 3

@@ -5,7 +5,7 @@
 set -uo pipefail
 ddprun="$1"
 train="$2"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 run=("$ddprun" -np 2 -- "$train" --device cpu --hidden 32 --layers 1 --max-steps 40 --log-every 10)
 
 # Runs the job on a pseudo-terminal and prints what the terminal received, byte for byte (repr per line).

@@ -10,7 +10,7 @@
 set -uo pipefail
 ddprun="$1"
 train="$2"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 same_final_checkpoint() {  # CLEAN RESTARTED: the two runs' final checkpoints are the same file, byte for byte
   if [ -f "$1" ] && [ -f "$2" ]; then
     cmp -s "$1" "$2" || fail "the restarted run ended with different parameters (checkpoints differ)"

@@ -13,7 +13,7 @@ ddprun="$1"
 train="$2"
 checker="$3"
 custom="$4"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 losses() { grep -o '"loss":[^,]*,"lr"' "$1" | grep -v null; }
 small=(--hidden 64 --layers 2 --lr 1e-3 --weight-decay 1e-4 --log-every 10 --seed 7 --schedule constant)
 

@@ -12,7 +12,7 @@ set -uo pipefail
 ddprun="$1"
 train="$2"
 checker="$3"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/examples/test_harness.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 expect_error() {  # NAME EXPECTED ARGS...
   local name="$1" expected="$2"
   shift 2

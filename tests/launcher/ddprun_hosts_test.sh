@@ -12,10 +12,8 @@
 set -uo pipefail
 ddprun=$(realpath "$1")
 train=$(realpath "$2")
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/process_tree.sh"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 sshd=/usr/sbin/sshd
 if [ ! -x "$sshd" ] || ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
@@ -167,5 +165,4 @@ grep -q "\[rank 0\] resumed from .*: step [0-9]*, epoch 0, sample [0-9]* (writte
   || fail "train_mlp did not resume the 2-rank checkpoint on 1 rank"
 grep -q "\[rank 0\] final step=1000 " <<<"$out" || fail "the resumed run did not reach step 1000"
 
-echo "ddprun hosts: $failures failure(s)"
-[ "$failures" -eq 0 ]
+finish ddprun_hosts_test

@@ -5,9 +5,7 @@
 # The ranks are shell loops that never end by themselves, named by a token only this test run uses.
 set -uo pipefail
 ddprun="$1"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 token="ddprun-signals-test-$$-$RANDOM"
 # A shell starts background jobs with SIGINT and SIGQUIT ignored (and ddprun keeps what it was started with
 # ignored, as nohup expects): undo that, as an interactive user's ddprun would have them.
@@ -70,5 +68,4 @@ grep -q "its output was closed (broken pipe); the job was ended" "$session/err.P
   { fail "closed output: ddprun did not say why it ended the job"; cat "$session/err.PIPE"; }
 wait_for_job_gone "closed output" 10
 
-[ "$failures" -eq 0 ] && echo "ddprun_signals_test: all checks passed"
-exit "$failures"
+finish ddprun_signals_test

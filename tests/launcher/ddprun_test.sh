@@ -4,9 +4,7 @@
 # cannot carry. (Signals to ddprun: ddprun_signals_test.sh.)
 set -uo pipefail
 ddprun="$1"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 check_contains() {  # NAME TEXT EXPECTED
   if ! grep -qF -- "$3" <<<"$2"; then fail "$1: expected '$3' in:"; echo "$2"; fi
 }
@@ -84,5 +82,4 @@ status=$?
 [ "$status" -ne 0 ] || fail "missing program exited 0"
 check_contains missing-program "$out" "cannot run /nonexistent/program"
 
-[ "$failures" -eq 0 ] && echo "ddprun_test: all checks passed"
-exit "$failures"
+finish ddprun_test

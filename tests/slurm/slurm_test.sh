@@ -19,27 +19,15 @@ set -uo pipefail
 ddprun=$(realpath "$1")
 train=$(realpath "$2")
 job_script=$(realpath "$3")
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/slurm/slurm_cluster.sh"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 for tool in munged slurmctld slurmd sbatch srun; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool is missing: apt-get install slurm-wlm munge (tools/setup.sh)"; exit 1; }
 done
 slurm_start || exit 1
 node=$(slurm_node)
-work="$session/work"
-mkdir -p "$work"
 cd "$work" || exit 1
 seconds_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-# Waits (up to $3 s) for a line matching $2 in file $1.
-wait_for_line() {
-  for _ in $(seq $(($3 * 10))); do
-    grep -qE "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
 # The job script as the docs give it, with ddprun and train_mlp from here; jobs inherit this environment.
 export DDPRUN="$ddprun" TRAIN_MLP="$train"
 small=(--hidden 64 --layers 1 --batch-size 32 --lr 1e-3 --seed 7 --log-every 50)
@@ -176,5 +164,4 @@ grep -E "srun: error" "$work/lost.out"
 grep -q "srun: error: Node failure on $node" "$work/lost.out" || { fail "node lost: srun did not name the node"; tail "$work/lost.out"; }
 [ "$(slurm_job_state "$job")" = NODE_FAIL ] || fail "node lost: job $job ended $(slurm_job_state "$job"), not NODE_FAIL"
 
-echo "slurm_test: $failures failure(s)"
-[ "$failures" -eq 0 ]
+finish slurm_test

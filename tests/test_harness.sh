@@ -1,4 +1,4 @@
-# Sourced (not run) by the example programs' shell tests. Gives them the MPI environment (bazel/mpi_env.sh), a
+# Sourced (not run) by the shell tests of the examples, the launcher and Slurm. Gives them the MPI environment (bazel/mpi_env.sh), a
 # work folder $work removed with the test, and a tally of failures: `fail MESSAGE` counts one and goes on, so a
 # run reports every broken check at once; `finish NAME` ends the test with the tally.
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
@@ -13,9 +13,9 @@ mpirun_shared() {
   mpirun -np "$1" --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none "${@:2}"
 }
 
-# Waits (up to 60 s) for a line matching the extended regular expression $2 in file $1.
+# Waits (up to $3 seconds, 60 by default) for a line matching the extended regular expression $2 in file $1.
 wait_for_line() {
-  for _ in $(seq 6000); do
+  for _ in $(seq $((${3:-60} * 100))); do
     grep -qE "$2" "$1" 2>/dev/null && return 0
     sleep 0.01
   done
