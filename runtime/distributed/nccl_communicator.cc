@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "runtime/core/check.h"
+#include "runtime/core/deadline.h"
 
 namespace ddp {
 namespace {
@@ -53,7 +54,8 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm comm, const 
 
 void NcclCommunicator::wait_ready(double timeout_s, const char* what) {
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration<double>(timeout_s);
+  // Running time, as every collective deadline: a job stopped while NCCL connects is not late.
+  const Deadline deadline(timeout_s);
   while (true) {
     ncclResult_t state = ncclSuccess;
     DDP_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
@@ -62,7 +64,7 @@ void NcclCommunicator::wait_ready(double timeout_s, const char* what) {
       abort();
       throw NcclError("NCCL", state, what, detail::nccl_error_string(state), __FILE__, __LINE__);
     }
-    if (Clock::now() > deadline) {
+    if (deadline.passed()) {
       abort();
       throw NcclError("NCCL", ncclInProgress, what,
                       "still in progress after " + std::to_string(timeout_s) +
