@@ -1,4 +1,5 @@
-"""mpi_test: runs a cc_binary (usually a GoogleTest binary) as N MPI ranks under mpirun, as a bazel test."""
+"""Tests under MPI: a cc_binary (usually a GoogleTest binary) as N ranks under mpirun (mpi_test, mpi_gtest), and
+scripts that start MPI jobs themselves (mpi_script_test)."""
 
 load("//bazel:script_test.bzl", "script_test")
 
