@@ -1,7 +1,8 @@
 # Sourced (not run) by the shell tests of the examples, the launcher and Slurm. Gives them the MPI environment
 # (bazel/mpi_env.sh), a work folder $work removed with the test, and a tally of failures: `fail MESSAGE` counts
 # one and goes on, so a run reports every broken check at once; `finish NAME` ends the test with the tally.
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+# Found beside this file, so that a test run from the tree without Bazel (the GPU machine) can source it too.
+source "$(dirname "${BASH_SOURCE[0]}")/../bazel/mpi_env.sh"
 work="$session/work"
 mkdir -p "$work"
 failures=0

@@ -4,6 +4,6 @@
 # held-out error falls below 0.01 and a tenth of its start, and its checkpoint reloads to the same predictions.
 set -uo pipefail
 binary="$1"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/capi/surrogate_checks.sh"
 check_surrogate surrogate "$binary" 300

@@ -5,11 +5,11 @@
 # and the checkpoint reloads to the same predictions.
 set -uo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
-source "$root/bazel/mpi_env.sh"
+source "$root/tests/test_harness.sh"
 source "$root/tests/capi/surrogate_checks.sh"
 work="$TEST_TMPDIR/fortran"
 mkdir -p "$work/lib"
 cp "$root/libddp.so" "$work/lib/"
 (cd "$work" && mpifort -O2 -o surrogate_f "$root/capi/ddp.f90" "$root/examples/embedded/surrogate.f90" \
-  -L"$work/lib" -Wl,-rpath,"$work/lib" -lddp) >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "mpifort"; }
+  -L"$work/lib" -Wl,-rpath,"$work/lib" -lddp) >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "mpifort"; finish surrogate_f; }
 check_surrogate surrogate_f "$work/surrogate_f"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # //examples:in_situ_surrogate on 2 and 4 CPU ranks in both layouts: the surrogate's error on solver states it
-# has not seen falls below the bound of docs/embedding.md (0.35 relative RMS, the program's default --max-error), and a bad layout ends with one message.
+# has not seen falls below the bound of docs/embedding.md (0.35 relative RMS, the program's default --max-error),
+# and a bad layout ends with one message.
 set -uo pipefail
 binary="$1"
-source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
-fail() { echo "FAIL: $*"; exit 1; }
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 for ranks in 2 4; do
   for layout in all split; do
-    out=$(mpirun -np "$ranks" --oversubscribe --bind-to none "$binary" --layout "$layout" --steps 600 2>&1) ||
+    out=$(mpirun_shared "$ranks" "$binary" --layout "$layout" --steps 600 2>&1) ||
       fail "$layout on $ranks ranks: $out"
     grep -q "^in_situ_surrogate: layout=$layout ranks=$ranks " <<<"$out" || fail "$layout on $ranks ranks: $out"
     error=$(sed -n 's/^final_rel_error=\([0-9.]*\) .*/\1/p' <<<"$out")
@@ -18,4 +18,4 @@ for ranks in 2 4; do
 done
 if out=$(mpirun -np 2 --oversubscribe "$binary" --layout diagonal 2>&1); then fail "a bad layout exited 0"; fi
 grep -q "diagonal" <<<"$out" || fail "no message for a bad layout: $out"
-echo "in_situ_surrogate: all checks passed"
+finish in_situ_surrogate

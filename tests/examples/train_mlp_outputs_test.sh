@@ -21,16 +21,14 @@ shift 4
 extra=("$@")
 ranks=${RANKS:-2}
 if [ -n "${TEST_SRCDIR:-}" ]; then
-  source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bazel/mpi_env.sh"
+  source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
 else  # the GPU machine (tools/gpu_jobs.txt), which runs it from the tree without Bazel
-  source "$(cd "$(dirname "$0")" && pwd)/../../bazel/mpi_env.sh"
+  source "$(cd "$(dirname "$0")" && pwd)/../test_harness.sh"
 fi
 work="$session/outputs"
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
 mkdir -p "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 small=(--hidden 64 --layers 2 --batch-size 32 --log-every 10 --seed 7 "${extra[@]}")
 
 # run NAME ARGS...: one run on $ranks ranks, its digest appended to $work/digest.
@@ -64,5 +62,4 @@ elif ! diff "$record" "$work/digest" >"$work/diff"; then
 fi
 [ "$(grep -c '^checkpoint .* tensor ' "$work/digest")" -gt 0 ] || fail "no checkpoint tensors in the digest"
 echo "$(wc -l <"$work/digest") digest lines compared"
-[ "$failures" -eq 0 ] && echo "PASS" || echo "$failures failure(s)"
-exit "$failures"
+finish train_mlp_outputs
