@@ -1,198 +1,328 @@
 // An MPI simulation that trains a surrogate of itself while it runs: the seed's halo exchange grown into the
 // pattern TorchFort is used for, on the runtime embedded through the application's communicator (ddp_mpi.h).
 //
-// The solver: nonlinear heat diffusion on a plate split by rows across the simulation ranks,
-//   u' = u + r · (0.5 + u²) · (up + down + left + right − 4u),
-// the top edge hot, the other edges cold, random hot spots inside. Each step overlaps the halo exchange with
-// the interior update: the boundary rows go out and the ghost rows come in by nonblocking MPI on the
-// application's own communicator while the rows that need no ghost row are updated; then the two boundary rows.
+// The solver: nonlinear heat diffusion on a plate split by rows across the simulation ranks (the cell update in
+// examples/in_situ_heat.h), the top edge hot, the other edges cold, random hot spots inside. Each step overlaps
+// the halo exchange with the interior update: the boundary rows go out and the ghost rows come in by
+// nonblocking MPI on the application's own communicator while the rows that need no ghost row are updated;
+// then the two boundary rows. On the GPU the plate lives in device memory the application allocates itself
+// and its own kernels update it; the exchange runs on a second stream (the boundary rows through pinned host
+// buffers, as this MPI is not CUDA-aware) while the first updates the interior.
 // The surrogate: an MLP from a cell's 5-point stencil (u and its neighbours' differences from u) to its update
-// (u' − u) / r,
-// learned online from the solver's states as they come: every --sample-every steps each simulation rank draws
-// --samples cells of its band and hands them to training, whose replay buffer (a fixed bound per rank) they
-// enter after the surrogate was scored on them, unseen: the printed error is on states it never trained on.
+// (u' − u) / r, learned online from the solver's states as they come: every --sample-every steps each
+// simulation rank draws --samples cells of its band and hands them to training, whose replay buffer (a fixed
+// bound per rank) they enter after the surrogate was scored on them, unseen: the printed error is on states it
+// never trained on. On the GPU the samples are drawn by a kernel into device arrays that training reads in
+// place (Tensor::from_blob), on the application's stream, which the session takes as its own: from the plate
+// to the replay buffer and into a batch, nothing passes through the host.
 //
 // Layouts (--layout):
 //   all    every rank simulates its band and trains on its own samples; gradients averaged over all ranks.
 //   split  the world split in two: the first half simulates (its own communicator for the halos) and sends
 //          samples to the second half, which trains (a Session on the training ranks' communicator only).
+//          Between processes the samples go through the host (MPI messages).
 //
-//   mpirun -np 4 bazel-bin/examples/in_situ_surrogate --layout split [--steps 600] [--rows 64] [--cols 64]
-// Prints `step S surrogate_rel_error E` as it goes and `final_rel_error=E`; exits 1 unless E < --max-error.
+//   mpirun -np 4 bazel-bin/examples/in_situ_surrogate --layout split [--device cuda] [--steps 600] [--rows 64]
+// Prints `step S surrogate_rel_error E` as it goes, then `plate_heat=H` (the plate's sum, the same on every
+// device and decomposition) and `final_rel_error=E`; exits 1 unless E < --max-error.
 #include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
-#include <random>
+#include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddp_mpi.h"
+#include "examples/in_situ_heat.h"
+#include "examples/in_situ_heat_kernels.h"
 
 namespace {
 
-constexpr int kInputs = 5;
-constexpr double kRate = 0.15;
-constexpr float kScale = 20.0f;  // differences between neighbouring cells are a few hundredths
+using in_situ::kInputs;
 
 struct Flags {
   std::string layout = "all";
-  std::string device = "cpu", backend = "auto";
+  std::string device = "auto", backend = "auto";
   long long rows = 64, cols = 64, steps = 600;
   long long sample_every = 5, samples = 256, train_steps = 12, batch = 256, capacity = 8192;
   double lr = 2e-3, max_error = 0.35;
   long long log_every = 100;
 };
 
-// One band of the plate: rows [begin, end) of the interior, with a ghost row above and below.
-struct Band {
-  long long begin = 0, rows = 0, cols = 0;
-  std::vector<float> u, next;  // (rows + 2) x (cols + 2)
-  float& at(std::vector<float>& v, long long r, long long c) { return v[r * (cols + 2) + c]; }
-};
-
-float update(float u, float up, float down, float left, float right) {
-  return static_cast<float>((0.5 + double(u) * u) * (double(up) + down + left + right - 4.0 * u));
+void cuda_check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-void initialise(Band& b, long long total_rows) {
-  b.u.assign((b.rows + 2) * (b.cols + 2), 0.0f);
-  for (long long r = 0; r < b.rows + 2; ++r) {
-    for (long long c = 0; c < b.cols + 2; ++c) {
-      const long long g = b.begin + r;  // global row, 0 = the hot top edge
-      const double y = double(g) / total_rows, x = double(c) / (b.cols + 1);
+// `n` floats of device memory (pinned host memory when `pinned`), allocated as the application does.
+float* allocate_floats(std::size_t n, bool pinned = false) {
+  void* p = nullptr;
+  cuda_check(pinned ? cudaMallocHost(&p, n * sizeof(float)) : cudaMalloc(&p, n * sizeof(float)),
+             pinned ? "cudaMallocHost" : "cudaMalloc");
+  return static_cast<float*>(p);
+}
+
+// Where this rank computes: its GPU (local rank modulo the node's GPUs) or the host.
+struct Placement {
+  bool gpu = false;
+  int gpu_index = -1;
+};
+
+// --device cuda, or auto where every rank sees a GPU: the GPUs. Collective over `world`; throws
+// InvalidArgument-like errors on every rank alike when cuda is asked for and some rank has none.
+Placement place(const std::string& device, MPI_Comm world) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  int everywhere = count > 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, world);
+  if (device == "cpu" || (device == "auto" && everywhere == 0)) return {};
+  if (everywhere == 0) throw std::invalid_argument("--device cuda: some rank sees no GPU; use --device cpu or auto");
+  MPI_Comm node = MPI_COMM_NULL;
+  int world_rank = 0, local = 0;
+  MPI_Comm_rank(world, &world_rank);
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  Placement p{true, local % count};
+  cuda_check(cudaSetDevice(p.gpu_index), "cudaSetDevice");
+  return p;
+}
+
+// The plate's initial temperatures for a band: the top edge hot, two hot spots inside.
+std::vector<float> initial_band(long long begin, long long rows, long long cols, long long total_rows) {
+  std::vector<float> u(static_cast<std::size_t>((rows + 2) * (cols + 2)), 0.0f);
+  for (long long r = 0; r < rows + 2; ++r) {
+    for (long long c = 0; c < cols + 2; ++c) {
+      const long long g = begin + r;  // global row, 0 = the hot top edge
+      const double y = double(g) / total_rows, x = double(c) / (cols + 1);
       float v = g == 0 ? 1.0f : 0.0f;
-      if (g > 0 && c > 0 && c < b.cols + 1 && g < total_rows + 1) {
+      if (g > 0 && c > 0 && c < cols + 1 && g < total_rows + 1) {
         v = static_cast<float>(0.9 * std::exp(-40 * ((x - 0.3) * (x - 0.3) + (y - 0.6) * (y - 0.6))) +
                                0.7 * std::exp(-60 * ((x - 0.75) * (x - 0.75) + (y - 0.3) * (y - 0.3))));
       }
-      b.at(b.u, r, c) = v;
+      u[static_cast<std::size_t>(r * (cols + 2) + c)] = v;
     }
   }
-  b.next = b.u;
+  return u;
 }
 
-// One solver step on `comm` (the simulation ranks): halos in flight while the interior rows are updated.
-void step(Band& b, MPI_Comm comm, int rank, int size) {
-  MPI_Request requests[4];
-  int n = 0;
-  const int width = static_cast<int>(b.cols + 2);
-  if (rank > 0) {
-    MPI_Irecv(&b.at(b.u, 0, 0), width, MPI_FLOAT, rank - 1, 1, comm, &requests[n++]);
-    MPI_Isend(&b.at(b.u, 1, 0), width, MPI_FLOAT, rank - 1, 2, comm, &requests[n++]);
-  }
-  if (rank < size - 1) {
-    MPI_Irecv(&b.at(b.u, b.rows + 1, 0), width, MPI_FLOAT, rank + 1, 2, comm, &requests[n++]);
-    MPI_Isend(&b.at(b.u, b.rows, 0), width, MPI_FLOAT, rank + 1, 1, comm, &requests[n++]);
-  }
-  auto row = [&](long long r) {
-    for (long long c = 1; c <= b.cols; ++c) {
-      const float u = b.at(b.u, r, c);
-      b.at(b.next, r, c) = u + static_cast<float>(kRate) * update(u, b.at(b.u, r - 1, c), b.at(b.u, r + 1, c),
-                                                                   b.at(b.u, r, c - 1), b.at(b.u, r, c + 1));
+// One band of the plate, rows [begin, begin + rows) of the interior with a ghost row above and below
+// (examples/in_situ_heat.h), and room for the samples drawn from it: in host memory, or in device memory the
+// application allocates and its kernels update on its own stream (a second one carries the halos).
+class Band {
+ public:
+  Band(long long begin, long long rows, long long cols, long long total_rows, long long samples, bool gpu)
+      : rows_(rows), cols_(cols), width_(cols + 2), gpu_(gpu) {
+    const std::vector<float> u = initial_band(begin, rows, cols, total_rows);
+    const std::size_t cells = u.size(), room = static_cast<std::size_t>(samples);
+    if (!gpu_) {
+      host_ = {u, u, std::vector<float>(room * kInputs), std::vector<float>(room)};
+      u_ = host_[0].data(), next_ = host_[1].data(), x_ = host_[2].data(), y_ = host_[3].data();
+      return;
     }
-  };
-  for (long long r = 2; r < b.rows; ++r) row(r);
-  MPI_Waitall(n, requests, MPI_STATUSES_IGNORE);
-  row(1);
-  if (b.rows > 1) row(b.rows);
-  // The ghost rows and the fixed edges carry over; the interior takes the new values.
-  for (long long r = 1; r <= b.rows; ++r) {
-    std::copy(&b.at(b.next, r, 1), &b.at(b.next, r, 1) + b.cols, &b.at(b.u, r, 1));
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventCreateWithFlags(&halo_, cudaEventDisableTiming), "cudaEventCreate");
+    for (float** p : {&u_, &next_}) {  // the fixed edges start equal in both, and stay
+      *p = allocate_floats(cells);
+      cuda_check(cudaMemcpy(*p, u.data(), cells * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
+    x_ = allocate_floats(room * kInputs);
+    y_ = allocate_floats(room);
+    pinned_ = allocate_floats(4 * static_cast<std::size_t>(width_), /*pinned=*/true);
   }
-}
-
-// `count` cells of the band at random: their stencils and the solver's update.
-void draw_samples(Band& b, std::mt19937_64& rng, long long count, std::vector<float>& x, std::vector<float>& y) {
-  x.resize(count * kInputs);
-  y.resize(count);
-  std::uniform_int_distribution<long long> row(1, b.rows), col(1, b.cols);
-  for (long long i = 0; i < count; ++i) {
-    const long long r = row(rng), c = col(rng);
-    const float u = b.at(b.u, r, c), up = b.at(b.u, r - 1, c), down = b.at(b.u, r + 1, c);
-    const float left = b.at(b.u, r, c - 1), right = b.at(b.u, r, c + 1);
-    // Features on the scale of the changes: the value and its neighbours' differences from it, magnified.
-    float* s = &x[i * kInputs];
-    s[0] = u;
-    s[1] = kScale * (up - u);
-    s[2] = kScale * (down - u);
-    s[3] = kScale * (left - u);
-    s[4] = kScale * (right - u);
-    y[i] = kScale * update(u, up, down, left, right);
+  ~Band() {
+    if (!gpu_) return;
+    cudaStreamSynchronize(stream_);
+    for (float* p : {u_, next_, x_, y_}) cudaFree(p);
+    cudaFreeHost(pinned_);
+    cudaEventDestroy(ready_);
+    cudaEventDestroy(halo_);
+    cudaStreamDestroy(copy_);
+    cudaStreamDestroy(stream_);
   }
-}
+  Band(const Band&) = delete;
+  Band& operator=(const Band&) = delete;
 
-// The surrogate and its training: a Session on `comm` (the training ranks), an MLP, DDP and AdamW.
+  // One solver step on `comm` (the simulation ranks), the interior updated while the halos travel: a kernel
+  // launched before the messages are posted on the GPU, the host loop after they are posted on the CPU.
+  void step(MPI_Comm comm, int rank, int size) {
+    const bool up = rank > 0, down = rank < size - 1;
+    // Where MPI reads the boundary rows and writes the ghost rows: the band itself on the host; pinned
+    // buffers on the GPU, filled on the copy stream once the last step's update is done.
+    const float* out[2] = {row(u_, 1), row(u_, rows_)};
+    float* in[2] = {row(u_, 0), row(u_, rows_ + 1)};
+    if (gpu_) {
+      cuda_check(cudaEventRecord(ready_, stream_), "cudaEventRecord");
+      cuda_check(cudaStreamWaitEvent(copy_, ready_, 0), "cudaStreamWaitEvent");
+      for (int k = 0; k < 2; ++k) {
+        if (k == 0 ? up : down) {
+          cuda_check(cudaMemcpyAsync(pinned_ + k * width_, out[k], row_bytes(), cudaMemcpyDeviceToHost, copy_),
+                     "cudaMemcpyAsync");
+        }
+        out[k] = pinned_ + k * width_;
+        in[k] = pinned_ + (2 + k) * width_;
+      }
+      update_rows(2, rows_ - 1);
+      cuda_check(cudaStreamSynchronize(copy_), "cudaStreamSynchronize");
+    }
+    MPI_Request requests[4];
+    int n = 0;
+    const int count = static_cast<int>(width_);
+    if (up) {
+      MPI_Irecv(in[0], count, MPI_FLOAT, rank - 1, 1, comm, &requests[n++]);
+      MPI_Isend(out[0], count, MPI_FLOAT, rank - 1, 2, comm, &requests[n++]);
+    }
+    if (down) {
+      MPI_Irecv(in[1], count, MPI_FLOAT, rank + 1, 2, comm, &requests[n++]);
+      MPI_Isend(out[1], count, MPI_FLOAT, rank + 1, 1, comm, &requests[n++]);
+    }
+    if (!gpu_) update_rows(2, rows_ - 1);
+    MPI_Waitall(n, requests, MPI_STATUSES_IGNORE);
+    if (gpu_) {  // the ghost rows up on the copy stream; the update of the boundary rows waits for them
+      if (up) cuda_check(cudaMemcpyAsync(row(u_, 0), in[0], row_bytes(), cudaMemcpyHostToDevice, copy_), "cudaMemcpyAsync");
+      if (down) {
+        cuda_check(cudaMemcpyAsync(row(u_, rows_ + 1), in[1], row_bytes(), cudaMemcpyHostToDevice, copy_),
+                   "cudaMemcpyAsync");
+      }
+      cuda_check(cudaEventRecord(halo_, copy_), "cudaEventRecord");
+      cuda_check(cudaStreamWaitEvent(stream_, halo_, 0), "cudaStreamWaitEvent");
+    }
+    update_rows(1, 1);
+    if (rows_ > 1) update_rows(rows_, rows_);
+    std::swap(u_, next_);  // the ghost rows of the other array are written before the next step reads them
+  }
+
+  // `count` cells of the band, draw `key`: their stencils into x() [count, kInputs], their updates into y().
+  void draw(std::uint64_t key, long long count) {
+    if (gpu_) return in_situ::sample_cells_cuda(u_, rows_, cols_, key, count, x_, y_, stream_);
+    for (long long i = 0; i < count; ++i) in_situ::sample_cell(u_, rows_, cols_, key, i, x_ + i * kInputs, y_ + i);
+  }
+  float* x() const { return x_; }  // device memory on the GPU
+  float* y() const { return y_; }
+  // The last draw's `count` samples in host memory, to send them to another process.
+  void samples_to_host(long long count, std::vector<float>& x, std::vector<float>& y) const {
+    x.resize(static_cast<std::size_t>(count * kInputs));
+    y.resize(static_cast<std::size_t>(count));
+    if (!gpu_) {
+      std::copy(x_, x_ + count * kInputs, x.begin());
+      std::copy(y_, y_ + count, y.begin());
+      return;
+    }
+    cuda_check(cudaMemcpyAsync(x.data(), x_, x.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    cuda_check(cudaMemcpyAsync(y.data(), y_, y.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+  // The sum of the band's interior temperatures.
+  double heat() const {
+    std::vector<float> u(static_cast<std::size_t>((rows_ + 2) * width_));
+    if (gpu_) {
+      cuda_check(cudaMemcpyAsync(u.data(), u_, u.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+      cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    } else {
+      std::copy(u_, u_ + u.size(), u.begin());
+    }
+    double sum = 0;
+    for (long long r = 1; r <= rows_; ++r) {
+      for (long long c = 1; c <= cols_; ++c) sum += u[static_cast<std::size_t>(r * width_ + c)];
+    }
+    return sum;
+  }
+  cudaStream_t stream() const { return stream_; }  // the solver's stream on the GPU; null on the host
+
+ private:
+  float* row(float* a, long long r) const { return a + r * width_; }
+  std::size_t row_bytes() const { return static_cast<std::size_t>(width_) * sizeof(float); }
+  // next = the update of rows [first, last] of u.
+  void update_rows(long long first, long long last) {
+    if (gpu_) return in_situ::heat_rows_cuda(u_, next_, cols_, first, last, stream_);
+    for (long long r = first; r <= last; ++r) {
+      for (long long c = 1; c <= cols_; ++c) next_[r * width_ + c] = in_situ::next_value(u_, width_, r, c);
+    }
+  }
+
+  long long rows_, cols_, width_;
+  bool gpu_;
+  float *u_ = nullptr, *next_ = nullptr, *x_ = nullptr, *y_ = nullptr;
+  std::vector<std::vector<float>> host_;  // the four arrays on the host
+  cudaStream_t stream_ = nullptr, copy_ = nullptr;
+  cudaEvent_t ready_ = nullptr, halo_ = nullptr;
+  float* pinned_ = nullptr;  // two boundary rows out, two ghost rows in
+};
+
+// The surrogate and its training: a Session on `comm` (the training ranks), on the solver's stream where this
+// rank also simulates on the GPU; an MLP, DDP, AdamW and a replay buffer on the session's device.
 struct Surrogate {
   ddp::Session session;
   ddp::MLP model;
   ddp::DistributedDataParallel data_parallel;
   ddp::AdamW optimizer;
   ddp::data::ReplayBuffer buffer;
-  std::vector<float> bx, by, prediction;
+  ddp::Tensor bx, by;  // a batch, allocated once
   long long draws = 0;
 
-  Surrogate(MPI_Comm comm, const Flags& f)
-      : session(ddp::communicator(comm),
-                ddp::SessionOptions{.device = ddp::parse_device_request(f.device), .backend = f.backend}),
+  Surrogate(MPI_Comm comm, const Flags& f, const Placement& where, cudaStream_t solver_stream)
+      : session(ddp::communicator(comm), ddp::SessionOptions{.device = where.gpu ? ddp::DeviceRequest::kCuda
+                                                                                 : ddp::DeviceRequest::kCpu,
+                                                             .backend = f.backend,
+                                                             .cuda_device = where.gpu_index,
+                                                             .cuda_stream = solver_stream}),
         model({kInputs, 64, 64, 1}, ddp::Activation::kTanh, /*seed=*/3, session.device(), session.stream()),
         data_parallel(model, session),
         optimizer(model, {.lr = f.lr}, session.stream()),
-        buffer(f.capacity, kInputs, 1),
-        bx(f.batch * kInputs),
-        by(f.batch) {}
+        buffer(f.capacity, kInputs, 1, session.device(), session.stream()),
+        bx(ddp::Tensor::empty({f.batch, kInputs}, ddp::DType::kFloat32, session.device(), session.stream())),
+        by(ddp::Tensor::empty({f.batch, 1}, ddp::DType::kFloat32, session.device(), session.stream())) {}
 
-  // The host samples as a tensor of the session's device: read in place on the CPU, copied to a GPU (the
-  // solver here runs on the host).
-  ddp::Tensor on_device(float* data, long long rows, long long cols) const {
-    if (session.device().is_cpu()) return ddp::Tensor::from_blob(data, {rows, cols}, ddp::DType::kFloat32, session.device());
-    return ddp::Tensor::from_host(data, {rows, cols}, ddp::DType::kFloat32, session.device(), session.stream());
-  }
-
-  // Sum of squared errors and of squared targets on samples the surrogate has not seen, then they enter.
-  std::pair<double, double> take(std::vector<float>& x, std::vector<float>& y) {
-    const long long n = static_cast<long long>(y.size());
-    prediction.resize(n);
+  // Samples x [n, kInputs] and y [n, 1] (on the session's device, or in host memory when they came from
+  // another process): scored by the surrogate, which has not seen them, then into the replay buffer. Returns
+  // the sums of squared errors and of squared targets.
+  std::pair<double, double> take(const ddp::Tensor& x, const ddp::Tensor& y) {
+    const ddp::Stream& stream = session.stream();
+    const ddp::Tensor dx = x.device() == session.device() ? x : x.copy_to(session.device(), stream);
+    const ddp::Tensor dy = y.device() == session.device() ? y : y.copy_to(session.device(), stream);
+    const double n = static_cast<double>(dy.numel());
+    double err = 0, norm = 0;
     {
       ddp::autograd::NoGradGuard no_grad;
-      const ddp::Stream& stream = session.stream();
-      const ddp::Tensor in = on_device(x.data(), n, kInputs);
-      ddp::Tensor out = ddp::Tensor::from_blob(prediction.data(), {n, 1}, ddp::DType::kFloat32, ddp::Device::cpu());
-      out.copy_from(model.forward(in, stream), stream);
-      stream.synchronize();
+      const ddp::Tensor zero = ddp::Tensor::zeros(dy.shape(), ddp::DType::kFloat32, session.device(), stream);
+      err = ddp::ops::mse_loss(model.forward(dx, stream), dy, stream).item(stream) * n;
+      norm = ddp::ops::mse_loss(dy, zero, stream).item(stream) * n;
     }
-    double err = 0, norm = 0;
-    for (long long i = 0; i < n; ++i) {
-      err += (prediction[i] - y[i]) * double(prediction[i] - y[i]);
-      norm += double(y[i]) * y[i];
-    }
-    buffer.add(x.data(), y.data(), n);
+    buffer.add(dx, dy, stream);
     return {err, norm};
   }
 
-  // Training steps on batches of the replay buffer, read in place (Tensor::from_blob: no copy on the CPU).
-  void train(long long steps, long long batch) {
+  // Training steps on batches drawn from the replay buffer on the device.
+  void train(long long steps) {
     const ddp::Stream& stream = session.stream();
     for (long long s = 0; s < steps; ++s) {
-      buffer.sample(batch, 11 + session.rank(), draws++, bx.data(), by.data());
-      const ddp::Tensor x = on_device(bx.data(), batch, kInputs);
-      const ddp::Tensor y = on_device(by.data(), batch, 1);
+      buffer.sample(11 + session.rank(), draws++, bx, by, stream);
       model.zero_grad(stream);
-      data_parallel.backward(ddp::ops::mse_loss(model.forward(x, stream), y, stream));
+      data_parallel.backward(ddp::ops::mse_loss(model.forward(bx, stream), by, stream));
       optimizer.step(stream);
     }
-    stream.synchronize();
   }
 };
+
+ddp::Tensor host_rows(std::vector<float>& v, long long width) {
+  return ddp::Tensor::from_blob(v.data(), {static_cast<long long>(v.size()) / width, width}, ddp::DType::kFloat32,
+                                ddp::Device::cpu());
+}
 
 int run(int argc, char** argv) {
   Flags f;
   CLI::App app{"in_situ_surrogate: a heat solver that trains a surrogate of itself as it runs"};
   app.add_option("--layout", f.layout, "all: every rank simulates and trains; split: simulation and training ranks")
       ->check(CLI::IsMember({"all", "split"}));
-  app.add_option("--device", f.device, "where the surrogate trains: cpu, cuda or auto")
+  app.add_option("--device", f.device, "where the solver and the surrogate run: auto, cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--backend", f.backend, "gradient backend: auto, nccl or mpi")->check(CLI::IsMember({"auto", "nccl", "mpi"}));
   app.add_option("--rows", f.rows, "interior rows of the plate")->check(CLI::Range(1, 1 << 20));
@@ -227,63 +357,70 @@ int run(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: %lld rows give some of the %d simulation ranks no row\n", f.rows, sims);
     return 2;
   }
+  Placement where;
+  try {
+    where = place(f.device, MPI_COMM_WORLD);
+  } catch (const std::invalid_argument& e) {
+    if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: %s\n", e.what());
+    return 2;
+  }
   MPI_Comm sim_comm = MPI_COMM_NULL, train_comm = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, simulates ? 0 : MPI_UNDEFINED, rank, &sim_comm);
   MPI_Comm_split(MPI_COMM_WORLD, trains ? 0 : MPI_UNDEFINED, rank, &train_comm);
 
-  Band band;
-  std::mt19937_64 rng(1000 + rank);
+  std::unique_ptr<Band> band;
   int sim_rank = -1;
   if (simulates) {
     MPI_Comm_rank(sim_comm, &sim_rank);
     const long long base = f.rows / sims, extra = f.rows % sims;
-    band.rows = base + (sim_rank < extra ? 1 : 0);
-    band.begin = sim_rank * base + std::min<long long>(sim_rank, extra);
-    band.cols = f.cols;
-    initialise(band, f.rows);
+    const long long begin = sim_rank * base + std::min<long long>(sim_rank, extra);
+    band = std::make_unique<Band>(begin, base + (sim_rank < extra ? 1 : 0), f.cols, f.rows, f.samples, where.gpu);
   }
   std::unique_ptr<Surrogate> surrogate;
-  if (trains) surrogate = std::make_unique<Surrogate>(train_comm, f);
+  if (trains) surrogate = std::make_unique<Surrogate>(train_comm, f, where, band ? band->stream() : nullptr);
   if (rank == 0) {
     std::printf("in_situ_surrogate: layout=%s ranks=%d simulation=%d training=%d plate=%lldx%lld steps=%lld "
-                "replay_buffer=%lld samples (%lld KiB) per training rank\n",
-                f.layout.c_str(), size, sims, trainers, f.rows, f.cols, f.steps, f.capacity,
-                f.capacity * (kInputs + 1) * 4 / 1024);
+                "device=%s replay_buffer=%lld samples (%lld KiB) per training rank\n",
+                f.layout.c_str(), size, sims, trainers, f.rows, f.cols, f.steps, where.gpu ? "cuda" : "cpu",
+                f.capacity, f.capacity * (kInputs + 1) * 4 / 1024);
   }
 
   std::vector<float> x, y;
   double window_err = 0, window_norm = 0, last = 1.0;
   for (long long s = 1; s <= f.steps; ++s) {
-    if (simulates) step(band, sim_comm, sim_rank, sims);
+    if (simulates) band->step(sim_comm, sim_rank, sims);
     if (s % f.sample_every != 0) continue;
+    const std::uint64_t key = in_situ::mix(static_cast<std::uint64_t>(1000 + rank) * 0x100000001B3ULL + s);
+    if (simulates) band->draw(key, f.samples);
+    std::pair<double, double> scored{0, 0};
     if (!split) {
-      draw_samples(band, rng, f.samples, x, y);
+      // The samples where the solver drew them: device arrays on the GPU, read in place by training.
+      const ddp::Device& device = surrogate->session.device();
+      scored = surrogate->take(ddp::Tensor::from_blob(band->x(), {f.samples, kInputs}, ddp::DType::kFloat32, device),
+                               ddp::Tensor::from_blob(band->y(), {f.samples, 1}, ddp::DType::kFloat32, device));
     } else if (simulates) {
       // Simulation rank k sends its samples to training rank k % trainers (world rank sims + k % trainers).
-      draw_samples(band, rng, f.samples, x, y);
+      band->samples_to_host(f.samples, x, y);
       const int to = sims + sim_rank % trainers;
       MPI_Send(x.data(), static_cast<int>(x.size()), MPI_FLOAT, to, 10, MPI_COMM_WORLD);
       MPI_Send(y.data(), static_cast<int>(y.size()), MPI_FLOAT, to, 11, MPI_COMM_WORLD);
+    } else {
+      // This training rank's shard: the simulation ranks k with k % trainers == its own index.
+      x.clear();
+      y.clear();
+      std::vector<float> kx(f.samples * kInputs), ky(f.samples);
+      for (int k = rank - sims; k < sims; k += trainers) {
+        MPI_Recv(kx.data(), static_cast<int>(kx.size()), MPI_FLOAT, k, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Recv(ky.data(), static_cast<int>(ky.size()), MPI_FLOAT, k, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        x.insert(x.end(), kx.begin(), kx.end());
+        y.insert(y.end(), ky.begin(), ky.end());
+      }
+      if (!y.empty()) scored = surrogate->take(host_rows(x, kInputs), host_rows(y, 1));
     }
     if (trains) {
-      if (split) {
-        // This training rank's shard: the simulation ranks k with k % trainers == its own index.
-        x.clear();
-        y.clear();
-        for (int k = rank - sims; k < sims; k += trainers) {
-          std::vector<float> kx(f.samples * kInputs), ky(f.samples);
-          MPI_Recv(kx.data(), static_cast<int>(kx.size()), MPI_FLOAT, k, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-          MPI_Recv(ky.data(), static_cast<int>(ky.size()), MPI_FLOAT, k, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-          x.insert(x.end(), kx.begin(), kx.end());
-          y.insert(y.end(), ky.begin(), ky.end());
-        }
-      }
-      if (!y.empty()) {
-        const auto [err, norm] = surrogate->take(x, y);
-        window_err += err;
-        window_norm += norm;
-      }
-      surrogate->train(f.train_steps, f.batch);  // the next batch is drawn only after this one's step is done
+      window_err += scored.first;
+      window_norm += scored.second;
+      surrogate->train(f.train_steps);
     }
     if (s % f.log_every == 0 || s == f.steps) {
       if (trains) {
@@ -295,11 +432,17 @@ int run(int argc, char** argv) {
       window_err = window_norm = 0;
     }
   }
-  // The training ranks' verdict, to every rank.
+  // The plate and the training ranks' verdict, to every rank.
+  double heat = simulates ? band->heat() : 0.0;
+  MPI_Allreduce(MPI_IN_PLACE, &heat, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   double final_error = trains ? last : 0.0;
   MPI_Allreduce(MPI_IN_PLACE, &final_error, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0) std::printf("final_rel_error=%.4f (bound %.4f)\n", final_error, f.max_error);
-  surrogate.reset();
+  if (rank == 0) {
+    std::printf("plate_heat=%.10g\n", heat);
+    std::printf("final_rel_error=%.4f (bound %.4f)\n", final_error, f.max_error);
+  }
+  surrogate.reset();  // before the band: the session runs on the band's stream
+  band.reset();
   if (sim_comm != MPI_COMM_NULL) MPI_Comm_free(&sim_comm);
   if (train_comm != MPI_COMM_NULL) MPI_Comm_free(&train_comm);
   return final_error < f.max_error ? 0 : 1;

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "runtime/core/check.h"
+#include "runtime/core/phase.h"
+#include "runtime/kernels/dispatch.h"
 
 namespace ddp::data {
 namespace {
@@ -18,41 +21,64 @@ std::uint64_t mix(std::uint64_t z) {
 
 }  // namespace
 
-ReplayBuffer::ReplayBuffer(std::int64_t capacity, std::int64_t inputs, std::int64_t targets)
-    : capacity_(capacity), inputs_(inputs), targets_(targets) {
+ReplayBuffer::ReplayBuffer(std::int64_t capacity, std::int64_t inputs, std::int64_t targets, const Device& device,
+                           const Stream& stream)
+    : capacity_(capacity), inputs_(inputs), targets_(targets), device_(device) {
   DDP_CHECK(capacity >= 1 && inputs >= 1 && targets >= 1,
             "ReplayBuffer: capacity " + std::to_string(capacity) + ", inputs " + std::to_string(inputs) +
                 " and targets " + std::to_string(targets) + " must each be at least 1");
-  x_.resize(static_cast<std::size_t>(capacity * inputs));
-  y_.resize(static_cast<std::size_t>(capacity * targets));
+  x_ = Tensor::empty({capacity, inputs}, DType::kFloat32, device, stream);
+  y_ = Tensor::empty({capacity, targets}, DType::kFloat32, device, stream);
 }
 
-void ReplayBuffer::add(const float* x, const float* y, std::int64_t count) {
-  DDP_CHECK(count >= 0 && (count == 0 || (x != nullptr && y != nullptr)),
-            "ReplayBuffer::add: " + std::to_string(count) + " samples from null arrays");
+std::int64_t ReplayBuffer::rows_of(const Tensor& x, const Tensor& y, bool here, const char* what) const {
+  const auto fits = [&](const Tensor& t, std::int64_t width) {
+    return t.defined() && t.dtype() == DType::kFloat32 && t.dim() == 2 && t.size(1) == width &&
+           (!here || t.device() == device_);
+  };
+  DDP_CHECK(fits(x, inputs_) && fits(y, targets_) && x.size(0) == y.size(0),
+            std::string("ReplayBuffer::") + what + ": x and y must be float32 [n, " + std::to_string(inputs_) +
+                "] and [n, " + std::to_string(targets_) + "]" + (here ? " on " + device_.str() : "") + ", got " +
+                (x.defined() ? x.describe() : "undefined") + " and " + (y.defined() ? y.describe() : "undefined"));
+  return x.size(0);
+}
+
+void ReplayBuffer::add(const Tensor& x, const Tensor& y, const Stream& stream) {
+  PhaseGuard phase(Phase::kData);
+  const std::int64_t count = rows_of(x, y, /*here=*/false, "add");
   // Only the newest `capacity` of a large batch would survive: skip the rest.
   const std::int64_t skip = std::max<std::int64_t>(0, count - capacity_);
-  added_ += skip;
-  for (std::int64_t i = skip; i < count; ++i) {
-    std::copy(x + i * inputs_, x + (i + 1) * inputs_, x_.begin() + next_ * inputs_);
-    std::copy(y + i * targets_, y + (i + 1) * targets_, y_.begin() + next_ * targets_);
-    next_ = (next_ + 1) % capacity_;
-    size_ = std::min(size_ + 1, capacity_);
-    ++added_;
+  std::int64_t from = skip;
+  while (from < count) {  // at most two pieces: up to the end of the ring, then from its start
+    const std::int64_t n = std::min(count - from, capacity_ - next_);
+    x_.slice_rows(next_, next_ + n).copy_from(x.slice_rows(from, from + n), stream);
+    y_.slice_rows(next_, next_ + n).copy_from(y.slice_rows(from, from + n), stream);
+    from += n;
+    next_ = (next_ + n) % capacity_;
   }
+  size_ = std::min(size_ + count - skip, capacity_);
+  added_ += count;
 }
 
-void ReplayBuffer::sample(std::int64_t batch, std::uint64_t seed, std::uint64_t draw, float* x, float* y) const {
+void ReplayBuffer::sample(std::uint64_t seed, std::uint64_t draw, const Tensor& x, const Tensor& y,
+                          const Stream& stream) const {
+  PhaseGuard phase(Phase::kData);
   DDP_CHECK(size_ > 0, "ReplayBuffer::sample: the buffer is empty: add samples before drawing a batch");
-  DDP_CHECK(batch >= 0 && (batch == 0 || (x != nullptr && y != nullptr)),
-            "ReplayBuffer::sample: a batch of " + std::to_string(batch) + " into null arrays");
+  const std::int64_t batch = rows_of(x, y, /*here=*/true, "sample");
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(batch));
+  const std::uint64_t key = mix(seed ^ (draw * 0x100000001B3ULL));
   for (std::int64_t i = 0; i < batch; ++i) {
-    const std::int64_t j =
-        static_cast<std::int64_t>(mix(mix(seed ^ (draw * 0x100000001B3ULL)) + static_cast<std::uint64_t>(i)) %
-                                  static_cast<std::uint64_t>(size_));
-    std::copy(x_.begin() + j * inputs_, x_.begin() + (j + 1) * inputs_, x + i * inputs_);
-    std::copy(y_.begin() + j * targets_, y_.begin() + (j + 1) * targets_, y + i * targets_);
+    rows[i] = static_cast<std::int64_t>(mix(key + static_cast<std::uint64_t>(i)) % static_cast<std::uint64_t>(size_));
   }
+  if (device_.is_cpu()) {
+    kernels::cpu::gather_batch(x_.data_ptr(), inputs_ * 4, y_.data_ptr(), targets_ * 4, rows.data(), nullptr, batch,
+                               x.data_ptr(), y.data_ptr(), nullptr);
+    return;
+  }
+  // The row numbers through pinned staging, freed on `stream` after the gather has read them.
+  const Tensor on_device = Tensor::from_host(rows.data(), {batch}, DType::kInt64, device_, stream);
+  DDP_DISPATCH(device_, gather_batch, x_.data_ptr(), inputs_ * 4, y_.data_ptr(), targets_ * 4,
+               on_device.data<std::int64_t>(), nullptr, batch, x.data_ptr(), y.data_ptr(), stream.handle());
 }
 
 }  // namespace ddp::data

@@ -1,36 +1,55 @@
 // A bounded buffer of (input, target) samples that a running simulation feeds while training draws batches
 // from it: the way an in-situ surrogate learns from states that arrive during training. Each training rank
 // holds its own buffer (the shard of the samples sent to it), so memory is fixed per rank: capacity x
-// (inputs + targets) floats, allocated once; when full, the oldest sample is overwritten.
+// (inputs + targets) floats, allocated once on the device that trains; when full, the oldest sample is
+// overwritten. On a GPU the samples go from the application's device arrays into the buffer and from the
+// buffer into a batch without passing through the host.
 #pragma once
 
 #include <cstdint>
-#include <vector>
+
+#include "runtime/core/device.h"
+#include "runtime/core/stream.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ddp::data {
 
 class ReplayBuffer {
  public:
-  // Throws InvalidArgument for a capacity or a width below 1.
-  ReplayBuffer(std::int64_t capacity, std::int64_t inputs, std::int64_t targets);
+  // Room for `capacity` samples of `inputs` and `targets` float32 values on `device`. Throws InvalidArgument
+  // for a capacity or a width below 1.
+  ReplayBuffer(std::int64_t capacity, std::int64_t inputs, std::int64_t targets, const Device& device = Device::cpu(),
+               const Stream& stream = current_stream());
 
-  // Appends `count` samples: `x` holds count x inputs floats, `y` count x targets (row-major), copied in.
-  void add(const float* x, const float* y, std::int64_t count);
-  // Fills `x` (batch x inputs) and `y` (batch x targets) with samples drawn uniformly, with replacement, from
-  // those held; draw d of seed s is the same on every run. Throws InvalidArgument when the buffer is empty.
-  void sample(std::int64_t batch, std::uint64_t seed, std::uint64_t draw, float* x, float* y) const;
+  // Appends the rows of x [count, inputs] and y [count, targets], float32 on any device: typically the
+  // application's own arrays seen through Tensor::from_blob. Copied in on `stream`: device to device on the
+  // buffer's GPU, through pinned staging from host memory (which may then be reused at once). Device memory
+  // of the caller's must stay unwritten until `stream` has done the copy. Throws InvalidArgument for other
+  // shapes or types.
+  void add(const Tensor& x, const Tensor& y, const Stream& stream = current_stream());
+  // Fills x [batch, inputs] and y [batch, targets] (float32, on the buffer's device) with samples drawn
+  // uniformly, with replacement, from those held; draw d of seed s is the same rows on every run and every
+  // device. Queued on `stream`: the batch's row numbers go up (batch int64s) and one gather launch reads the
+  // rows. Throws InvalidArgument when the buffer is empty or x and y do not fit it.
+  void sample(std::uint64_t seed, std::uint64_t draw, const Tensor& x, const Tensor& y,
+              const Stream& stream = current_stream()) const;
 
   std::int64_t size() const { return size_; }          // samples held, at most capacity()
   std::int64_t capacity() const { return capacity_; }
   std::int64_t added() const { return added_; }        // samples ever added
   std::int64_t inputs() const { return inputs_; }
   std::int64_t targets() const { return targets_; }
-  std::int64_t bytes() const { return static_cast<std::int64_t>((x_.size() + y_.size()) * sizeof(float)); }
+  const Device& device() const { return device_; }
+  std::int64_t bytes() const { return static_cast<std::int64_t>(x_.nbytes() + y_.nbytes()); }
 
  private:
+  // Checks that x and y are float32 [n, inputs] and [n, targets] (on the buffer's device when `here`); n.
+  std::int64_t rows_of(const Tensor& x, const Tensor& y, bool here, const char* what) const;
+
   std::int64_t capacity_, inputs_, targets_;
+  Device device_;
   std::int64_t size_ = 0, next_ = 0, added_ = 0;
-  std::vector<float> x_, y_;
+  Tensor x_, y_;  // [capacity, inputs] and [capacity, targets]
 };
 
 }  // namespace ddp::data

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # //examples:in_situ_surrogate on 2 and 4 CPU ranks in both layouts: the surrogate's error on solver states it
-# has not seen falls below the bound of docs/embedding.md (0.35 relative RMS, the program's default --max-error),
-# and a bad layout ends with one message.
+# has not seen falls below the bound of docs/embedding.md (0.35 relative RMS, the program's default --max-error);
+# the plate comes out the same from every decomposition (the halo exchange); a bad layout, or a GPU asked for
+# where there is none, ends with one message.
 set -uo pipefail
 binary="$1"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
+heats=""
 for ranks in 2 4; do
   for layout in all split; do
     out=$(mpirun_shared "$ranks" "$binary" --layout "$layout" --steps 600 2>&1) ||
@@ -13,9 +15,17 @@ for ranks in 2 4; do
     error=$(sed -n 's/^final_rel_error=\([0-9.]*\) .*/\1/p' <<<"$out")
     first=$(sed -n 's/^step 100 surrogate_rel_error //p' <<<"$out")
     [ -n "$error" ] && [ -n "$first" ] || fail "$layout on $ranks ranks: no errors printed: $out"
-    echo "$layout on $ranks ranks: relative error $first at step 100, $error at the end"
+    heat=$(sed -n 's/^plate_heat=//p' <<<"$out")
+    [ -n "$heat" ] || fail "$layout on $ranks ranks: no plate_heat line: $out"
+    heats="$heats $heat"
+    echo "$layout on $ranks ranks: relative error $first at step 100, $error at the end; plate heat $heat"
   done
 done
+[ "$(tr ' ' '\n' <<<"$heats" | sed '/^$/d' | sort -u | wc -l)" = 1 ] || fail "the plate differs between decompositions:$heats"
 if out=$(mpirun -np 2 --oversubscribe "$binary" --layout diagonal 2>&1); then fail "a bad layout exited 0"; fi
 grep -q "diagonal" <<<"$out" || fail "no message for a bad layout: $out"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  if out=$(mpirun_shared 2 "$binary" --device cuda 2>&1); then fail "--device cuda without a GPU exited 0"; fi
+  grep -q "sees no GPU" <<<"$out" || fail "no message for --device cuda without a GPU: $out"
+fi
 finish in_situ_surrogate

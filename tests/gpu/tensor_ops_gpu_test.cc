@@ -20,6 +20,7 @@
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
 #include "runtime/core/graph.h"
+#include "runtime/data/replay_buffer.h"
 #include "runtime/data/resident_dataset.h"
 #include "runtime/models/bf16_weights.h"
 #include "runtime/models/layers.h"
@@ -175,6 +176,45 @@ TEST_F(Gpu, ResidentBatchesMatchTheCpu) {
     }
     EXPECT_EQ(on_gpu.cursor(), 7);
   }
+}
+
+// A replay buffer on the GPU fed from device arrays (the application's, through from_blob) and from host
+// arrays, wrapping around its ring, draws the batches a CPU buffer fed the same samples draws, bit for bit.
+TEST_F(Gpu, ReplayBufferOnTheGpuMatchesTheCpu) {
+  data::ReplayBuffer on_cpu(7, 3, 2, Device::cpu(), cpu_stream());
+  data::ReplayBuffer on_gpu(7, 3, 2, Device::cuda(0), s());
+  for (int round = 0; round < 4; ++round) {
+    std::vector<float> x, y;
+    for (int i = 0; i < 5; ++i) {
+      for (int k = 0; k < 3; ++k) x.push_back(std::sin(0.7f * (round * 15 + i * 3 + k)));
+      for (int k = 0; k < 2; ++k) y.push_back(float(round * 10 + i) + 0.5f * k);
+    }
+    const Tensor hx = Tensor::from_blob(x.data(), {5, 3}, DType::kFloat32, Device::cpu());
+    const Tensor hy = Tensor::from_blob(y.data(), {5, 2}, DType::kFloat32, Device::cpu());
+    on_cpu.add(hx, hy, cpu_stream());
+    if (round % 2 == 0) {
+      on_gpu.add(hx.copy_to(Device::cuda(0), s()), hy.copy_to(Device::cuda(0), s()), s());
+    } else {
+      on_gpu.add(hx, hy, s());
+    }
+  }
+  EXPECT_EQ(on_gpu.size(), 7);
+  EXPECT_EQ(on_gpu.added(), 20);
+  for (std::uint64_t draw = 0; draw < 3; ++draw) {
+    Tensor cx = Tensor::empty({9, 3}, DType::kFloat32, Device::cpu(), cpu_stream());
+    Tensor cy = Tensor::empty({9, 2}, DType::kFloat32, Device::cpu(), cpu_stream());
+    Tensor gx = Tensor::empty({9, 3}, DType::kFloat32, Device::cuda(0), s());
+    Tensor gy = Tensor::empty({9, 2}, DType::kFloat32, Device::cuda(0), s());
+    on_cpu.sample(5, draw, cx, cy, cpu_stream());
+    on_gpu.sample(5, draw, gx, gy, s());
+    EXPECT_EQ(gx.to_vector<float>(s()), cx.to_vector<float>(cpu_stream())) << "draw " << draw;
+    const std::vector<float> ys = gy.to_vector<float>(s());
+    EXPECT_EQ(ys, cy.to_vector<float>(cpu_stream())) << "draw " << draw;
+    for (std::size_t i = 0; i < ys.size(); i += 2) EXPECT_GE(ys[i], 23.0f);  // the newest seven: 23, 24, 30..34
+  }
+  Tensor host_x = Tensor::empty({2, 3}, DType::kFloat32, Device::cpu(), cpu_stream());
+  Tensor host_y = Tensor::empty({2, 2}, DType::kFloat32, Device::cpu(), cpu_stream());
+  EXPECT_THROW(on_gpu.sample(0, 0, host_x, host_y, s()), InvalidArgument);  // a batch goes to the buffer's device
 }
 
 // The next batch gathered on the prefetch's branch, from a captured graph replayed once per step and eagerly:
