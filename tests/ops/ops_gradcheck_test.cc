@@ -41,7 +41,7 @@ float loss_value(const std::function<Tensor()>& f) {
 }
 
 // Runs backward once, then checks every element of every input by central differences.
-void gradcheck(const std::function<Tensor()>& f, std::vector<Tensor> inputs, const char* what) {
+void gradcheck(const std::function<Tensor()>& f, std::vector<Tensor> inputs, const std::string& what) {
   for (Tensor& t : inputs) autograd::zero_grad({t});
   autograd::backward(f(), S());
   const double h = 1e-2;
@@ -67,8 +67,15 @@ void gradcheck(const std::function<Tensor()>& f, std::vector<Tensor> inputs, con
 // A fixed target so mse_loss turns any output into a scalar with a non-trivial gradient.
 Tensor target_like(const Shape& shape) { return Tensor::uniform(shape, -1.0f, 1.0f, 999, 0, Device::cpu(), S()); }
 
+// Shapes of every kind of product: a matrix's, one output (a matrix times a vector), a batch of one (a vector
+// times a matrix), both, and one input (an outer product in the backward).
+struct LinearCase {
+  std::int64_t B, I, O;
+};
+constexpr LinearCase kLinearCases[] = {{3, 5, 4}, {3, 5, 1}, {1, 5, 4}, {1, 5, 1}, {3, 1, 4}};
+
 TEST(Linear, ForwardMatchesDoubleReference) {
-  const std::int64_t B = 3, I = 5, O = 4;
+  for (const auto [B, I, O] : kLinearCases)
   for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu}) {
     Tensor x = leaf({B, I}, 1), w = leaf({O, I}, 2), b = leaf({O}, 3);
     Tensor y;
@@ -85,33 +92,36 @@ TEST(Linear, ForwardMatchesDoubleReference) {
         double ref = z;
         if (act == Activation::kRelu) ref = z > 0 ? z : 0;
         if (act == Activation::kGelu) ref = 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
-        EXPECT_NEAR(yv[r * O + o], ref, 1e-5) << "act " << static_cast<int>(act);
+        EXPECT_NEAR(yv[r * O + o], ref, 1e-5) << "act " << static_cast<int>(act) << " shape " << B << "x" << I << "x" << O;
       }
     }
   }
 }
 
 TEST(Linear, GradientsByFiniteDifferences) {
-  const std::int64_t B = 3, I = 5, O = 4;
+  for (const auto [B, I, O] : kLinearCases)
   for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu}) {
     for (bool with_bias : {true, false}) {
-      Tensor x = leaf({B, I}, 10), w = leaf({O, I}, 11), b = with_bias ? leaf({O}, 12) : Tensor();
-      if (act == Activation::kRelu) {
-        // Keep pre-activations away from 0: shift the bias per output until every |z| >= 0.05.
-        Tensor z;
-        {
-          autograd::NoGradGuard g;
-          z = ops::linear(x, w, b, Activation::kNone, S());
-        }
+      // ReLU's finite differences need every pre-activation at least 0.05 from the kink: the first seeds that
+      // give such inputs.
+      Tensor x, w, b;
+      for (std::uint64_t seed = 10;; seed += 3) {
+        x = leaf({B, I}, seed), w = leaf({O, I}, seed + 1), b = with_bias ? leaf({O}, seed + 2) : Tensor();
+        if (act != Activation::kRelu) break;
+        autograd::NoGradGuard g;
         float min_abs = 1e9f;
-        for (float v : z.to_vector<float>(S())) min_abs = std::min(min_abs, std::abs(v));
-        ASSERT_GT(min_abs, 0.05f) << "pick another seed: a pre-activation is too close to the ReLU kink";
+        for (float v : ops::linear(x, w, b, Activation::kNone, S()).to_vector<float>(S())) {
+          min_abs = std::min(min_abs, std::abs(v));
+        }
+        if (min_abs >= 0.05f) break;
+        ASSERT_LT(seed, 100u) << "no seed keeps the pre-activations away from the ReLU kink";
       }
       Tensor t = target_like({B, O});
       std::vector<Tensor> inputs{x, w};
       if (with_bias) inputs.push_back(b);
       gradcheck([&] { return ops::mse_loss(ops::linear(x, w, b, act, S()), t, S()); }, inputs,
-                with_bias ? "linear+bias" : "linear");
+                (with_bias ? "linear+bias " : "linear ") + std::to_string(B) + "x" + std::to_string(I) + "x" +
+                    std::to_string(O));
     }
   }
 }
