@@ -8,6 +8,9 @@
 !   status = ddp_model_distribute(model)
 !   status = ddp_optimizer_create_adamw(model, 1d-3, 0d0, optimizer)
 !   status = ddp_train_step(model, optimizer, x, y, loss)          ! x(2, batch), y(1, batch): real(c_float)
+!   status = ddp_replay_buffer_create(session, 4096_int64, 2_int64, 1_int64, 0_int64, buffer)
+!   status = ddp_replay_buffer_add(buffer, x, y)                   ! samples in as the simulation makes them
+!   status = ddp_train_step_replay(model, optimizer, buffer, 64_int64, loss)
 !   status = ddp_predict(model, x, prediction)
 !   if (status /= DDP_OK) print *, trim(ddp_last_error())
 !
@@ -33,11 +36,15 @@ module ddp
   type, public :: ddp_optimizer
     type(c_ptr) :: handle = c_null_ptr
   end type
+  type, public :: ddp_replay_buffer
+    type(c_ptr) :: handle = c_null_ptr
+  end type
 
   public :: ddp_last_error, ddp_session_create, ddp_session_rank, ddp_session_size, ddp_session_mean, &
       ddp_session_destroy, ddp_mlp_create, ddp_model_distribute, ddp_model_destroy, ddp_optimizer_create_adamw, &
       ddp_optimizer_create_sgd, ddp_optimizer_set_lr, ddp_optimizer_destroy, ddp_train_step, ddp_predict, &
-      ddp_checkpoint_save, ddp_checkpoint_load
+      ddp_checkpoint_save, ddp_checkpoint_load, ddp_replay_buffer_create, ddp_replay_buffer_add, &
+      ddp_replay_buffer_size, ddp_replay_buffer_destroy, ddp_train_step_replay
 
   interface
     subroutine c_last_error_copy(buffer, size) bind(C, name="ddp_last_error_copy")
@@ -123,6 +130,36 @@ module ddp
       type(c_ptr), value :: model, x, y
       integer(c_int64_t), value :: x_rows, x_cols, y_rows, y_cols
       integer(c_int), value :: memory
+    end function
+    integer(c_int) function c_replay_buffer_create(session, capacity, inputs, targets, seed, out) &
+        bind(C, name="ddp_replay_buffer_create")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: session
+      integer(c_int64_t), value :: capacity, inputs, targets, seed
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function c_replay_buffer_add(buffer, x, x_rows, x_cols, y, y_rows, y_cols, memory) &
+        bind(C, name="ddp_replay_buffer_add")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: buffer, x, y
+      integer(c_int64_t), value :: x_rows, x_cols, y_rows, y_cols
+      integer(c_int), value :: memory
+    end function
+    integer(c_int) function c_replay_buffer_size(buffer, size, added) bind(C, name="ddp_replay_buffer_size")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: buffer
+      integer(c_int64_t), intent(out) :: size, added
+    end function
+    integer(c_int) function c_replay_buffer_destroy(buffer) bind(C, name="ddp_replay_buffer_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: buffer
+    end function
+    integer(c_int) function c_train_step_replay(model, optimizer, buffer, batch, loss) &
+        bind(C, name="ddp_train_step_replay")
+      import :: c_int, c_ptr, c_int64_t, c_double
+      type(c_ptr), value :: model, optimizer, buffer
+      integer(c_int64_t), value :: batch
+      real(c_double), intent(out) :: loss
     end function
     integer(c_int) function c_checkpoint_save(model, optimizer, dir, step) bind(C, name="ddp_checkpoint_save")
       import :: c_int, c_ptr, c_char, c_int64_t
@@ -259,6 +296,45 @@ contains
     real(c_float), intent(inout), target, contiguous :: y(:, :)
     status = c_predict(model%handle, c_loc(x), int(size(x, 2), c_int64_t), int(size(x, 1), c_int64_t), &
         int(DDP_MEMORY_HOST, c_int), c_loc(y), int(size(y, 2), c_int64_t), int(size(y, 1), c_int64_t))
+  end function
+
+  ! A replay buffer of `capacity` samples, held on the session's device; ddp_c.h states how batches are drawn.
+  integer function ddp_replay_buffer_create(session, capacity, inputs, targets, seed, buffer) result(status)
+    type(ddp_session), intent(in) :: session
+    integer(c_int64_t), intent(in) :: capacity, inputs, targets, seed
+    type(ddp_replay_buffer), intent(out) :: buffer
+    status = c_replay_buffer_create(session%handle, capacity, inputs, targets, seed, buffer%handle)
+  end function
+
+  ! x(inputs, samples), y(targets, samples): host arrays, copied in before the function returns.
+  integer function ddp_replay_buffer_add(buffer, x, y) result(status)
+    type(ddp_replay_buffer), intent(in) :: buffer
+    real(c_float), intent(in), target, contiguous :: x(:, :), y(:, :)
+    status = c_replay_buffer_add(buffer%handle, c_loc(x), int(size(x, 2), c_int64_t), int(size(x, 1), c_int64_t), &
+        c_loc(y), int(size(y, 2), c_int64_t), int(size(y, 1), c_int64_t), int(DDP_MEMORY_HOST, c_int))
+  end function
+
+  ! Samples held (at most the capacity) and ever added.
+  integer function ddp_replay_buffer_size(buffer, size, added) result(status)
+    type(ddp_replay_buffer), intent(in) :: buffer
+    integer(c_int64_t), intent(out) :: size, added
+    status = c_replay_buffer_size(buffer%handle, size, added)
+  end function
+
+  integer function ddp_replay_buffer_destroy(buffer) result(status)
+    type(ddp_replay_buffer), intent(inout) :: buffer
+    status = c_replay_buffer_destroy(buffer%handle)
+    if (status == DDP_OK) buffer%handle = c_null_ptr
+  end function
+
+  ! One step as ddp_train_step on `batch` samples drawn from the buffer.
+  integer function ddp_train_step_replay(model, optimizer, buffer, batch, loss) result(status)
+    type(ddp_model), intent(in) :: model
+    type(ddp_optimizer), intent(in) :: optimizer
+    type(ddp_replay_buffer), intent(in) :: buffer
+    integer(c_int64_t), intent(in) :: batch
+    real(c_double), intent(out) :: loss
+    status = c_train_step_replay(model%handle, optimizer%handle, buffer%handle, batch, loss)
   end function
 
   integer function ddp_checkpoint_save(model, optimizer, dir, step) result(status)

@@ -20,6 +20,7 @@
 struct ddp_session {
   std::unique_ptr<ddp::Session> session;
   int models = 0;
+  int buffers = 0;
 };
 
 struct ddp_model {
@@ -36,12 +37,20 @@ struct ddp_optimizer {
   std::unique_ptr<ddp::Optimizer> optimizer;
 };
 
+struct ddp_replay_buffer {
+  ddp_session* owner = nullptr;
+  std::unique_ptr<ddp::data::ReplayBuffer> buffer;
+  std::uint64_t key = 0;    // the seed with the rank mixed in
+  std::uint64_t draws = 0;
+  ddp::Tensor x, y;         // the last batch drawn, kept while the batch size stays the same
+};
+
 namespace {
 
 thread_local std::string t_last_error;
 
 // Every live handle and its kind, so that a destroyed or foreign pointer is refused instead of dereferenced.
-enum class Kind { kSession, kModel, kOptimizer };
+enum class Kind { kSession, kModel, kOptimizer, kReplayBuffer };
 
 struct Registry {
   std::mutex mutex;
@@ -68,6 +77,7 @@ const char* kind_name(Kind kind) {
     case Kind::kSession: return "ddp_session";
     case Kind::kModel: return "ddp_model";
     case Kind::kOptimizer: return "ddp_optimizer";
+    case Kind::kReplayBuffer: return "ddp_replay_buffer";
   }
   return "handle";
 }
@@ -185,22 +195,56 @@ ddp::Tensor wrap(const float* data, std::int64_t rows, std::int64_t cols, int me
   return ddp::Tensor::from_host(data, shape, ddp::DType::kFloat32, session.device(), session.stream());
 }
 
-void check_arrays(const ddp_model* m, const void* x, std::int64_t x_rows, std::int64_t x_cols, const void* y,
-                  std::int64_t y_rows, std::int64_t y_cols, int memory) {
-  const std::string in = std::to_string(m->in), out = std::to_string(m->out);
+// x (rows x `in`) and y (rows x `out`) in `memory`, for `owner` ("the model", "the buffer") of a session on `session`.
+void check_arrays(const char* owner, std::int64_t in_width, std::int64_t out_width, const ddp::Session& session,
+                  const void* x, std::int64_t x_rows, std::int64_t x_cols, const void* y, std::int64_t y_rows,
+                  std::int64_t y_cols, int memory) {
+  const std::string in = std::to_string(in_width), out = std::to_string(out_width);
   require(x != nullptr, "x is NULL: pass the inputs, rows x " + in + " float32 values");
   require(y != nullptr, "y is NULL: pass rows x " + out + " float32 values");
   require(x_rows > 0, "x_rows is " + std::to_string(x_rows) + ": pass the number of samples (at least 1)");
-  require(x_cols == m->in, "x_cols is " + std::to_string(x_cols) + ", but the model takes " + in +
-                               " inputs: pass arrays of rows x " + in + " (in Fortran, x(" + in + ", rows))");
-  require(y_cols == m->out, "y_cols is " + std::to_string(y_cols) + ", but the model has " + out +
-                                " outputs: pass arrays of rows x " + out + " (in Fortran, y(" + out + ", rows))");
+  require(x_cols == in_width, "x_cols is " + std::to_string(x_cols) + ", but " + owner + " takes " + in +
+                                  " inputs: pass arrays of rows x " + in + " (in Fortran, x(" + in + ", rows))");
+  require(y_cols == out_width, "y_cols is " + std::to_string(y_cols) + ", but " + owner + " has " + out +
+                                   " outputs: pass arrays of rows x " + out + " (in Fortran, y(" + out + ", rows))");
   require(y_rows == x_rows, "y_rows is " + std::to_string(y_rows) + " but x_rows is " + std::to_string(x_rows) +
                                 ": x and y hold the same samples, one row each");
   require(memory == DDP_MEMORY_HOST || memory == DDP_MEMORY_DEVICE,
           "memory is " + std::to_string(memory) + ": pass DDP_MEMORY_HOST (0) or DDP_MEMORY_DEVICE (1)");
-  require(memory == DDP_MEMORY_HOST || m->owner->session->device().is_cuda(),
+  require(memory == DDP_MEMORY_HOST || session.device().is_cuda(),
           "DDP_MEMORY_DEVICE was passed, but the session runs on the CPU: pass DDP_MEMORY_HOST");
+}
+
+void check_arrays(const ddp_model* m, const void* x, std::int64_t x_rows, std::int64_t x_cols, const void* y,
+                  std::int64_t y_rows, std::int64_t y_cols, int memory) {
+  check_arrays("the model", m->in, m->out, *m->owner->session, x, x_rows, x_cols, y, y_rows, y_cols, memory);
+}
+
+// The model and optimizer of a step: live, and made for each other.
+void check_step_handles(const ddp_model* model, const ddp_optimizer* optimizer) {
+  check_handle(model, Kind::kModel, "model");
+  check_handle(optimizer, Kind::kOptimizer, "optimizer");
+  require(optimizer->owner == model, "the optimizer was made for another model: pass the model it updates");
+}
+
+// One step of mean-squared-error regression on tensors of the session's device; *loss (when not NULL) is read
+// back. Complete when it returns: the caller may overwrite the arrays the tensors are over.
+void train_on(ddp_model* model, ddp_optimizer* optimizer, const ddp::Tensor& inputs, const ddp::Tensor& targets,
+              double* loss) {
+  const ddp::Stream& stream = model->owner->session->stream();
+  model->mlp->zero_grad(stream);
+  const ddp::Tensor l = ddp::ops::mse_loss(model->mlp->forward(inputs, stream), targets, stream);
+  if (model->data_parallel != nullptr) {
+    model->data_parallel->backward(l);
+  } else {
+    ddp::autograd::backward(l, stream);
+  }
+  optimizer->optimizer->step(stream);
+  if (loss != nullptr) {
+    *loss = l.item(stream);
+  } else {
+    stream.synchronize();
+  }
 }
 
 int create_optimizer(const char* call, ddp_model* model, ddp_optimizer** out,
@@ -311,8 +355,9 @@ int ddp_session_mean(const ddp_session* session, double value, double* mean) {
 int ddp_session_destroy(ddp_session* session) {
   return guarded("ddp_session_destroy", [&] {
     check_handle(session, Kind::kSession, "session");
-    require(session->models == 0, std::to_string(session->models) +
-                                      " model(s) of this session still exist: destroy them first");
+    require(session->models == 0 && session->buffers == 0,
+            std::to_string(session->models) + " model(s) and " + std::to_string(session->buffers) +
+                " replay buffer(s) of this session still exist: destroy them first");
     // After MPI_Finalize its communicators cannot be freed: the session is left allocated and stays live, so
     // that the call is refused again rather than crashing.
     require_mpi("ddp_session_destroy");
@@ -422,30 +467,91 @@ int ddp_optimizer_destroy(ddp_optimizer* optimizer) {
 int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
                    const float* y, int64_t y_rows, int64_t y_cols, int memory, double* loss) {
   return guarded("ddp_train_step", [&] {
-    check_handle(model, Kind::kModel, "model");
-    check_handle(optimizer, Kind::kOptimizer, "optimizer");
-    require(optimizer->owner == model, "the optimizer was made for another model: pass the model it updates");
+    check_step_handles(model, optimizer);
     check_arrays(model, x, x_rows, x_cols, y, y_rows, y_cols, memory);
-    const std::int64_t batch = x_rows;
     if (model->data_parallel != nullptr) require_mpi("ddp_train_step");
     const ddp::Session& s = *model->owner->session;
-    const ddp::Stream& stream = s.stream();
-    const ddp::Tensor inputs = wrap(x, batch, model->in, memory, s);
-    const ddp::Tensor targets = wrap(y, batch, model->out, memory, s);
-    model->mlp->zero_grad(stream);
-    const ddp::Tensor l = ddp::ops::mse_loss(model->mlp->forward(inputs, stream), targets, stream);
-    if (model->data_parallel != nullptr) {
-      model->data_parallel->backward(l);
-    } else {
-      ddp::autograd::backward(l, stream);
+    train_on(model, optimizer, wrap(x, x_rows, model->in, memory, s), wrap(y, x_rows, model->out, memory, s), loss);
+  });
+}
+
+int ddp_replay_buffer_create(ddp_session* session, int64_t capacity, int64_t inputs, int64_t targets, uint64_t seed,
+                             ddp_replay_buffer** out) {
+  return guarded("ddp_replay_buffer_create", [&] {
+    require(out != nullptr, "out is NULL: pass the address of a ddp_replay_buffer* to receive the buffer");
+    *out = nullptr;
+    check_handle(session, Kind::kSession, "session");
+    require(capacity > 0 && capacity <= (std::int64_t{1} << 34),
+            "capacity is " + std::to_string(capacity) + ": pass the number of samples to hold (at least 1)");
+    require(inputs > 0 && inputs <= (1 << 24) && targets > 0 && targets <= (1 << 24),
+            "inputs " + std::to_string(inputs) + " and targets " + std::to_string(targets) +
+                ": pass the model's input and output widths (1 to 16777216)");
+    const ddp::Session& s = *session->session;
+    auto b = std::make_unique<ddp_replay_buffer>();
+    b->owner = session;
+    b->buffer = std::make_unique<ddp::data::ReplayBuffer>(capacity, inputs, targets, s.device(), s.stream());
+    b->key = seed ^ (0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(s.rank() + 1));
+    s.stream().synchronize();
+    *out = b.release();
+    ++session->buffers;
+    add(*out, Kind::kReplayBuffer);
+  });
+}
+
+int ddp_replay_buffer_add(ddp_replay_buffer* buffer, const float* x, int64_t x_rows, int64_t x_cols, const float* y,
+                          int64_t y_rows, int64_t y_cols, int memory) {
+  return guarded("ddp_replay_buffer_add", [&] {
+    check_handle(buffer, Kind::kReplayBuffer, "buffer");
+    const ddp::data::ReplayBuffer& b = *buffer->buffer;
+    const ddp::Session& s = *buffer->owner->session;
+    check_arrays("the buffer", b.inputs(), b.targets(), s, x, x_rows, x_cols, y, y_rows, y_cols, memory);
+    // The caller's arrays where they are: the buffer copies from either device.
+    const ddp::Device where = memory == DDP_MEMORY_DEVICE ? s.device() : ddp::Device::cpu();
+    const ddp::Tensor tx = ddp::Tensor::from_blob(const_cast<float*>(x), {x_rows, x_cols}, ddp::DType::kFloat32, where);
+    const ddp::Tensor ty = ddp::Tensor::from_blob(const_cast<float*>(y), {y_rows, y_cols}, ddp::DType::kFloat32, where);
+    buffer->buffer->add(tx, ty, s.stream());
+    s.stream().synchronize();
+  });
+}
+
+int ddp_replay_buffer_size(const ddp_replay_buffer* buffer, int64_t* size, int64_t* added) {
+  return guarded("ddp_replay_buffer_size", [&] {
+    check_handle(buffer, Kind::kReplayBuffer, "buffer");
+    if (size != nullptr) *size = buffer->buffer->size();
+    if (added != nullptr) *added = buffer->buffer->added();
+  });
+}
+
+int ddp_replay_buffer_destroy(ddp_replay_buffer* buffer) {
+  return guarded("ddp_replay_buffer_destroy", [&] {
+    check_handle(buffer, Kind::kReplayBuffer, "buffer");
+    remove(buffer);
+    --buffer->owner->buffers;
+    delete buffer;
+  });
+}
+
+int ddp_train_step_replay(ddp_model* model, ddp_optimizer* optimizer, ddp_replay_buffer* buffer, int64_t batch,
+                          double* loss) {
+  return guarded("ddp_train_step_replay", [&] {
+    check_step_handles(model, optimizer);
+    check_handle(buffer, Kind::kReplayBuffer, "buffer");
+    const ddp::data::ReplayBuffer& b = *buffer->buffer;
+    require(buffer->owner == model->owner, "the buffer belongs to another session: pass one of the model's session");
+    require(b.inputs() == model->in && b.targets() == model->out,
+            "the buffer holds samples of " + std::to_string(b.inputs()) + " inputs and " +
+                std::to_string(b.targets()) + " targets, but the model has " + std::to_string(model->in) + " and " +
+                std::to_string(model->out) + ": make the buffer with the model's widths");
+    require(batch > 0 && batch <= (1 << 24), "batch is " + std::to_string(batch) + ": pass 1 to 16777216 samples");
+    require(b.size() > 0, "the buffer is empty: add samples (ddp_replay_buffer_add) before training on it");
+    if (model->data_parallel != nullptr) require_mpi("ddp_train_step_replay");
+    const ddp::Session& s = *model->owner->session;
+    if (!buffer->x.defined() || buffer->x.size(0) != batch) {
+      buffer->x = ddp::Tensor::empty({batch, model->in}, ddp::DType::kFloat32, s.device(), s.stream());
+      buffer->y = ddp::Tensor::empty({batch, model->out}, ddp::DType::kFloat32, s.device(), s.stream());
     }
-    optimizer->optimizer->step(stream);
-    if (loss != nullptr) {
-      *loss = l.item(stream);
-    } else {
-      // The caller may overwrite its arrays once this returns: the step's reads must be done.
-      stream.synchronize();
-    }
+    buffer->buffer->sample(buffer->key, buffer->draws++, buffer->x, buffer->y, s.stream());
+    train_on(model, optimizer, buffer->x, buffer->y, loss);
   });
 }
 
@@ -470,9 +576,7 @@ int ddp_predict(ddp_model* model, const float* x, int64_t x_rows, int64_t x_cols
 
 int ddp_checkpoint_save(ddp_model* model, ddp_optimizer* optimizer, const char* dir, int64_t step) {
   return guarded("ddp_checkpoint_save", [&] {
-    check_handle(model, Kind::kModel, "model");
-    check_handle(optimizer, Kind::kOptimizer, "optimizer");
-    require(optimizer->owner == model, "the optimizer was made for another model: pass the model it updates");
+    check_step_handles(model, optimizer);
     require(dir != nullptr && dir[0] != '\0', "dir is NULL or empty: pass the checkpoint directory");
     require(step >= 0, "step is " + std::to_string(step) + ": pass the number of steps taken (>= 0)");
     require_mpi("ddp_checkpoint_save");
@@ -484,9 +588,7 @@ int ddp_checkpoint_save(ddp_model* model, ddp_optimizer* optimizer, const char* 
 
 int ddp_checkpoint_load(ddp_model* model, ddp_optimizer* optimizer, const char* dir, int64_t* step) {
   return guarded("ddp_checkpoint_load", [&] {
-    check_handle(model, Kind::kModel, "model");
-    check_handle(optimizer, Kind::kOptimizer, "optimizer");
-    require(optimizer->owner == model, "the optimizer was made for another model: pass the model it updates");
+    check_step_handles(model, optimizer);
     require(dir != nullptr && dir[0] != '\0', "dir is NULL or empty: pass the checkpoint directory");
     require(step != nullptr, "step is NULL: pass the address of an int64_t");
     require_mpi("ddp_checkpoint_load");

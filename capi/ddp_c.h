@@ -26,9 +26,9 @@
  *     DDP_MEMORY_HOST: host memory; DDP_MEMORY_DEVICE: memory of the session's GPU. On the CPU, and for device
  *     arrays on the GPU, the step reads the caller's memory in place (no copy); the caller keeps ownership and
  *     may reuse the arrays once the call returns (the call completes its reads before returning).
- *   - Handles: a model belongs to its session and an optimizer to its model; destroying one that still has
- *     children is refused (destroy the children first). A handle used after it was destroyed is refused with
- *     DDP_ERROR_INVALID_HANDLE. Handles are for the thread that made them.
+ *   - Handles: a model and a replay buffer belong to their session, an optimizer to its model; destroying one
+ *     that still has children is refused (destroy the children first). A handle used after it was destroyed is
+ *     refused with DDP_ERROR_INVALID_HANDLE. Handles are for the thread that made them.
  */
 #ifndef DDP_C_H_
 #define DDP_C_H_
@@ -59,6 +59,7 @@ typedef enum ddp_memory {
 typedef struct ddp_session ddp_session;
 typedef struct ddp_model ddp_model;
 typedef struct ddp_optimizer ddp_optimizer;
+typedef struct ddp_replay_buffer ddp_replay_buffer;
 
 /* The message of this thread's last failed call ("" if none failed yet); valid until its next call. */
 const char* ddp_last_error(void);
@@ -120,6 +121,26 @@ int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, i
  * `memory`; no gradients, no communication. Complete when the call returns. */
 int ddp_predict(ddp_model* model, const float* x, int64_t x_rows, int64_t x_cols, int memory, float* y,
                 int64_t y_rows, int64_t y_cols);
+
+/* ---- Samples streamed in: a replay buffer ---- */
+/* A buffer of up to `capacity` samples of `inputs` and `targets` float32 values each, held on the session's
+ * device: a fixed bound of capacity x (inputs + targets) floats, allocated once; when full, each new sample
+ * overwrites the oldest. Each rank keeps its own (the samples it adds: its shard). Batches are drawn by
+ * (seed, rank, number of the draw): the same adds give the same batches on every run, and ranks draw apart. */
+int ddp_replay_buffer_create(ddp_session* session, int64_t capacity, int64_t inputs, int64_t targets, uint64_t seed,
+                             ddp_replay_buffer** out);
+/* Copies x (x_rows x inputs) and y (the same rows x targets), float32 row-major in `memory`, into the buffer
+ * (device to device for arrays on the session's GPU). Complete when the call returns: the arrays may be reused. */
+int ddp_replay_buffer_add(ddp_replay_buffer* buffer, const float* x, int64_t x_rows, int64_t x_cols, const float* y,
+                          int64_t y_rows, int64_t y_cols, int memory);
+/* Samples held (at most the capacity) and ever added; either pointer may be NULL. */
+int ddp_replay_buffer_size(const ddp_replay_buffer* buffer, int64_t* size, int64_t* added);
+int ddp_replay_buffer_destroy(ddp_replay_buffer* buffer);
+/* One step as ddp_train_step on `batch` samples drawn from the buffer at random (with replacement), gathered on
+ * the session's device. The buffer's widths must be the model's, and it must hold samples. Collective when the
+ * model is distributed. */
+int ddp_train_step_replay(ddp_model* model, ddp_optimizer* optimizer, ddp_replay_buffer* buffer, int64_t batch,
+                          double* loss);
 
 /* ---- Checkpoints ---- */
 /* Collective: rank 0 writes DIR/ckpt-<step>.safetensors atomically (model and optimizer state, PyTorch's

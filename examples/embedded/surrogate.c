@@ -5,10 +5,12 @@
  * ring on the very communicator the session was made on, whose receives (any source, any tag) are posted
  * before the steps and must receive the application's messages only. The surrogate learns
  *   f(a, b) = sin(2a) cos(b)   on [-1, 1]^2,
- * each trainer drawing its own samples; it prints the held-out mean squared error before and after, saves a
+ * each trainer drawing its own samples as a simulation would produce them: each step trains on the new samples,
+ * which then enter a replay buffer (a fixed bound, the oldest overwritten), and trains once more on a batch the
+ * buffer draws from the recent ones. It prints the held-out mean squared error before and after, saves a
  * checkpoint, loads it into a second model and checks both predict the same. Exit status 0 when all holds.
  *
- *   mpirun -np 3 surrogate [CHECKPOINT_DIR] [STEPS]
+ *   mpirun -np 3 surrogate [CHECKPOINT_DIR] [STEPS] [DEVICE]      (DEVICE: cpu, the default, cuda or auto)
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 
 #define BATCH 64
 #define EVAL 256
+#define REPLAY 2048
 
 static int failures = 0;
 
@@ -65,6 +68,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const char* dir = argc > 1 ? argv[1] : "surrogate_checkpoints";
   const int steps = argc > 2 ? atoi(argv[2]) : 300;
+  const char* device = argc > 3 ? argv[3] : "cpu";
   const int trainers = size >= 3 ? size - 1 : size;
   const int trains = rank < trainers;
 
@@ -84,19 +88,21 @@ int main(int argc, char** argv) {
   ddp_session* session = NULL;
   ddp_model* model = NULL;
   ddp_optimizer* optimizer = NULL;
+  ddp_replay_buffer* replay = NULL;
   int trank = -1, tsize = 0;
   double before = 0, after = 0;
   unsigned long long state = 12345ULL + 977ULL * (unsigned long long)rank;
   float x[2 * BATCH], y[BATCH], ex[2 * EVAL], ey[EVAL];
   draw(&state, ex, ey, EVAL);
   if (trains) {
-    CHECK(ddp_session_create(train, "cpu", &session));
+    CHECK(ddp_session_create(train, device, &session));
     CHECK(ddp_session_rank(session, &trank));
     CHECK(ddp_session_size(session, &tsize));
     const int64_t sizes[] = {2, 32, 32, 1};
     CHECK(ddp_mlp_create(session, 4, sizes, "tanh", 7, &model));
     CHECK(ddp_model_distribute(model));
     CHECK(ddp_optimizer_create_adamw(model, 1e-2, 0.0, &optimizer));
+    CHECK(ddp_replay_buffer_create(session, REPLAY, 2, 1, 5, &replay));
     before = mse(model, ex, ey, EVAL);
   }
 
@@ -110,6 +116,8 @@ int main(int argc, char** argv) {
       draw(&state, x, y, BATCH);
       double loss = 0;
       CHECK(ddp_train_step(model, optimizer, x, BATCH, 2, y, BATCH, 1, DDP_MEMORY_HOST, &loss));
+      CHECK(ddp_replay_buffer_add(replay, x, BATCH, 2, y, BATCH, 1, DDP_MEMORY_HOST));
+      CHECK(ddp_train_step_replay(model, optimizer, replay, BATCH, &loss));
       /* Now the message the receive waits for: its value says who sent it and when. */
       const int next = (trank + 1) % tsize, previous = (trank + tsize - 1) % tsize;
       const int mine = 1000 * step + trank;
@@ -131,6 +139,14 @@ int main(int argc, char** argv) {
   }
 
   if (trains) {
+    int64_t held = 0, added = 0;
+    CHECK(ddp_replay_buffer_size(replay, &held, &added));
+    if (added != (int64_t)steps * BATCH || held != (added < REPLAY ? added : REPLAY)) {
+      fprintf(stderr, "rank %d: the replay buffer holds %lld of %lld samples added\n", rank, (long long)held,
+              (long long)added);
+      ++failures;
+    }
+    CHECK(ddp_replay_buffer_destroy(replay));
     after = mse(model, ex, ey, EVAL);
     double mean_before = 0, mean_after = 0;
     CHECK(ddp_session_mean(session, before, &mean_before));

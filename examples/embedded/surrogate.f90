@@ -2,7 +2,9 @@
 ! the Fortran twin of surrogate.c. Ranks 0..T-1 train (all ranks at 1 or 2, all but the last at 3 or more);
 ! between steps every rank uses its own communicators (a ring on the training communicator whose receives match
 ! any source and tag, an allreduce on MPI_COMM_WORLD). The surrogate learns f(a, b) = sin(2a) cos(b) on
-! [-1, 1]^2; it prints the held-out mean squared error before and after, and saves and reloads a checkpoint.
+! [-1, 1]^2 from samples drawn as a simulation would produce them: each step trains on the new samples, which then
+! enter a replay buffer, and once more on a batch the buffer draws. It prints the held-out mean squared error
+! before and after, and saves and reloads a checkpoint.
 !
 !   mpirun -np 3 surrogate_f [CHECKPOINT_DIR]
 program surrogate_f
@@ -10,7 +12,7 @@ program surrogate_f
   use ddp
   use, intrinsic :: iso_c_binding, only: c_float, c_double, c_int64_t
   implicit none
-  integer, parameter :: batch = 64, neval = 256, steps = 300
+  integer, parameter :: batch = 64, neval = 256, steps = 300, replay_capacity = 2048
   integer :: ierr, provided, rank, nranks, trainers, color, train, trank, tsize, step, i, status, failures, worst
   integer :: incoming, mine, request, ring_errors, one, all
   integer :: mpistatus(MPI_STATUS_SIZE)
@@ -18,9 +20,10 @@ program surrogate_f
   type(ddp_session) :: session, refused
   type(ddp_model) :: model, restored
   type(ddp_optimizer) :: optimizer, restored_optimizer
+  type(ddp_replay_buffer) :: replay
   real(c_float) :: x(2, batch), y(1, batch), ex(2, neval), ey(1, neval), prediction(1, neval)
   real(c_double) :: loss, before, after, mean_before, mean_after, restored_mse
-  integer(c_int64_t) :: loaded_step
+  integer(c_int64_t) :: loaded_step, held, added
   character(len=256) :: dir
 
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
@@ -56,6 +59,8 @@ program surrogate_f
         7_c_int64_t, model))
     call check(ddp_model_distribute(model))
     call check(ddp_optimizer_create_adamw(model, 1d-2, 0d0, optimizer))
+    call check(ddp_replay_buffer_create(session, int(replay_capacity, c_int64_t), 2_c_int64_t, 1_c_int64_t, &
+        5_c_int64_t, replay))
     before = mse(model)
   end if
 
@@ -64,6 +69,8 @@ program surrogate_f
       call MPI_Irecv(incoming, 1, MPI_INTEGER, MPI_ANY_SOURCE, MPI_ANY_TAG, train, request, ierr)
       call draw(x, y)
       call check(ddp_train_step(model, optimizer, x, y, loss))
+      call check(ddp_replay_buffer_add(replay, x, y))
+      call check(ddp_train_step_replay(model, optimizer, replay, int(batch, c_int64_t), loss))
       mine = 1000 * step + trank
       call MPI_Send(mine, 1, MPI_INTEGER, mod(trank + 1, tsize), 17, train, ierr)
       call MPI_Wait(request, mpistatus, ierr)
@@ -83,6 +90,12 @@ program surrogate_f
   end if
 
   if (trains) then
+    call check(ddp_replay_buffer_size(replay, held, added))
+    if (added /= int(steps, c_int64_t) * batch .or. held /= min(added, int(replay_capacity, c_int64_t))) then
+      print *, "rank", rank, ": the replay buffer holds", held, "of", added, "samples added"
+      failures = failures + 1
+    end if
+    call check(ddp_replay_buffer_destroy(replay))
     after = mse(model)
     call check(ddp_session_mean(session, before, mean_before))
     call check(ddp_session_mean(session, after, mean_after))

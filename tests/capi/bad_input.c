@@ -1,7 +1,7 @@
 /* Bad input through the C API gets an error code and a message, never a crash (the test also runs under
- * --config=asan): null pointers and handles, wrong sizes, a destroyed handle, a handle of another kind, a
- * communicator this rank is not in, MPI started at too low a thread level, calls before MPI_Init and after
- * MPI_Finalize. Run as `bad_input` (2 ranks) or `bad_input single` (MPI_Init, no thread support). */
+ * --config=asan): null pointers and handles, wrong sizes, a destroyed handle, a handle of another kind, an empty
+ * replay buffer or one of other widths, a communicator this rank is not in, MPI started at too low a thread
+ * level, calls before MPI_Init and after MPI_Finalize. Run as `bad_input` (2 ranks) or `bad_input single` (MPI_Init, no thread support). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +120,47 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rank %d: FAIL a good step: %s\n", rank, ddp_last_error());
     ++failures;
   }
+
+  /* The replay buffer: bad sizes and arrays, a draw from an empty buffer, widths that are not the model's. */
+  ddp_replay_buffer* replay = NULL;
+  expect("a buffer of capacity 0", ddp_replay_buffer_create(session, 0, 3, 2, 0, &replay), DDP_ERROR_INVALID_ARGUMENT,
+         "capacity is 0");
+  expect("a buffer of no inputs", ddp_replay_buffer_create(session, 16, 0, 2, 0, &replay), DDP_ERROR_INVALID_ARGUMENT,
+         "inputs 0");
+  expect("a buffer without out", ddp_replay_buffer_create(session, 16, 3, 2, 0, NULL), DDP_ERROR_INVALID_ARGUMENT,
+         "out is NULL");
+  expect("a buffer of a model", ddp_replay_buffer_create((ddp_session*)model, 16, 3, 2, 0, &replay),
+         DDP_ERROR_INVALID_HANDLE, "is a ddp_model, not a ddp_session");
+  if (ddp_replay_buffer_create(session, 16, 3, 2, 0, &replay) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  expect("a draw from an empty buffer", ddp_train_step_replay(model, optimizer, replay, 4, &loss),
+         DDP_ERROR_INVALID_ARGUMENT, "the buffer is empty");
+  expect("null samples", ddp_replay_buffer_add(replay, NULL, 4, 3, y, 4, 2, DDP_MEMORY_HOST),
+         DDP_ERROR_INVALID_ARGUMENT, "x is NULL");
+  expect("samples of another width", ddp_replay_buffer_add(replay, x, 4, 2, y, 4, 2, DDP_MEMORY_HOST),
+         DDP_ERROR_INVALID_ARGUMENT, "the buffer takes 3 inputs");
+  expect("device samples on the CPU", ddp_replay_buffer_add(replay, x, 4, 3, y, 4, 2, DDP_MEMORY_DEVICE),
+         DDP_ERROR_INVALID_ARGUMENT, "runs on the CPU");
+  if (ddp_replay_buffer_add(replay, x, 4, 3, y, 4, 2, DDP_MEMORY_HOST) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  expect("a batch of 0", ddp_train_step_replay(model, optimizer, replay, 0, &loss), DDP_ERROR_INVALID_ARGUMENT,
+         "batch is 0");
+  expect("a model as a buffer", ddp_train_step_replay(model, optimizer, (ddp_replay_buffer*)model, 4, &loss),
+         DDP_ERROR_INVALID_HANDLE, "is a ddp_model, not a ddp_replay_buffer");
+  ddp_replay_buffer* narrow = NULL;
+  if (ddp_replay_buffer_create(session, 16, 3, 1, 0, &narrow) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (ddp_replay_buffer_add(narrow, x, 4, 3, y, 4, 1, DDP_MEMORY_HOST) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  expect("a buffer of other widths", ddp_train_step_replay(model, optimizer, narrow, 4, &loss),
+         DDP_ERROR_INVALID_ARGUMENT, "make the buffer with the model's widths");
+  ddp_replay_buffer_destroy(narrow);
+  if (ddp_train_step_replay(model, optimizer, replay, 8, &loss) != DDP_OK) {
+    fprintf(stderr, "rank %d: FAIL a good replay step: %s\n", rank, ddp_last_error());
+    ++failures;
+  }
+  expect("a session with a buffer", ddp_session_destroy(session), DDP_ERROR_INVALID_ARGUMENT, "replay buffer(s)");
+  ddp_replay_buffer_destroy(replay);
+  int64_t held = 0;
+  expect("a destroyed buffer", ddp_replay_buffer_size(replay, &held, NULL), DDP_ERROR_INVALID_HANDLE,
+         "destroyed already");
+
   expect("a session with models", ddp_session_destroy(session), DDP_ERROR_INVALID_ARGUMENT, "destroy them first");
   expect("a model with optimizers", ddp_model_destroy(model), DDP_ERROR_INVALID_ARGUMENT, "destroy them first");
   ddp_optimizer_destroy(optimizer);
