@@ -60,6 +60,10 @@ void cuda_check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
+void copy_async(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  cuda_check(cudaMemcpyAsync(to, from, bytes, kind, stream), "cudaMemcpyAsync");
+}
+
 // `n` floats of device memory (pinned host memory when `pinned`), allocated as the application does.
 float* allocate_floats(std::size_t n, bool pinned = false) {
   void* p = nullptr;
@@ -164,8 +168,7 @@ class Band {
       cuda_check(cudaStreamWaitEvent(copy_, ready_, 0), "cudaStreamWaitEvent");
       for (int k = 0; k < 2; ++k) {
         if (k == 0 ? up : down) {
-          cuda_check(cudaMemcpyAsync(pinned_ + k * width_, out[k], row_bytes(), cudaMemcpyDeviceToHost, copy_),
-                     "cudaMemcpyAsync");
+          copy_async(pinned_ + k * width_, out[k], row_bytes(), cudaMemcpyDeviceToHost, copy_);
         }
         out[k] = pinned_ + k * width_;
         in[k] = pinned_ + (2 + k) * width_;
@@ -187,11 +190,8 @@ class Band {
     if (!gpu_) update_rows(2, rows_ - 1);
     MPI_Waitall(n, requests, MPI_STATUSES_IGNORE);
     if (gpu_) {  // the ghost rows up on the copy stream; the update of the boundary rows waits for them
-      if (up) cuda_check(cudaMemcpyAsync(row(u_, 0), in[0], row_bytes(), cudaMemcpyHostToDevice, copy_), "cudaMemcpyAsync");
-      if (down) {
-        cuda_check(cudaMemcpyAsync(row(u_, rows_ + 1), in[1], row_bytes(), cudaMemcpyHostToDevice, copy_),
-                   "cudaMemcpyAsync");
-      }
+      if (up) copy_async(row(u_, 0), in[0], row_bytes(), cudaMemcpyHostToDevice, copy_);
+      if (down) copy_async(row(u_, rows_ + 1), in[1], row_bytes(), cudaMemcpyHostToDevice, copy_);
       cuda_check(cudaEventRecord(halo_, copy_), "cudaEventRecord");
       cuda_check(cudaStreamWaitEvent(stream_, halo_, 0), "cudaStreamWaitEvent");
     }
@@ -216,15 +216,15 @@ class Band {
       std::copy(y_, y_ + count, y.begin());
       return;
     }
-    cuda_check(cudaMemcpyAsync(x.data(), x_, x.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
-    cuda_check(cudaMemcpyAsync(y.data(), y_, y.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    copy_async(x.data(), x_, x.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_);
+    copy_async(y.data(), y_, y.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_);
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   // The sum of the band's interior temperatures.
   double heat() const {
     std::vector<float> u(static_cast<std::size_t>((rows_ + 2) * width_));
     if (gpu_) {
-      cuda_check(cudaMemcpyAsync(u.data(), u_, u.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+      copy_async(u.data(), u_, u.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_);
       cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     } else {
       std::copy(u_, u_ + u.size(), u.begin());
@@ -324,7 +324,8 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"all", "split"}));
   app.add_option("--device", f.device, "where the solver and the surrogate run: auto, cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  app.add_option("--backend", f.backend, "gradient backend: auto, nccl or mpi")->check(CLI::IsMember({"auto", "nccl", "mpi"}));
+  app.add_option("--backend", f.backend, "gradient backend: auto, nccl or mpi")
+      ->check(CLI::IsMember({"auto", "nccl", "mpi"}));
   app.add_option("--rows", f.rows, "interior rows of the plate")->check(CLI::Range(1, 1 << 20));
   app.add_option("--cols", f.cols, "interior columns")->check(CLI::Range(1, 1 << 20));
   app.add_option("--steps", f.steps, "solver steps")->check(CLI::Range(1LL, 1LL << 40));
@@ -354,7 +355,9 @@ int run(int argc, char** argv) {
   const int sims = split ? size / 2 : size, trainers = split ? size - sims : size;
   const bool simulates = !split || rank < sims, trains = !split || rank >= sims;
   if (f.rows < sims) {
-    if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: %lld rows give some of the %d simulation ranks no row\n", f.rows, sims);
+    if (rank == 0) {
+      std::fprintf(stderr, "in_situ_surrogate: %lld rows give some of the %d simulation ranks no row\n", f.rows, sims);
+    }
     return 2;
   }
   Placement where;
