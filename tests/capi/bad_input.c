@@ -1,7 +1,8 @@
 /* Bad input through the C API gets an error code and a message, never a crash (the test also runs under
  * --config=asan): null pointers and handles, wrong sizes, a destroyed handle, a handle of another kind, an empty
  * replay buffer or one of other widths, a communicator this rank is not in, MPI started at too low a thread
- * level, calls before MPI_Init and after MPI_Finalize. Run as `bad_input` (2 ranks) or `bad_input single` (MPI_Init, no thread support). */
+ * level, calls before MPI_Init and after MPI_Finalize. Run as `bad_input` (2 ranks) or `bad_input single`
+ * (MPI_Init, no thread support). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

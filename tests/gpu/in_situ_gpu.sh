@@ -10,7 +10,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../test_harness.sh"
 run() {  # run NAME RANKS ARGS...: the run's output in $work/NAME, its plate and error reported
   local name=$1 ranks=$2 start end
   start=$(date +%s.%N)
-  mpirun_shared "$ranks" "$B/in_situ_surrogate" "${@:3}" >"$work/$name" 2>&1 || fail "$name exited non-zero: $(tail -5 "$work/$name")"
+  mpirun_shared "$ranks" "$B/in_situ_surrogate" "${@:3}" >"$work/$name" 2>&1 ||
+    fail "$name exited non-zero: $(tail -5 "$work/$name")"
   end=$(date +%s.%N)
   grep -E "^(in_situ_surrogate:|step|plate_heat|final)" "$work/$name" | sed "s/^/$name: /"
   echo "$name: wall $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s"

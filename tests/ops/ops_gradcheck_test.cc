@@ -92,7 +92,8 @@ TEST(Linear, ForwardMatchesDoubleReference) {
         double ref = z;
         if (act == Activation::kRelu) ref = z > 0 ? z : 0;
         if (act == Activation::kGelu) ref = 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
-        EXPECT_NEAR(yv[r * O + o], ref, 1e-5) << "act " << static_cast<int>(act) << " shape " << B << "x" << I << "x" << O;
+        EXPECT_NEAR(yv[r * O + o], ref, 1e-5)
+            << "act " << static_cast<int>(act) << " shape " << B << "x" << I << "x" << O;
       }
     }
   }
