@@ -78,21 +78,23 @@ struct Placement {
   int gpu_index = -1;
 };
 
-// --device cuda, or auto where every rank sees a GPU: the GPUs. Collective over `world`; throws
-// InvalidArgument-like errors on every rank alike when cuda is asked for and some rank has none.
+// --device cuda: the GPUs, rank r of a node on GPU r % (the node's GPUs), so ranks may share one (the training
+// ranks then need --backend mpi); auto: the GPUs where every rank has one of its own, else the host.
+// Collective over `world`; throws std::invalid_argument on every rank alike for cuda where some rank sees none.
 Placement place(const std::string& device, MPI_Comm world) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
-  int everywhere = count > 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, world);
-  if (device == "cpu" || (device == "auto" && everywhere == 0)) return {};
-  if (everywhere == 0) throw std::invalid_argument("--device cuda: some rank sees no GPU; use --device cpu or auto");
   MPI_Comm node = MPI_COMM_NULL;
-  int world_rank = 0, local = 0;
+  int world_rank = 0, local = 0, local_size = 1;
   MPI_Comm_rank(world, &world_rank);
   MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &local);
+  MPI_Comm_size(node, &local_size);
   MPI_Comm_free(&node);
+  int everywhere[2] = {count > 0 ? 1 : 0, count >= local_size ? 1 : 0};  // a GPU seen; a GPU of its own
+  MPI_Allreduce(MPI_IN_PLACE, everywhere, 2, MPI_INT, MPI_MIN, world);
+  if (device == "cpu" || (device == "auto" && everywhere[1] == 0)) return {};
+  if (everywhere[0] == 0) throw std::invalid_argument("--device cuda: some rank sees no GPU; use --device cpu or auto");
   Placement p{true, local % count};
   cuda_check(cudaSetDevice(p.gpu_index), "cudaSetDevice");
   return p;
@@ -322,7 +324,8 @@ int run(int argc, char** argv) {
   CLI::App app{"in_situ_surrogate: a heat solver that trains a surrogate of itself as it runs"};
   app.add_option("--layout", f.layout, "all: every rank simulates and trains; split: simulation and training ranks")
       ->check(CLI::IsMember({"all", "split"}));
-  app.add_option("--device", f.device, "where the solver and the surrogate run: auto, cpu or cuda")
+  app.add_option("--device", f.device,
+                 "where the solver and the surrogate run: auto (the GPUs where each rank has its own), cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--backend", f.backend, "gradient backend: auto, nccl or mpi")
       ->check(CLI::IsMember({"auto", "nccl", "mpi"}));

@@ -2,7 +2,8 @@
 # The in-situ example on the GPU (solver, samples, replay buffer and training in device memory): at 1 rank over
 # NCCL, at 2 ranks sharing the GPU over MPI in both layouts (the two-stream halo exchange between the ranks'
 # device arrays), each below the error bound; and the plate each GPU run computed is the CPU run's, to the
-# last printed digit (the kernels share the host's cell code and do not fuse multiply-adds). Prints each run's
+# last printed digit (the kernels share the host's cell code and do not fuse multiply-adds). --device auto takes
+# the GPU for one rank and the CPU for two ranks that would have to share it. Prints each run's
 # wall time beside the CPU's. Run by tools/gpu_run.sh.
 set -uo pipefail
 B=${B:?B: the folder of the bundled binaries}
@@ -22,6 +23,10 @@ run cuda_all_1rank_nccl 1 --device cuda --backend nccl --layout all
 run cpu_all_2ranks 2 --device cpu --layout all
 run cuda_all_2ranks_mpi 2 --device cuda --backend mpi --layout all
 run cuda_split_2ranks_mpi 2 --device cuda --backend mpi --layout split
+run auto_all_1rank 1 --device auto --layout all
+run auto_split_2ranks 2 --device auto --layout split
+grep -q "device=cuda" "$work/auto_all_1rank" || fail "--device auto did not take the GPU for one rank"
+grep -q "device=cpu" "$work/auto_split_2ranks" || fail "--device auto did not keep two ranks sharing a GPU on the CPU"
 for name in cuda_all_1rank_nccl cuda_all_2ranks_mpi cuda_split_2ranks_mpi; do
   grep -q "device=cuda" "$work/$name" || fail "$name did not run on the GPU"
   [ -n "$(heat "$name")" ] && [ "$(heat "$name")" = "$(heat cpu_all_1rank)" ] ||
