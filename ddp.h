@@ -36,6 +36,8 @@
 //   runtime/data/*.h                     Fashion-MNIST/IDX, .npy/safetensors, DistributedSampler, BatchLoader +
 //                                        to_device, ResidentDataset and HostBatches, EvaluationShard,
 //                                        ReplayBuffer (samples streamed in)
+//   runtime/training/trainer.h           Trainer: a whole run over any Module (trainer_options.h: its options)
+//   runtime/training/train_step.h        TrainStep: a loop of one's own's step, captured as a CUDA graph
 //   runtime/training/training_checkpoint.h  saving and restoring model, optimizer and where the run stands
 //   runtime/io/*.h                       checkpoint files, metrics (JSON lines), Chrome traces
 //   runtime/core/*.h                     errors, DType, Device, Stream/Event, current_stream and StreamGuard,
@@ -79,5 +81,6 @@
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/tensor/tensor.h"
+#include "runtime/training/train_step.h"
 #include "runtime/training/trainer.h"
 #include "runtime/training/training_checkpoint.h"

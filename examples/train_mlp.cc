@@ -179,9 +179,22 @@ Flags parse_flags(int argc, char** argv, int rank) {
   return f;
 }
 
+// How the library's messages name an option: by the flag that sets it here ("resume_dir", "ck" -> "--resume ck").
+std::string flag_for(const std::string& option, const std::string& value) {
+  if (option == "architecture") return "the model's --layers";
+  std::string flag = option == "resume_dir"   ? "--resume"
+                     : option == "onnx_file"  ? "--onnx"
+                     : option == "cuda_graph" ? "--no-cuda-graph"
+                                              : "--" + option;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  const bool switch_flag = option == "cuda_graph" || option == "skip_nonfinite";
+  return switch_flag || value.empty() ? flag : flag + " " + value;
+}
+
 // The run's options: the command line's, with the ones a flag spells in words parsed.
 ddp::TrainerOptions trainer_options(const Flags& f) {
   ddp::TrainerOptions o = f.run;
+  o.option_name = flag_for;
   o.schedule = f.schedule == "cosine" ? ddp::LrScheduleKind::kCosine : ddp::LrScheduleKind::kConstant;
   o.precision = ddp::parse_precision(f.precision);
   o.cuda_graph = !f.no_cuda_graph;

@@ -4,6 +4,7 @@
 
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
+#include "runtime/core/graph.h"
 #include "runtime/core/phase.h"
 #include "runtime/distributed/bf16_compression_hook.h"
 #include "runtime/distributed/bucket_optimizer_shard.h"
@@ -151,6 +152,14 @@ void DistributedDataParallel::backward(const Tensor& loss) {
             "(its buckets are slices of the old buffers): move and flatten the model first, then construct "
             "DistributedDataParallel");
   PhaseGuard phase(Phase::kBackward);
+  if (is_capturing(compute_) && (join_ != nullptr || options_.find_unused_parameters)) {
+    autograd::clear_tape();
+    throw InvalidArgument(std::string("DistributedDataParallel::backward ") +
+                          (join_ != nullptr ? "under join counts the ranks still training on the host at each step"
+                                            : "with find_unused_parameters decides on the host which parameters "
+                                              "got a gradient") +
+                          ", which a captured CUDA graph would fix at the capture: run this step eagerly");
+  }
   if (join_ != nullptr) {
     bool sync = reducer_->sync();
     try {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/core/check.h"
+#include "runtime/core/graph.h"
 #include "runtime/kernels/dispatch.h"
 
 namespace ddp {
@@ -17,6 +18,17 @@ void Optimizer::set_bf16_copy(const Tensor& copy) {
                   " elements on the store's device, got " + copy.describe());
   }
   bf16_copy_ = copy;
+}
+
+void Optimizer::step(const Stream& stream) {
+  if (is_capturing(stream)) {
+    throw InvalidArgument(
+        "optimizer.step() inside a captured step: its learning rate and step count would be fixed at the capture; "
+        "leave the update to the TrainStep, which steps the optimizer it was given after the step function");
+  }
+  PhaseGuard phase(Phase::kOptimizer);
+  prepare_step(stream);
+  apply_step(stream);
 }
 
 void Optimizer::use_device_scalars(const Stream& stream) {

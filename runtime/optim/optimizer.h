@@ -45,11 +45,9 @@ class Optimizer {
   // One update of every parameter from its current gradient: prepare_step, then apply_step. Enqueued on
   // `stream` (the stream backward ran on, or one ordered after it); the host does not wait. Throws
   // InvalidArgument when the parameters were re-laid out after an earlier step (see the top of this file).
-  void step(const Stream& stream = current_stream()) {
-    PhaseGuard phase(Phase::kOptimizer);
-    prepare_step(stream);
-    apply_step(stream);
-  }
+  // Refused inside a CUDA graph capture: prepare_step's host work would happen once, at the capture, not at each
+  // replay (a captured TrainStep updates with its optimizer itself).
+  void step(const Stream& stream = current_stream());
   // The two halves of a step, for CUDA graphs. prepare_step counts the step and derives its scalars (learning
   // rate, bias corrections) on the host; apply_step is the one update kernel. After use_device_scalars(),
   // prepare_step also writes the scalars into device memory (one small launch, no host wait) and apply_step

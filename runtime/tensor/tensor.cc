@@ -9,6 +9,7 @@
 #include "runtime/kernels/dispatch.h"
 #include "runtime/core/allocator.h"
 #include "runtime/core/check.h"
+#include "runtime/core/graph.h"
 
 namespace ddp {
 
@@ -403,6 +404,10 @@ template std::vector<std::int64_t> Tensor::to_vector<std::int64_t>(const Stream&
 
 double Tensor::item(const Stream& stream) const {
   DDP_CHECK(numel() == 1, "Tensor::item: needs a tensor of one element, got " + describe());
+  if (is_capturing(stream)) {
+    throw InvalidArgument("Tensor::item() reads " + describe() + " on the host, which a captured CUDA graph cannot "
+                          "do (the value would be the capture's, never a replay's): read it outside the step");
+  }
   switch (dtype()) {
     case DType::kFloat32:
       return to_vector<float>(stream)[0];

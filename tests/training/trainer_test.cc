@@ -6,7 +6,9 @@
 //   - a training set held in host memory (pinned, copied at each step) trains the bits of one held on the device,
 //     for float targets and for labels, across short last batches;
 //   - data that does not fit the model, or a loss that does not fit the targets, is refused before any step
-//     with a message that says what to change.
+//     with a message that says what to change;
+//   - a model, a loss and a metric of one's own train and evaluate; a loss of one's own that is not one number
+//     is refused before any step; a checkpoint of another loss or architecture is refused on resume.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -150,6 +152,107 @@ TEST(Trainer, DataOrALossThatDoesNotFitTheModelIsRefusedBeforeAnyStep) {
   EXPECT_NE(refusal({4, 8, 2}, Loss::kMse).find("3 features per sample, the model's input has 4"), std::string::npos);
   EXPECT_NE(refusal({3, 8, 5}, Loss::kMse).find("targets have width 2, the model's output has 5"), std::string::npos);
   EXPECT_NE(refusal({3, 8, 2}, Loss::kCrossEntropy).find("use the mse loss"), std::string::npos);
+}
+
+// A model of one's own: a skip connection around a hidden layer, nothing the MLP could express.
+class SkipNet : public Module {
+ public:
+  SkipNet(const Device& device, const Stream& stream) {
+    register_module("input", input_ = std::make_shared<Linear>(3, 16, true, 7, 0, device, stream));
+    register_module("hidden", hidden_ = std::make_shared<Linear>(16, 16, true, 7, 100, device, stream));
+    register_module("output", output_ = std::make_shared<Linear>(16, 2, true, 7, 400, device, stream));
+  }
+  Tensor forward(const Tensor& x, const Stream& stream) override {
+    const Tensor h = ops::activation(input_->forward(x, stream), Activation::kTanh, stream);
+    return output_->forward(ops::add(h, ops::activation(hidden_->forward(h, stream), Activation::kTanh, stream),
+                                     stream),
+                            stream);
+  }
+  std::string type_name() const override { return "SkipNet"; }
+
+ private:
+  std::shared_ptr<Linear> input_, hidden_, output_;
+};
+
+// Half the mean squared error, as a loss of one's own through the ops.
+Tensor half_mse(const Tensor& output, const Tensor& target) { return ops::scale(ops::mse_loss(output, target), 0.5); }
+
+TEST(Trainer, AModelLossAndMetricOfOnesOwnTrainAndEvaluate) {
+  Session& s = *g_session;
+  const data::Dataset train = regression_set(256, 0), test = regression_set(64, 1000);
+  SkipNet model(s.device(), s.stream());
+  TrainerOptions o = quiet_options();
+  o.loss_function = half_mse;
+  o.loss_function_name = "half-mse";
+  o.metrics = {{"mse", [](const Tensor& out, const Tensor& y) { return ops::mse_loss(out, y); }}};
+  std::vector<double> evaluated;
+  TrainerHooks hooks{.on_evaluation = [&](const EvaluationResult& e) {
+    ASSERT_EQ(e.metrics.size(), 1u);
+    EXPECT_EQ(e.metrics[0].first, "mse");
+    EXPECT_NEAR(e.metrics[0].second, 2 * e.loss, 1e-6 * e.metrics[0].second);
+    EXPECT_EQ(e.accuracy, -1);
+    evaluated.push_back(e.loss);
+  }};
+  Trainer trainer(s, model, o, hooks);
+  ASSERT_EQ(trainer.fit(train, test), 0);
+  ASSERT_EQ(evaluated.size(), 3u);
+  EXPECT_LT(evaluated.back(), 0.6 * evaluated.front());  // 0.0621 -> 0.0326 on 1 rank
+}
+
+TEST(Trainer, ALossOfOnesOwnThatIsNotOneNumberIsRefusedBeforeAnyStep) {
+  Session& s = *g_session;
+  SkipNet model(s.device(), s.stream());
+  TrainerOptions o = quiet_options();
+  o.loss_function = [](const Tensor& output, const Tensor&) { return output; };
+  std::string why = "(accepted)";
+  try {
+    Trainer(s, model, o).fit(regression_set(64, 3), data::Dataset{});
+  } catch (const CollectiveError& e) {
+    why = e.what();
+  }
+  EXPECT_NE(why.find("TrainerOptions::loss_function must return the batch's mean loss, a float32 tensor of one "
+                     "element; for one sample it returned float32 [1, 2]"),
+            std::string::npos)
+      << why;
+}
+
+TEST(Trainer, ACheckpointOfAnotherLossOrArchitectureIsRefusedNamingIt) {
+  Session& s = *g_session;
+  const data::Dataset train = regression_set(64, 4);
+  const std::string shared = testing::scratch_path("trainer_recipe_" + std::to_string(s.size()));
+  if (s.is_lead()) testing::fresh_scratch_dir("trainer_recipe_" + std::to_string(s.size()));
+  s.agree("", "scratch");  // the directory is fresh before any rank looks
+  {
+    MLP model({3, 16, 2}, Activation::kTanh, 1, s.device(), s.stream());
+    TrainerOptions o = quiet_options();
+    o.epochs = 1;
+    o.checkpoint_dir = shared;
+    ASSERT_EQ(Trainer(s, model, o).fit(train, data::Dataset{}), 0);
+  }
+  auto refusal = [&](Module& model, const BatchFunction& loss) {
+    TrainerOptions o = quiet_options();
+    o.epochs = 2;
+    o.resume_dir = shared;
+    o.loss_function = loss;
+    if (loss) o.loss_function_name = "half-mse";
+    try {
+      Trainer(s, model, o).fit(train, data::Dataset{});
+    } catch (const CollectiveError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  MLP same({3, 16, 2}, Activation::kTanh, 1, s.device(), s.stream());
+  const std::string loss = refusal(same, half_mse);
+  EXPECT_NE(loss.find("was written with TrainerOptions::loss mse, this run has TrainerOptions::loss half-mse"),
+            std::string::npos)
+      << loss;
+  SkipNet other(s.device(), s.stream());
+  const std::string architecture = refusal(other, nullptr);
+  EXPECT_NE(architecture.find("was written with the model's architecture MLP(Linear,Tanh,Linear), this run has "
+                              "the model's architecture SkipNet(Linear,Linear,Linear)"),
+            std::string::npos)
+      << architecture;
 }
 
 }  // namespace

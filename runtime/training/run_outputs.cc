@@ -1,0 +1,171 @@
+// The run's outputs (see run_outputs.h).
+#include "runtime/training/run_outputs.h"
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "runtime/io/atomic_file.h"
+#include "runtime/models/layers.h"
+#include "runtime/training/onnx_export.h"
+
+namespace ddp::training {
+namespace {
+
+// Seconds since the epoch, as the metrics' "time" (what TensorBoard and plots put on a wall-clock axis).
+double wall_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Why two of the run's outputs would overwrite each other, or "".
+std::string same_output_twice(const TrainerOptions& o) {
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"metrics_file", o.metrics_file}, {"trace_file", o.trace_file}, {"onnx_file", o.onnx_file}};
+  for (std::size_t a = 0; a < files.size(); ++a) {
+    for (std::size_t b = a + 1; b < files.size(); ++b) {
+      if (!files[a].second.empty() && files[a].second == files[b].second) {
+        return option_text(o, files[a].first) + " and " + option_text(o, files[b].first) + " name the same file " +
+               files[a].second + "; give each its own";
+      }
+    }
+  }
+  return "";
+}
+
+// The ONNX export of a model, or why it cannot be made.
+std::string onnx_bytes(const Module& model, const Stream& stream) {
+  const auto* sequential = dynamic_cast<const Sequential*>(&model);
+  if (sequential == nullptr) {
+    throw InvalidArgument("the ONNX export takes a Sequential of Linear and activation layers; this model is " +
+                          model.type_name());
+  }
+  return onnx_model_bytes(*sequential, stream);
+}
+
+}  // namespace
+
+std::string trace_path(const TrainerOptions& o, int rank) {
+  return rank == 0 ? o.trace_file : o.trace_file + ".rank" + std::to_string(rank) + ".json";
+}
+
+RunOutputs::RunOutputs(const TrainerOptions& o, Session& session) : o_(o), session_(session) {
+  if (!o_.trace_file.empty()) trace_ = std::make_unique<io::TraceRecorder>(session_.rank());
+}
+
+void RunOutputs::open(const Module& model, bool resumed, long long total_steps, long long first_step) {
+  std::string error;
+  try {
+    error = same_output_twice(o_);
+    if (error.empty()) {
+      if (session_.is_lead() && !o_.metrics_file.empty()) {
+        metrics_ = std::make_unique<io::MetricsWriter>(o_.metrics_file, resumed);
+      }
+      if (!o_.trace_file.empty()) io::check_can_write_atomically(trace_path(o_, session_.rank()));
+      if (!o_.onnx_file.empty()) io::check_can_write_atomically(o_.onnx_file);
+      if (session_.is_lead() && !o_.tensorboard_dir.empty()) {
+        tensorboard_ = std::make_unique<io::TensorBoardWriter>(o_.tensorboard_dir);
+      }
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  session_.agree(error, "cannot write the run's outputs");
+  error = "";
+  try {
+    if (session_.is_lead() && !o_.onnx_file.empty()) (void)onnx_bytes(model, session_.stream());
+  } catch (const std::exception& e) {
+    error = option_text(o_, "onnx_file", o_.onnx_file) + ": " + e.what();
+  }
+  session_.agree(error, "cannot export the model as ONNX");
+  if (session_.is_lead()) progress_ = std::make_unique<Progress>(total_steps, first_step);
+}
+
+void RunOutputs::line(const std::string& text) const {
+  if (!session_.is_lead()) return;
+  if (progress_) {
+    progress_->line(text);
+  } else {
+    std::printf("%s\n", text.c_str());
+    std::fflush(stdout);
+  }
+}
+
+void RunOutputs::step(const LoggedStep& s) {
+  if (!session_.is_lead()) return;
+  progress_->step(s.step, s.epoch, s.loss, s.samples_per_s, s.comm_hidden);
+  if (tensorboard_) {
+    std::vector<std::pair<std::string, double>> values = {{"train/loss", s.loss},
+                                                          {"train/lr", s.lr},
+                                                          {"train/samples_per_s", s.samples_per_s},
+                                                          {"train/step_ms", s.step_ms}};
+    if (s.comm_hidden >= 0) {
+      values.emplace_back("train/comm_hidden", s.comm_hidden);
+      values.emplace_back("train/exposed_comm_ms", s.exposed_comm_ms);
+    }
+    if (s.grad_norm >= 0) values.emplace_back("train/grad_norm", s.grad_norm);
+    tensorboard_->scalars(values, s.step);
+  }
+  if (metrics_) {
+    nlohmann::json line = {{"step", s.step},
+                           {"epoch", s.epoch},
+                           {"loss", s.loss},
+                           {"samples_per_s", s.samples_per_s},
+                           {"step_ms", s.step_ms},
+                           {"time", wall_time()}};
+    if (s.comm_hidden >= 0) {  // the last eager step's all-reduce time, and the part of it backward did not hide
+      line["comm_hidden"] = s.comm_hidden;
+      line["allreduce_ms"] = s.allreduce_ms;
+      line["exposed_comm_ms"] = s.exposed_comm_ms;
+    }
+    line["lr"] = s.lr;
+    if (s.grad_norm >= 0) line["grad_norm"] = s.grad_norm;  // before clipping
+    metrics_->write(line);
+  }
+}
+
+void RunOutputs::evaluation(const EvaluationResult& e, long long step, bool has_test) {
+  if (!session_.is_lead() || !has_test) return;
+  char text[160];
+  std::snprintf(text, sizeof text, "epoch=%lld%s test_loss=%.4f", static_cast<long long>(e.epoch),
+                e.epoch_finished ? "" : " (partial)", e.loss);
+  std::string shown = text;
+  if (e.accuracy >= 0) {
+    std::snprintf(text, sizeof text, " test_accuracy=%.4f", e.accuracy);
+    shown += text;
+  }
+  for (const auto& [name, value] : e.metrics) {
+    std::snprintf(text, sizeof text, "=%.4f", value);
+    shown += " test_" + name + text;
+  }
+  line(shown);
+  if (metrics_) {
+    nlohmann::json record = {{"epoch", e.epoch}, {"test_loss", e.loss}, {"time", wall_time()}};
+    if (e.accuracy >= 0) record["test_accuracy"] = e.accuracy;
+    for (const auto& [name, value] : e.metrics) record["test_" + name] = value;
+    metrics_->write(record);
+  }
+  if (tensorboard_) {
+    std::vector<std::pair<std::string, double>> values = {{"test/loss", e.loss}};
+    if (e.accuracy >= 0) values.emplace_back("test/accuracy", e.accuracy);
+    for (const auto& [name, value] : e.metrics) values.emplace_back("test/" + name, value);
+    tensorboard_->scalars(values, step);
+  }
+}
+
+void RunOutputs::finish(const Module& model, bool stopped, const Stream& stream) {
+  // Every rank writes its own track; rank r's file is TRACE.rank<r>.json beside rank 0's TRACE.
+  if (trace_) trace_->write(trace_path(o_, session_.rank()));
+  if (stopped || o_.onnx_file.empty()) return;
+  std::string error;
+  try {
+    if (session_.is_lead()) io::write_file_atomically(o_.onnx_file, onnx_bytes(model, stream));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  session_.agree(error, "cannot write the ONNX model");
+  line("onnx=" + o_.onnx_file);
+}
+
+}  // namespace ddp::training

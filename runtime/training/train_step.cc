@@ -1,0 +1,213 @@
+// The training step (see train_step.h): eager or replayed, the non-finite policy, clipping and the update.
+#include "runtime/training/train_step.h"
+
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "runtime/autograd/autograd.h"
+#include "runtime/core/check.h"
+#include "runtime/optim/clip_grad.h"
+
+namespace ddp {
+
+TrainStep::TrainStep(Session& session, Optimizer& optimizer, Function function, TrainStepOptions options)
+    : session_(session),
+      optimizer_(optimizer),
+      function_(std::move(function)),
+      options_(std::move(options)),
+      stream_(session.stream()) {
+  if (!function_) throw InvalidArgument("TrainStep: no step function given");
+  if (!options_.cuda_graph) {
+    eager_reason_ = option("cuda_graph", "false");
+  } else if (!session_.device().is_cuda()) {
+    eager_reason_ = "the CPU has no graphs";
+  } else if (session_.backend() != Backend::kNccl) {
+    eager_reason_ = "the MPI backend stages through the host";
+  } else if (options_.skip_nonfinite) {
+    eager_reason_ = option("skip_nonfinite", "") + " reads every loss on the host";
+  } else if (options_.clip_grad_norm > 0) {
+    eager_reason_ = option("clip_grad_norm", "") + " reads every gradient norm on the host";
+  }
+}
+
+void TrainStep::run_eagerly(const std::string& reason) {
+  if (eager_reason_.empty()) eager_reason_ = reason;
+}
+
+void TrainStep::use_source(data::BatchSource& source, std::int64_t batch_rows, std::int64_t features) {
+  if (batch_rows <= 0 || features <= 0) {
+    throw InvalidArgument("TrainStep::use_source: a batch needs rows and features, got " + std::to_string(batch_rows) +
+                          " rows of " + std::to_string(features));
+  }
+  source_ = &source;
+  x_ = Tensor::empty({batch_rows, features}, DType::kFloat32, session_.device(), stream_);
+  y_ = source.empty_y(batch_rows, stream_);
+  if (!source.capturable()) run_eagerly("the training set is copied from host memory at each step");
+}
+
+void TrainStep::plan(const LrSchedule& schedule, std::int64_t count) {
+  if (eager_reason_.empty() && count > 0) optimizer_.plan_steps(schedule, count, stream_);
+}
+
+StepResult TrainStep::operator()(const Tensor& x, const Tensor& y, bool read_loss) {
+  if (source_ != nullptr) {
+    throw InvalidArgument("TrainStep: this step takes its batches from its source (use_source); call next(rows)");
+  }
+  if (!x_.defined()) {
+    x_ = Tensor::empty(x.shape(), x.dtype(), session_.device(), stream_);
+    y_ = Tensor::empty(y.shape(), y.dtype(), session_.device(), stream_);
+  }
+  const bool full = x.shape() == x_.shape() && x.dtype() == x_.dtype() && y.shape() == y_.shape() &&
+                    y.dtype() == y_.dtype();
+  if (!full) return run(x, y, false, read_loss);
+  if (x.data_ptr() != x_.data_ptr()) x_.copy_from(x, stream_);
+  if (y.data_ptr() != y_.data_ptr()) y_.copy_from(y, stream_);
+  return run(x_, y_, true, read_loss);
+}
+
+StepResult TrainStep::next(std::int64_t rows, bool read_loss) {
+  if (source_ == nullptr) throw InvalidArgument("TrainStep::next: no source; call use_source first");
+  const std::int64_t batch_rows = x_.size(0);
+  if (rows <= 0 || rows > batch_rows) {
+    throw InvalidArgument("TrainStep::next: " + std::to_string(rows) + " rows asked of a step of batches of " +
+                          std::to_string(batch_rows));
+  }
+  const bool full = rows == batch_rows;
+  const Tensor x = full ? x_ : x_.slice_rows(0, rows);
+  const Tensor y = full ? y_ : y_.slice_rows(0, rows);
+  // Already in the buffers when the replay before this step prefetched it, else gathered here.
+  if (!source_->take_prefetched(rows)) source_->gather_next(x, y, stream_);
+  return run(x, y, full, read_loss);
+}
+
+StepResult TrainStep::run(const Tensor& x, const Tensor& y, bool full, bool read_loss) {
+  const bool graphed = full && eager_reason_.empty() && eager_steps_ >= options_.eager_steps;
+  if (!graphed) return eager(x, y, read_loss);
+  // A replay takes the update's scalars from device memory, which prepare_step fills (or a plan holds).
+  if (!optimizer_.device_scalars()) optimizer_.use_device_scalars(stream_);
+  optimizer_.prepare_step(stream_);
+  if (!graph_.captured() && !capture(x, y)) {
+    // Every rank goes on eagerly, from the step prepared above.
+    const Tensor loss = forward_backward(x, y);
+    optimizer_.apply_step(stream_);
+    StepResult result;
+    if (read_loss) {
+      result.loss_read = true;
+      result.mean_loss = session_.mean(loss.item(stream_));
+    }
+    return result;
+  }
+  graph_.replay(stream_);
+  StepResult result;
+  result.replayed = true;
+  if (!read_loss) return result;
+  // Reading the loss waits for the step: only when asked. The update is done; a non-finite loss ends the run.
+  const double value = graph_loss_.item(stream_);
+  if (session_.any(!std::isfinite(value))) return reject_nonfinite("loss", value);
+  result.loss_read = true;
+  result.mean_loss = session_.mean(value);
+  return result;
+}
+
+StepResult TrainStep::eager(const Tensor& x, const Tensor& y, bool read_loss) {
+  const Tensor loss = forward_backward(x, y);
+  StepResult result;
+  if (read_loss || options_.skip_nonfinite) {
+    // Reading the loss synchronises: only when asked, or when every step must be checked.
+    const double value = loss.item(stream_);
+    if (session_.any(!std::isfinite(value))) return reject_nonfinite("loss", value);
+    result.loss_read = true;
+    result.mean_loss = session_.mean(value);
+  }
+  if (options_.clip_grad_norm > 0) {
+    // Every rank holds the same averaged gradients, so every rank gets the same norm and decides alike.
+    result.grad_norm = clip_grad_norm(optimizer_.store(), options_.clip_grad_norm, stream_);
+    if (!std::isfinite(result.grad_norm)) return reject_nonfinite("gradient norm", result.grad_norm);
+  }
+  optimizer_.step(stream_);
+  ++eager_steps_;
+  skipped_in_a_row_ = 0;
+  return result;
+}
+
+Tensor TrainStep::forward_backward(const Tensor& x, const Tensor& y) {
+  optimizer_.zero_grad(stream_);
+  Tensor loss = function_(x, y);
+  if (!loss.defined() || loss.numel() != 1 || loss.dtype() != DType::kFloat32) {
+    autograd::clear_tape();
+    throw InvalidArgument("the step function must return its loss, a float32 tensor of one element; it returned " +
+                          (loss.defined() ? loss.describe() : std::string("an undefined tensor")));
+  }
+  return loss;
+}
+
+// The whole step captured as one graph: forward, backward with its all-reduces, the update (its scalars from the
+// optimizer's device slot or plan, which prepare_step fills before each replay) and, beside the update once
+// backward has read x for the last time, the next batch's gather from the source's cursor. The eager steps
+// before it filled the allocator's cache and cuBLASLt's plans, so the capture allocates nothing.
+bool TrainStep::capture(const Tensor& x, const Tensor& y) {
+  graph_ = CudaGraph::capture(stream_, [&] {
+    graph_loss_ = forward_backward(x, y);
+    if (source_ != nullptr) source_->prefetch_next(x, y, stream_);
+    optimizer_.apply_step(stream_);
+    if (source_ != nullptr) source_->join_prefetch(stream_);
+  });
+  if (!graph_.captured()) autograd::clear_tape();
+  // All ranks replay or none do: a rank stepping eagerly beside graphs would still issue the same collectives,
+  // but a failed capture may have left NCCL calls behind that the others never see.
+  if (!session_.any(!graph_.captured())) return true;
+  const std::string error = graph_.error();
+  eager_reason_ = graph_.captured() ? "another rank could not capture it" : error;
+  graph_ = CudaGraph();
+  if (!options_.eager_if_capture_fails) {
+    session_.agree(error.empty() ? "" : error + "; " + option("cuda_graph", "false") + " runs the step eagerly",
+                   "the training step cannot be captured as a CUDA graph");
+  }
+  say("CUDA graph off (" + eager_reason_ + "): eager steps from here; " + option("cuda_graph", "false") +
+      " skips the attempt");
+  return false;
+}
+
+// Called on every rank when `quantity` is not finite on some rank at the step being taken: without
+// skip_nonfinite the job ends with one message naming the ranks; with it the step is skipped.
+StepResult TrainStep::reject_nonfinite(const std::string& quantity, double local_value) {
+  const std::string at = " at step " + std::to_string(optimizer_.steps() + 1);
+  if (!options_.skip_nonfinite) {
+    session_.agree(std::isfinite(local_value) ? ""
+                                              : "the " + quantity + " is " + std::to_string(local_value) + at +
+                                                    " (lower the learning rate, or set " +
+                                                    option("skip_nonfinite", "true") + " to skip such steps)",
+                   "training diverged");
+  }
+  say("skipping step " + std::to_string(optimizer_.steps() + 1) + ": the " + quantity + " is not finite");
+  // Once the parameters themselves are not finite every step is skipped: a bound instead of a run that ends
+  // 'successfully' with nothing learnt.
+  ++skipped_in_a_row_;
+  session_.agree(skipped_in_a_row_ < options_.skip_nonfinite_limit
+                     ? ""
+                     : std::to_string(skipped_in_a_row_) + " batches in a row gave a non-finite " + quantity + at +
+                           " and were skipped (the parameters are probably no longer finite): lower the learning " +
+                           "rate, or raise " + option("skip_nonfinite_limit", ""),
+                 "training diverged");
+  StepResult result;
+  result.taken = false;
+  return result;
+}
+
+std::string TrainStep::option(const std::string& name, const std::string& value) const {
+  if (options_.option_name) return options_.option_name(name, value);
+  return "TrainStepOptions::" + name + (value.empty() ? "" : " = " + value);
+}
+
+void TrainStep::say(const std::string& line) const {
+  if (!session_.is_lead()) return;
+  if (options_.say) {
+    options_.say(line);
+    return;
+  }
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace ddp

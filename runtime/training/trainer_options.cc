@@ -1,0 +1,41 @@
+// The names of the trainer's options and their values (see trainer_options.h).
+#include "runtime/training/trainer_options.h"
+
+#include "runtime/core/check.h"
+
+namespace ddp {
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::kFloat32;
+  if (name == "tf32") return Precision::kTF32;
+  if (name == "bf16") return Precision::kBFloat16;
+  throw InvalidArgument("unknown precision '" + name + "': use fp32, tf32 or bf16");
+}
+
+std::string precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kTF32:
+      return "tf32";
+    case Precision::kBFloat16:
+      return "bf16";
+    default:
+      return "fp32";
+  }
+}
+
+Loss parse_loss(const std::string& name) {
+  if (name == "cross-entropy") return Loss::kCrossEntropy;
+  if (name == "mse") return Loss::kMse;
+  throw InvalidArgument("unknown loss '" + name + "': use cross-entropy or mse");
+}
+
+std::string loss_name(Loss loss) { return loss == Loss::kMse ? "mse" : "cross-entropy"; }
+
+std::string option_text(const TrainerOptions& o, const std::string& option, const std::string& value) {
+  if (o.option_name) return o.option_name(option, value);
+  // What a checkpoint records of the model is the model's, not an option's.
+  if (option == "activation" || option == "architecture") return "the model's " + option;
+  return "TrainerOptions::" + option + (value.empty() ? "" : " = " + value);
+}
+
+}  // namespace ddp

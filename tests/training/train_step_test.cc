@@ -1,0 +1,197 @@
+// TrainStep as a loop of one's own drives it, at 1 and 2 ranks (own main: a Session), on the session's device:
+//   - its steps give bitwise the parameters of the hand-written eager loop (zero_grad, forward, backward,
+//     optimizer.step), across a shorter last batch; on a GPU over NCCL the replayed graph gives them too;
+//   - a step function that does not return a loss, or reads a value on the host, or steps an optimizer of its
+//     own, or backpropagates with find_unused_parameters, is refused with the reason once the step is captured
+//     (GPU), or where it is wrong everywhere (the loss);
+//   - a non-finite loss ends the run on every rank naming the rank, or with skip_nonfinite skips the step.
+// tools/gpu_jobs.txt runs the binary on the GPU machine at 1 rank (NCCL, captured) and 2 ranks (MPI, eager).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ddp.h"
+
+namespace ddp {
+namespace {
+
+Session* g_session = nullptr;
+
+// Batch k of `rows` rows: 6 features and 3 float targets, the same on every rank except for a rank offset.
+std::pair<Tensor, Tensor> batch(int k, int64_t rows) {
+  Session& s = *g_session;
+  std::vector<float> x(rows * 6), y(rows * 3);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * (i + 13 * k + 101 * s.rank()));
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::cos(0.21f * (i + 7 * k));
+  return {Tensor::from_vector(x, {rows, 6}, s.device(), s.stream()),
+          Tensor::from_vector(y, {rows, 3}, s.device(), s.stream())};
+}
+
+std::vector<float> parameters(const Module& model) {
+  std::vector<float> all;
+  for (const auto& [name, t] : model.state_dict()) {
+    const std::vector<float> v = t.to_vector<float>(g_session->stream());
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+// A model, its DDP and its optimizer, as a loop of one's own makes them.
+struct Loop {
+  MLP model{{6, 16, 16, 3}, Activation::kGelu, 5, g_session->device(), g_session->stream()};
+  DistributedDataParallel ddp{model, *g_session};
+  AdamW optimizer{model, {.lr = 1e-2}};
+  Tensor loss(const Tensor& x, const Tensor& y) {
+    Tensor l = ops::mse_loss(model.forward(x), y);
+    ddp.backward(l);
+    return l;
+  }
+};
+
+bool graphs_possible() { return g_session->device().is_cuda() && g_session->backend() == Backend::kNccl; }
+
+TEST(TrainStep, GivesTheBitsOfTheHandWrittenEagerLoopAcrossAShorterLastBatch) {
+  Loop eager, stepped;
+  TrainStep step(*g_session, stepped.optimizer, [&](const Tensor& x, const Tensor& y) { return stepped.loss(x, y); },
+                 {.eager_steps = 2});
+  for (int k = 0; k < 12; ++k) {
+    const auto [x, y] = batch(k, k == 7 ? 5 : 8);  // batch 7 is shorter: eager from the same state
+    eager.model.zero_grad();
+    eager.loss(x, y);
+    eager.optimizer.step();
+    const StepResult r = step(x, y, /*read_loss=*/k % 4 == 3);
+    EXPECT_TRUE(r.taken);
+    EXPECT_EQ(r.replayed, graphs_possible() && k >= 2 && k != 7) << "step " << k;
+    if (k % 4 == 3) EXPECT_TRUE(std::isfinite(r.mean_loss));
+  }
+  EXPECT_EQ(step.captured(), graphs_possible());
+  EXPECT_EQ(parameters(stepped.model), parameters(eager.model));
+}
+
+TEST(TrainStep, SaysWhyItRunsEagerly) {
+  Loop run;
+  TrainStep clipped(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
+                    {.clip_grad_norm = 1.0});
+  EXPECT_NE(clipped.eager_reason(), "");
+  if (!g_session->device().is_cuda()) EXPECT_EQ(clipped.eager_reason(), "the CPU has no graphs");
+  TrainStep off(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
+                {.cuda_graph = false});
+  EXPECT_EQ(off.eager_reason(), "TrainStepOptions::cuda_graph = false");
+}
+
+// The refusal a step function meets: the CollectiveError's text, or "(accepted)".
+std::string refusal(Loop& run, const TrainStep::Function& function, TrainStepOptions options = {}) {
+  TrainStep step(*g_session, run.optimizer, function, options);
+  try {
+    for (int k = 0; k < 5; ++k) {
+      const auto [x, y] = batch(k, 8);
+      step(x, y);
+    }
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(TrainStep, AStepFunctionThatReturnsNoLossIsRefused) {
+  Loop run;
+  const std::string why = refusal(run, [&](const Tensor& x, const Tensor& y) {
+    run.loss(x, y);
+    return run.model.forward(x);
+  });
+  EXPECT_NE(why.find("the step function must return its loss, a float32 tensor of one element"), std::string::npos)
+      << why;
+}
+
+TEST(TrainStep, WhatACapturedStepCannotDoIsRefusedNamingIt) {
+  if (!graphs_possible()) GTEST_SKIP() << "captures need a GPU over NCCL; here the same steps run eagerly";
+  {
+    Loop run;
+    const std::string why = refusal(run, [&](const Tensor& x, const Tensor& y) {
+      Tensor l = run.loss(x, y);
+      if (l.item() > 1e9) std::printf("large\n");
+      return l;
+    });
+    EXPECT_NE(why.find("Tensor::item() reads"), std::string::npos) << why;
+    EXPECT_NE(why.find("TrainStepOptions::cuda_graph = false runs the step eagerly"), std::string::npos) << why;
+  }
+  {
+    Loop run;
+    const std::string why = refusal(run, [&](const Tensor& x, const Tensor& y) {
+      Tensor l = run.loss(x, y);
+      run.optimizer.step();
+      return l;
+    });
+    EXPECT_NE(why.find("optimizer.step() inside a captured step"), std::string::npos) << why;
+  }
+  {
+    MLP model({6, 8, 3}, Activation::kRelu, 1, g_session->device(), g_session->stream());
+    DistributedDataParallel ddp(model, *g_session, {.find_unused_parameters = true});
+    AdamW optimizer(model, {.lr = 1e-3});
+    TrainStep step(*g_session, optimizer, [&](const Tensor& x, const Tensor& y) {
+      Tensor l = ops::mse_loss(model.forward(x), y);
+      ddp.backward(l);
+      return l;
+    });
+    std::string why = "(accepted)";
+    try {
+      for (int k = 0; k < 5; ++k) {
+        const auto [x, y] = batch(k, 8);
+        step(x, y);
+      }
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    EXPECT_NE(why.find("find_unused_parameters"), std::string::npos) << why;
+  }
+}
+
+TEST(TrainStep, ANonFiniteLossEndsTheRunOrIsSkipped) {
+  auto poisoned = [](int k) {
+    auto [x, y] = batch(k, 8);
+    if (k == 3 && g_session->rank() == g_session->size() - 1) x.fill_(NAN);
+    return std::make_pair(x, y);
+  };
+  {
+    Loop run;
+    TrainStep step(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
+                   {.skip_nonfinite = true});
+    int taken = 0;
+    for (int k = 0; k < 6; ++k) {
+      const auto [x, y] = poisoned(k);
+      taken += step(x, y).taken ? 1 : 0;
+    }
+    EXPECT_EQ(taken, 5);
+    for (float p : parameters(run.model)) ASSERT_TRUE(std::isfinite(p));
+  }
+  {
+    Loop run;
+    TrainStep step(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
+                   {.cuda_graph = false});
+    std::string why = "(accepted)";
+    try {
+      for (int k = 0; k < 6; ++k) {
+        const auto [x, y] = poisoned(k);
+        step(x, y, /*read_loss=*/true);
+      }
+    } catch (const CollectiveError& e) {
+      why = e.what();
+    }
+    EXPECT_NE(why.find("training diverged"), std::string::npos) << why;
+    EXPECT_NE(why.find("rank " + std::to_string(g_session->size() - 1)), std::string::npos) << why;
+    EXPECT_NE(why.find("set TrainStepOptions::skip_nonfinite = true"), std::string::npos) << why;
+  }
+}
+
+}  // namespace
+}  // namespace ddp
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ddp::Session session(&argc, &argv);
+  ddp::g_session = &session;
+  const int local = RUN_ALL_TESTS();
+  return session.max(local) > 0 ? 1 : 0;
+}
