@@ -181,7 +181,6 @@ Flags parse_flags(int argc, char** argv, int rank) {
 
 // How the library's messages name an option: by the flag that sets it here ("resume_dir", "ck" -> "--resume ck").
 std::string flag_for(const std::string& option, const std::string& value) {
-  if (option == "architecture") return "the model's --layers";
   std::string flag = option == "resume_dir"   ? "--resume"
                      : option == "onnx_file"  ? "--onnx"
                      : option == "cuda_graph" ? "--no-cuda-graph"

@@ -31,6 +31,22 @@ void Optimizer::step(const Stream& stream) {
   apply_step(stream);
 }
 
+void Optimizer::prepare_step(const Stream& stream) {
+  follow_store_layout(stream);
+  prepared_steps_ = steps_;
+  prepared_lr_ = lr_;
+  prepared_device_scalars_ = device_scalars_.defined() ? device_scalars_.data_ptr() : nullptr;
+  if (prepared_device_scalars_ != nullptr && !step_is_planned()) {
+    write_scalars(prepared_steps_, prepared_lr_, prepared_device_scalars_, stream);
+  }
+  ++steps_;
+}
+
+void Optimizer::apply_step(const Stream& stream) {
+  if (planned()) take_planned_scalars(stream);
+  update(prepared_steps_, prepared_lr_, prepared_device_scalars_, stream);
+}
+
 void Optimizer::use_device_scalars(const Stream& stream) {
   if (device_scalars_.defined()) return;
   device_scalars_ = Tensor::zeros({static_cast<std::int64_t>(kDeviceScalarBytes / sizeof(std::int64_t))},
@@ -202,24 +218,17 @@ void Sgd::scalars_of_step(std::int64_t steps, double lr, void* out) const {
   std::memcpy(out, &s, sizeof s);
 }
 
-void Sgd::prepare_step(const Stream& stream) {
-  follow_store_layout(stream);
-  prepared_steps_ = steps_;
-  prepared_lr_ = lr_;
-  auto* device_scalars = device_scalars_as<kernels::SgdScalars>();
-  prepared_device_scalars_ = device_scalars;
-  if (device_scalars != nullptr && !step_is_planned()) {
-    kernels::SgdParams p = sgd_params(options_, prepared_steps_, prepared_lr_);
-    p.device_scalars = device_scalars;
-    DDP_DISPATCH(store_.device(), write_sgd_scalars, p, device_scalars, stream.handle());
-  }
-  ++steps_;
+void Sgd::write_scalars(std::int64_t steps, double lr, void* device_scalars, const Stream& stream) const {
+  static_assert(sizeof(kernels::SgdScalars) <= kDeviceScalarBytes, "the step's scalars must fit the device slot");
+  auto* slot = static_cast<kernels::SgdScalars*>(device_scalars);
+  kernels::SgdParams p = sgd_params(options_, steps, lr);
+  p.device_scalars = slot;
+  DDP_DISPATCH(store_.device(), write_sgd_scalars, p, slot, stream.handle());
 }
 
-void Sgd::apply_step(const Stream& stream) {
-  if (planned()) take_planned_scalars(stream);
-  kernels::SgdParams prepared = sgd_params(options_, prepared_steps_, prepared_lr_);
-  prepared.device_scalars = static_cast<const kernels::SgdScalars*>(prepared_device_scalars_);
+void Sgd::update(std::int64_t steps, double lr, const void* device_scalars, const Stream& stream) {
+  kernels::SgdParams prepared = sgd_params(options_, steps, lr);
+  prepared.device_scalars = static_cast<const kernels::SgdScalars*>(device_scalars);
   float* params = store_.flat_params().data<float>();
   float* grads = store_.flat_grads().data<float>();
   float* momentum = momentum_.defined() ? momentum_.data<float>() : nullptr;
@@ -259,24 +268,17 @@ void AdamW::scalars_of_step(std::int64_t steps, double lr, void* out) const {
   std::memcpy(out, &s, sizeof s);
 }
 
-void AdamW::prepare_step(const Stream& stream) {
-  follow_store_layout(stream);
-  prepared_steps_ = steps_;
-  prepared_lr_ = lr_;
-  auto* device_scalars = device_scalars_as<kernels::AdamWScalars>();
-  prepared_device_scalars_ = device_scalars;
-  if (device_scalars != nullptr && !step_is_planned()) {
-    kernels::AdamWParams p = adamw_params(options_, prepared_steps_, prepared_lr_);
-    p.device_scalars = device_scalars;
-    DDP_DISPATCH(store_.device(), write_adamw_scalars, p, device_scalars, stream.handle());
-  }
-  ++steps_;
+void AdamW::write_scalars(std::int64_t steps, double lr, void* device_scalars, const Stream& stream) const {
+  static_assert(sizeof(kernels::AdamWScalars) <= kDeviceScalarBytes, "the step's scalars must fit the device slot");
+  auto* slot = static_cast<kernels::AdamWScalars*>(device_scalars);
+  kernels::AdamWParams p = adamw_params(options_, steps, lr);
+  p.device_scalars = slot;
+  DDP_DISPATCH(store_.device(), write_adamw_scalars, p, slot, stream.handle());
 }
 
-void AdamW::apply_step(const Stream& stream) {
-  if (planned()) take_planned_scalars(stream);
-  kernels::AdamWParams prepared = adamw_params(options_, prepared_steps_, prepared_lr_);
-  prepared.device_scalars = static_cast<const kernels::AdamWScalars*>(prepared_device_scalars_);
+void AdamW::update(std::int64_t steps, double lr, const void* device_scalars, const Stream& stream) {
+  kernels::AdamWParams prepared = adamw_params(options_, steps, lr);
+  prepared.device_scalars = static_cast<const kernels::AdamWScalars*>(device_scalars);
   float* params = store_.flat_params().data<float>();
   float* grads = store_.flat_grads().data<float>();
   float* m = exp_avg_.data<float>();

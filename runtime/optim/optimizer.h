@@ -52,8 +52,8 @@ class Optimizer {
   // rate, bias corrections) on the host; apply_step is the one update kernel. After use_device_scalars(),
   // prepare_step also writes the scalars into device memory (one small launch, no host wait) and apply_step
   // reads them there, so a graph can capture apply_step once and replay it after each prepare_step.
-  virtual void prepare_step(const Stream& stream) = 0;
-  virtual void apply_step(const Stream& stream) = 0;
+  void prepare_step(const Stream& stream);
+  void apply_step(const Stream& stream);
   void use_device_scalars(const Stream& stream);
   bool device_scalars() const { return device_scalars_.defined(); }
   // One step further for graphs: the scalars of the next `count` steps under `schedule` are computed here once
@@ -101,6 +101,11 @@ class Optimizer {
   // would write for it. For plan_steps.
   virtual std::size_t scalars_bytes() const = 0;
   virtual void scalars_of_step(std::int64_t steps, double lr, void* out) const = 0;
+  // The step after `steps` steps at learning rate `lr`: its scalars written to `device_scalars` (on the store's
+  // device, in stream order: the kind's write_*_scalars kernel), and its update kernels over the owned spans,
+  // reading the scalars from `device_scalars` when not null (a captured update), else from the arguments.
+  virtual void write_scalars(std::int64_t steps, double lr, void* device_scalars, const Stream& stream) const = 0;
+  virtual void update(std::int64_t steps, double lr, const void* device_scalars, const Stream& stream) = 0;
   // In prepare_step: true when the step's scalars come from the plan (after checking it covers this step).
   bool step_is_planned() const;
   // In apply_step: the plan's next row into the device scalars, in stream order before the update reads them.
@@ -113,11 +118,6 @@ class Optimizer {
   // update_spans under the store's gradient gate: piece by piece, each after its own gradients are final.
   void update_behind_gate(GradientGate& gate, const Stream& stream,
                           const std::function<void(const FlatSpan&, std::int64_t)>& update);
-  template <typename Scalars>
-  Scalars* device_scalars_as() const {
-    static_assert(sizeof(Scalars) <= kDeviceScalarBytes, "the step's scalars must fit the device slot");
-    return device_scalars_.defined() ? static_cast<Scalars*>(device_scalars_.data_ptr()) : nullptr;
-  }
 
   ParameterStore& store_;
   Tensor bf16_copy_;
@@ -133,6 +133,13 @@ class Optimizer {
   std::shared_ptr<OptimizerShard> shard_;  // kept alive with the state made for it
   std::vector<FlatSpan> spans_;   // updated here, in flat order
   std::vector<FlatSpan> others_;  // the rest of the flat buffer (sharded): updated by the other ranks
+
+ private:
+  // The step prepare_step prepared (steps before it, its learning rate, its scalars' device slot or null), for
+  // apply_step.
+  std::int64_t prepared_steps_ = 0;
+  double prepared_lr_ = 0.0;
+  void* prepared_device_scalars_ = nullptr;
 };
 
 struct SgdOptions {
@@ -152,8 +159,6 @@ class Sgd : public Optimizer {
   Sgd(Module& model, const SgdOptions& options, const Stream& stream = current_stream())
       : Sgd(model.flat_parameters(stream), options, stream) {}
   Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream = current_stream());
-  void prepare_step(const Stream& stream) override;
-  void apply_step(const Stream& stream) override;
   std::vector<std::pair<std::string, Tensor>> state() const override;
   const SgdOptions& options() const { return options_; }
 
@@ -161,13 +166,10 @@ class Sgd : public Optimizer {
   void make_state(const Stream& stream) override;
   std::size_t scalars_bytes() const override;
   void scalars_of_step(std::int64_t steps, double lr, void* out) const override;
+  void write_scalars(std::int64_t steps, double lr, void* device_scalars, const Stream& stream) const override;
+  void update(std::int64_t steps, double lr, const void* device_scalars, const Stream& stream) override;
   SgdOptions options_;
   Tensor momentum_;  // [state_numel()] or undefined without momentum
-  // The step prepare_step prepared (steps before it, its learning rate, whether its scalars are in device
-  // memory), for apply_step's kernel.
-  std::int64_t prepared_steps_ = 0;
-  double prepared_lr_ = 0.0;
-  void* prepared_device_scalars_ = nullptr;
 };
 
 struct AdamWOptions {
@@ -186,8 +188,6 @@ class AdamW : public Optimizer {
   AdamW(Module& model, const AdamWOptions& options, const Stream& stream = current_stream())
       : AdamW(model.flat_parameters(stream), options, stream) {}
   AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream = current_stream());
-  void prepare_step(const Stream& stream) override;
-  void apply_step(const Stream& stream) override;
   std::vector<std::pair<std::string, Tensor>> state() const override;
   const AdamWOptions& options() const { return options_; }
 
@@ -195,11 +195,10 @@ class AdamW : public Optimizer {
   void make_state(const Stream& stream) override;
   std::size_t scalars_bytes() const override;
   void scalars_of_step(std::int64_t steps, double lr, void* out) const override;
+  void write_scalars(std::int64_t steps, double lr, void* device_scalars, const Stream& stream) const override;
+  void update(std::int64_t steps, double lr, const void* device_scalars, const Stream& stream) override;
   AdamWOptions options_;
   Tensor exp_avg_, exp_avg_sq_;
-  std::int64_t prepared_steps_ = 0;  // as Sgd's
-  double prepared_lr_ = 0.0;
-  void* prepared_device_scalars_ = nullptr;
 };
 
 // ---- Learning-rate schedules: lr as a function of the 0-based step about to be taken ----

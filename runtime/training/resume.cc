@@ -3,11 +3,13 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <vector>
 
 #include "runtime/core/check.h"
 #include "runtime/core/settings.h"
 #include "runtime/models/layers.h"
+#include "runtime/training/training_checkpoint.h"
 
 namespace ddp::training {
 namespace {
@@ -36,7 +38,8 @@ ResumeFrom resume_directory(const TrainerOptions& o) {
 }
 
 std::string architecture(const Module& model) {
-  std::string out = model.type_name();
+  // An MLP is a Sequential by another name: its checkpoint continues in the same Sequential written out.
+  std::string out = dynamic_cast<const Sequential*>(&model) != nullptr ? "Sequential" : model.type_name();
   if (model.children().empty()) return out;
   out += "(";
   for (std::size_t i = 0; i < model.children().size(); ++i) {
@@ -65,6 +68,27 @@ const std::string* recipe_value(const io::CheckpointMetadata& metadata, const st
   return nullptr;
 }
 
+namespace {
+
+// Whether the checkpoint holds a parameter of every name and shape the model has: then the architecture key
+// decides (layers without parameters, activations, differ); otherwise loading names the first tensor that differs,
+// which says more than two architectures side by side.
+bool same_parameters(const io::LoadedCheckpoint& checkpoint, const Module& model) {
+  const NamedTensors parameters = model.named_parameters();
+  for (const auto& [name, tensor] : parameters) {
+    const io::TensorEntry* entry = checkpoint.file.find(name);
+    if (entry == nullptr || entry->shape != tensor.shape()) return false;
+  }
+  // And no more of them: everything else in the file is the optimizer's state or a module's buffer.
+  std::size_t model_tensors = 0;
+  for (const io::TensorEntry& entry : checkpoint.file.tensors()) {
+    if (entry.name.rfind("optimizer.", 0) != 0 && entry.name.rfind("buffer.", 0) != 0) ++model_tensors;
+  }
+  return model_tensors == parameters.size();
+}
+
+}  // namespace
+
 std::string recipe_mismatch(const io::LoadedCheckpoint& checkpoint, const TrainerOptions& o, const Module& model,
                             int ranks) {
   const auto& m = checkpoint.metadata;
@@ -79,6 +103,12 @@ std::string recipe_mismatch(const io::LoadedCheckpoint& checkpoint, const Traine
     const std::string key = full_key.substr(p.size());
     const std::string* written = recipe_value(m, key);
     if (key == unchecked || written == nullptr || *written == value) continue;  // older checkpoints do not say
+    if (key == "architecture") {
+      if (!same_parameters(checkpoint, model)) continue;
+      return checkpoint.path + " was written by a model " + *written + ", this run's model is " + value +
+             " (the same parameters, other layers); resume with the same model, or start a new run in another " +
+             option_text(o, "checkpoint_dir");
+    }
     const std::string name = option_text(o, key);
     std::string message = checkpoint.path + " was written with " + name + " " + *written + ", this run has " + name +
                           " " + value + "; resume with the same " + name;
@@ -97,7 +127,7 @@ std::string resume_path_problem(const TrainerOptions& o, const std::string& dir)
   const std::string resume = option_text(o, "resume_dir", dir);
   if (::stat(dir.c_str(), &info) != 0) return resume + ": no such directory";
   if (!S_ISDIR(info.st_mode)) {
-    return resume + " is a file; give the directory that holds the checkpoints (" + io::dirname_of(dir) + ")";
+    return resume + " is a file; pass the directory that holds the checkpoints (" + io::dirname_of(dir) + ")";
   }
   return "";
 }
@@ -113,6 +143,40 @@ std::unique_ptr<io::CheckpointDirectoryLock> claim_checkpoint_dir(const TrainerO
                           ", to start over remove them or choose another " + option_text(o, "checkpoint_dir"));
   }
   return lock;
+}
+
+ResumePoint resume_run(const ResumeFrom& from, const TrainerOptions& o, Session& session, Module& model,
+                       Optimizer& optimizer, std::int64_t dataset_size) {
+  if (from.dir.empty()) return {};
+  session.agree(from.required ? resume_path_problem(o, from.dir) : "", "cannot resume");
+  const auto restored = restore_latest_training_checkpoint(
+      session, from.dir, model, optimizer,
+      [&](const io::LoadedCheckpoint& checkpoint) { return recipe_mismatch(checkpoint, o, model, session.size()); },
+      dataset_size);
+  session.agree(!restored && from.required ? "no complete checkpoint in " + from.dir : "", "cannot resume");
+  if (!restored) {
+    if (session.is_lead()) {
+      std::printf("no complete checkpoint in %s yet (DDP_RESUME=1, a ddprun restart): starting from scratch\n",
+                  from.dir.c_str());
+    }
+    return {};
+  }
+  const io::CheckpointMetadata& m = restored->metadata;
+  // Any number of ranks continues at the saved global position (the sampler lays the rest of the epoch out
+  // over this run's ranks).
+  const ResumePoint point{m.step, m.epoch, m.sampler_position, true};
+  if (session.is_lead()) {
+    std::printf("resumed from %s: step %lld, epoch %lld, sample %lld", restored->path.c_str(), point.step,
+                point.epoch, point.position);
+    if (m.world_size != session.size()) {
+      const std::string* global = recipe_value(m, "global_batch_size");
+      std::printf(" (written on %d ranks, continuing on %d; global batch %s -> %lld)", m.world_size,
+                  session.size(), global != nullptr ? global->c_str() : "?",
+                  static_cast<long long>(o.batch_size * session.size()));
+    }
+    std::printf("\n");
+  }
+  return point;
 }
 
 }  // namespace ddp::training

@@ -8,8 +8,10 @@
 #include <memory>
 #include <string>
 
+#include "runtime/distributed/session.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/models/module.h"
+#include "runtime/optim/optimizer.h"
 #include "runtime/training/trainer_options.h"
 
 namespace ddp::training {
@@ -24,7 +26,8 @@ struct ResumeFrom {
 ResumeFrom resume_directory(const TrainerOptions& o);
 
 // The model's architecture as a checkpoint records it: the module tree's types, activations included
-// ("MLP(Linear,ReLU,Linear)"); the sizes are checked by the parameters' shapes when the checkpoint loads.
+// ("Sequential(Linear,ReLU,Linear)" for an MLP too); the sizes are checked by the parameters' shapes when the
+// checkpoint loads.
 std::string architecture(const Module& model);
 
 // What a checkpoint must have been written with to be resumed by this run, as it goes into its metadata. Both
@@ -43,6 +46,20 @@ std::string resume_path_problem(const TrainerOptions& o, const std::string& dir)
 // this job (a second job is refused, naming the first), and a fresh run is refused where another run's
 // checkpoints are, since keeping the newest files would then delete this run's own.
 std::unique_ptr<io::CheckpointDirectoryLock> claim_checkpoint_dir(const TrainerOptions& o, const ResumeFrom& from);
+
+// Where a run starts: a fresh start, or a checkpoint's step, epoch and global sample position in that epoch.
+struct ResumePoint {
+  long long step = 0;
+  long long epoch = 0;
+  long long position = 0;
+  bool resumed = false;
+};
+
+// Loads the newest complete checkpoint of `from` into the model and the optimizer, on every rank alike, or
+// starts from scratch where a restart finds none; anything else that is wrong (no such directory, no complete
+// checkpoint where one is required, another recipe) ends every rank with one message. Collective.
+ResumePoint resume_run(const ResumeFrom& from, const TrainerOptions& o, Session& session, Module& model,
+                       Optimizer& optimizer, std::int64_t dataset_size);
 
 // A checkpoint's recipe value for `key` ("optimizer", ...), under the trainer's prefix or the older one; nullptr
 // when the checkpoint does not say.

@@ -7,12 +7,16 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/distributed/process_group.h"
 #include "runtime/io/atomic_file.h"
 #include "runtime/models/layers.h"
 #include "runtime/training/onnx_export.h"
 
 namespace ddp::training {
 namespace {
+
+// The process's start, as near as a library can see it: the time line of a run counts from here.
+const std::chrono::steady_clock::time_point kProcessStart = std::chrono::steady_clock::now();
 
 // Seconds since the epoch, as the metrics' "time" (what TensorBoard and plots put on a wall-clock axis).
 double wall_time() {
@@ -45,6 +49,22 @@ std::string onnx_bytes(const Module& model, const Stream& stream) {
 }
 
 }  // namespace
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string PhaseTimes::summary(const WorldStartup& world, long long steps) const {
+  char text[480];
+  const double total = since(kProcessStart);
+  const double world_s = world.mpi_s + world.device_s + world.nccl_s;
+  std::snprintf(text, sizeof text,
+                "time: %.2f s from start: start-up %.2f s (MPI, device and NCCL %.2f = %.2f + %.2f + %.2f, "
+                "data, model and DDP %.2f), %lld steps %.2f s (%.0f us each), evaluation %.2f s, checkpoints %.2f s",
+                total, total - train_s - eval_s - checkpoint_s, world_s, world.mpi_s, world.device_s, world.nccl_s,
+                setup_s, steps, train_s, steps > 0 ? train_s * 1e6 / steps : 0.0, eval_s, checkpoint_s);
+  return text;
+}
 
 std::string trace_path(const TrainerOptions& o, int rank) {
   return rank == 0 ? o.trace_file : o.trace_file + ".rank" + std::to_string(rank) + ".json";
@@ -80,6 +100,32 @@ void RunOutputs::open(const Module& model, bool resumed, long long total_steps, 
   }
   session_.agree(error, "cannot export the model as ONNX");
   if (session_.is_lead()) progress_ = std::make_unique<Progress>(total_steps, first_step);
+}
+
+void RunOutputs::first_line(const Module& network, long long steps_per_epoch,
+                            const std::string& eager_reason) const {
+  if (!session_.is_lead()) return;
+  std::string model = network.type_name();
+  if (const auto* mlp = dynamic_cast<const MLP*>(&network)) {
+    for (std::size_t i = 0; i < mlp->sizes().size(); ++i)
+      model += (i ? "-" : " ") + std::to_string(mlp->sizes()[i]);
+  } else {
+    model += " (" + std::to_string(network.num_parameters()) + " parameters)";
+  }
+  std::printf("%s: %d rank(s) on %s, backend %s, %s, batch %lld per rank (%lld global), %lld steps per epoch, "
+              "%s lr %g, %s",
+              o_.name.c_str(), session_.size(), session_.device().str().c_str(),
+              backend_name(session_.backend()).c_str(), model.c_str(), static_cast<long long>(o_.batch_size),
+              static_cast<long long>(o_.batch_size * session_.size()), steps_per_epoch,
+              std::holds_alternative<SgdOptions>(o_.optimizer) ? "sgd" : "adamw", optimizer_lr(o_),
+              precision_name(o_.precision).c_str());
+  if (o_.shard_optimizer) std::printf(", optimizer state sharded over %d rank(s)", session_.size());
+  if (session_.device().is_cuda()) {
+    const std::string& off = eager_reason;
+    std::printf(", CUDA graph %s", off.empty() ? "on" : ("off: " + off).c_str());
+  }
+  std::printf("\n");
+  std::fflush(stdout);
 }
 
 void RunOutputs::line(const std::string& text) const {

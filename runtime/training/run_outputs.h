@@ -3,10 +3,12 @@
 // them, so the epoch loop says what happened and this file says where it goes.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
 #include "runtime/distributed/session.h"
+#include "runtime/distributed/world.h"
 #include "runtime/io/metrics.h"
 #include "runtime/io/tensorboard.h"
 #include "runtime/io/trace.h"
@@ -37,6 +39,9 @@ class RunOutputs {
   // export of `model` is tried here too, so a model it cannot express is refused before training, not after.
   void open(const Module& model, bool resumed, long long total_steps, long long first_step);
 
+  // Rank 0's first line: the ranks, the device, the backend, the model, the batch, the optimizer, the precision
+  // and whether the step is a CUDA graph (else `eager_reason`).
+  void first_line(const Module& model, long long steps_per_epoch, const std::string& eager_reason) const;
   void line(const std::string& text) const;  // rank 0: a line below the progress bar
   void step(const LoggedStep& s);
   void evaluation(const EvaluationResult& e, long long step, bool has_test);
@@ -50,6 +55,18 @@ class RunOutputs {
   std::unique_ptr<io::MetricsWriter> metrics_;          // rank 0's
   std::unique_ptr<io::TensorBoardWriter> tensorboard_;  // rank 0's
   std::unique_ptr<Progress> progress_;                  // rank 0's
+};
+
+// Seconds since `t` on the steady clock.
+double since(std::chrono::steady_clock::time_point t);
+
+// Where the run's wall time went, printed by rank 0 at the end (the GPU runs ahead of the host, so steps are
+// charged when the host next waits for them: at a logged loss, an evaluation or a checkpoint).
+struct PhaseTimes {
+  double setup_s = 0, train_s = 0, eval_s = 0, checkpoint_s = 0;
+  // "time: T s from start: start-up ..., N steps ... (U us each), evaluation ..., checkpoints ...", the total from
+  // the process's start as near as a library sees it.
+  std::string summary(const WorldStartup& world, long long steps) const;
 };
 
 // Rank r's trace file: trace_file itself for rank 0, TRACE.rank<r>.json beside it for the others.

@@ -16,6 +16,7 @@
 #include "runtime/distributed/world.h"
 #include "runtime/models/layers.h"
 #include "runtime/ops/ops.h"
+#include "runtime/training/evaluation.h"
 #include "runtime/training/fault_injection.h"
 #include "runtime/training/precision_model.h"
 #include "runtime/training/resume.h"
@@ -28,18 +29,7 @@ namespace ddp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// The process's start, as near as a library can see it: the time line of a run counts from here.
-const Clock::time_point kProcessStart = Clock::now();
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-double peak_lr(const TrainerOptions& o) {
-  return std::visit([](const auto& options) { return options.lr; }, o.optimizer);
-}
-
-std::unique_ptr<Optimizer> make_optimizer(const TrainerOptions& o, Module& model, const Stream& stream) {
-  if (const auto* sgd = std::get_if<SgdOptions>(&o.optimizer)) return std::make_unique<Sgd>(model, *sgd, stream);
-  return std::make_unique<AdamW>(model, std::get<AdamWOptions>(o.optimizer), stream);
-}
+using training::since;
 
 // The loss of the model's output for x against y: one's own, or a built-in one (float32 outputs for mse).
 Tensor loss_of(const TrainerOptions& o, const training::PrecisionModel& model, const Tensor& x, const Tensor& y,
@@ -49,35 +39,10 @@ Tensor loss_of(const TrainerOptions& o, const training::PrecisionModel& model, c
   return ops::cross_entropy(model.forward(x, stream), y, stream);
 }
 
-// Where the run's wall time went, printed by rank 0 at the end (the GPU runs ahead of the host, so steps are
-// charged when the host next waits for them: at a logged loss, an evaluation or a checkpoint).
-struct PhaseTimes {
-  double setup_s = 0, train_s = 0, eval_s = 0, checkpoint_s = 0;
-  std::string summary(const WorldStartup& world, long long steps) const {
-    char text[480];
-    const double total = since(kProcessStart);
-    const double world_s = world.mpi_s + world.device_s + world.nccl_s;
-    std::snprintf(text, sizeof text,
-                  "time: %.2f s from start: start-up %.2f s (MPI, device and NCCL %.2f = %.2f + %.2f + %.2f, "
-                  "data, model and DDP %.2f), %lld steps %.2f s (%.0f us each), evaluation %.2f s, checkpoints "
-                  "%.2f s",
-                  total, total - train_s - eval_s - checkpoint_s, world_s, world.mpi_s, world.device_s, world.nccl_s,
-                  setup_s, steps, train_s, steps > 0 ? train_s * 1e6 / steps : 0.0, eval_s, checkpoint_s);
-    return text;
-  }
-};
-
-struct ResumePoint {
-  long long step = 0;
-  long long epoch = 0;
-  long long position = 0;  // global sample position within the epoch
-  bool resumed = false;
-};
-
 // The optimizer step count at the end of the run (without max_steps): the checkpoint's, then the batches left
 // in its epoch at this run's ranks and batch, then whole epochs. Equal to steps_per_epoch * epochs unless the
 // run resumed at another global batch (or skipped steps).
-long long steps_at_end(const data::SamplerOptions& so, const ResumePoint& start, const TrainerOptions& o,
+long long steps_at_end(const data::SamplerOptions& so, const training::ResumePoint& start, const TrainerOptions& o,
                        long long steps_per_epoch) {
   if (start.epoch >= o.epochs) return start.step;
   data::DistributedSampler rest(so);
@@ -109,9 +74,9 @@ class Trainer::Run {
     const long long steps_per_epoch = data_.steps_per_epoch;
     if (o_.schedule == LrScheduleKind::kCosine) {
       schedule_ = std::make_unique<CosineWithWarmup>(
-          peak_lr(o_), static_cast<std::int64_t>(o_.warmup_epochs * steps_per_epoch), steps_per_epoch * o_.epochs, 0.0);
+          optimizer_lr(o_), static_cast<std::int64_t>(o_.warmup_epochs * steps_per_epoch), steps_per_epoch * o_.epochs, 0.0);
     } else {
-      schedule_ = std::make_unique<ConstantLr>(peak_lr(o_));
+      schedule_ = std::make_unique<ConstantLr>(optimizer_lr(o_));
     }
     TrainStepOptions step_options{
         .cuda_graph = o_.cuda_graph,
@@ -145,13 +110,14 @@ class Trainer::Run {
       error = e.what();
     }
     session_.agree(error, "cannot use the checkpoint directory");
-    start_ = resume(from);
+    start_ = training::resume_run(from, o_, session_, model_, *optimizer_, data_.sampler_options.dataset_size);
+    if (start_.resumed) precision_->refresh(stream_);
     step_count_ = start_.step;
     total_steps_ = steps_at_end(data_.sampler_options, start_, o_, data_.steps_per_epoch);
     if (o_.max_steps > 0) total_steps_ = std::min<long long>(total_steps_, o_.max_steps);
     done_ = step_count_ >= total_steps_;
     outputs_.open(model_, start_.resumed, total_steps_, step_count_);
-    print_run();
+    outputs_.first_line(model_, data_.steps_per_epoch, step_->eager_reason());
     if (total_steps_ > step_count_) step_->plan(*schedule_, total_steps_ - step_count_);
   }
 
@@ -225,69 +191,6 @@ class Trainer::Run {
   long long step() const { return step_count_; }
 
  private:
-  void print_run() const {
-    if (!session_.is_lead()) return;
-    std::string model = model_.type_name();
-    if (const auto* mlp = dynamic_cast<const MLP*>(&model_)) {
-      for (std::size_t i = 0; i < mlp->sizes().size(); ++i)
-        model += (i ? "-" : " ") + std::to_string(mlp->sizes()[i]);
-    } else {
-      model += " (" + std::to_string(model_.num_parameters()) + " parameters)";
-    }
-    std::printf("%s: %d rank(s) on %s, backend %s, %s, batch %lld per rank (%lld global), %lld steps per epoch, "
-                "%s lr %g, %s",
-                o_.name.c_str(), session_.size(), session_.device().str().c_str(),
-                backend_name(session_.backend()).c_str(), model.c_str(), static_cast<long long>(o_.batch_size),
-                static_cast<long long>(o_.batch_size * session_.size()), data_.steps_per_epoch,
-                std::holds_alternative<SgdOptions>(o_.optimizer) ? "sgd" : "adamw", peak_lr(o_),
-                precision_name(o_.precision).c_str());
-    if (o_.shard_optimizer) std::printf(", optimizer state sharded over %d rank(s)", session_.size());
-    if (session_.device().is_cuda()) {
-      const std::string& off = step_->eager_reason();
-      std::printf(", CUDA graph %s", off.empty() ? "on" : ("off: " + off).c_str());
-    }
-    std::printf("\n");
-    std::fflush(stdout);
-  }
-
-  // Loads the newest complete checkpoint of `from` into the model and the optimizer, on every rank alike, or
-  // starts from scratch where a restart finds none; anything else that is wrong ends every rank with one message.
-  ResumePoint resume(const training::ResumeFrom& from) {
-    if (from.dir.empty()) return {};
-    session_.agree(from.required ? training::resume_path_problem(o_, from.dir) : "", "cannot resume");
-    const auto restored = training::restore_latest_training_checkpoint(
-        session_, from.dir, model_, *optimizer_,
-        [&](const io::LoadedCheckpoint& checkpoint) {
-          return training::recipe_mismatch(checkpoint, o_, model_, session_.size());
-        },
-        data_.sampler_options.dataset_size);
-    session_.agree(!restored && from.required ? "no complete checkpoint in " + from.dir : "", "cannot resume");
-    if (!restored) {
-      if (session_.is_lead()) {
-        std::printf("no complete checkpoint in %s yet (DDP_RESUME=1, a ddprun restart): starting from scratch\n",
-                    from.dir.c_str());
-      }
-      return {};
-    }
-    precision_->refresh(stream_);
-    const io::CheckpointMetadata& m = restored->metadata;
-    // Any number of ranks continues at the saved global position (the sampler lays the rest of the epoch out
-    // over this run's ranks).
-    const ResumePoint point{m.step, m.epoch, m.sampler_position, true};
-    if (session_.is_lead()) {
-      std::printf("resumed from %s: step %lld, epoch %lld, sample %lld", restored->path.c_str(), point.step,
-                  point.epoch, point.position);
-      if (m.world_size != session_.size()) {
-        const std::string* global = training::recipe_value(m, "global_batch_size");
-        std::printf(" (written on %d ranks, continuing on %d; global batch %s -> %lld)", m.world_size,
-                    session_.size(), global != nullptr ? global->c_str() : "?",
-                    static_cast<long long>(o_.batch_size * session_.size()));
-      }
-      std::printf("\n");
-    }
-    return point;
-  }
-
   // One pass over the sampler's batches of `epoch` from where it stands; returns the global sample position
   // reached (the end of the epoch, or where max_steps stopped it).
   long long run_epoch(long long epoch) {
@@ -345,43 +248,9 @@ class Trainer::Run {
     window_steps_ = 0;
   }
 
-  // Loss (accuracy, metrics) over the whole test set: a forward per chunk of this rank's shard with the sums kept
-  // on the device, read back once, then summed over ranks.
   EvaluationResult evaluate() const {
     if (!data_.test) return EvaluationResult{.loss = NAN, .accuracy = -1};
-    PhaseGuard evaluating(Phase::kEvaluation);  // what a hang report says of a rank stuck here
-    autograd::NoGradGuard no_grad;
-    model_.eval();
-    const bool classes = !o_.loss_function && o_.loss == Loss::kCrossEntropy;
-    // Per chunk, on the device: its mean loss, its correct count (classes), each metric's mean.
-    std::vector<std::vector<Tensor>> parts;
-    for (const data::DeviceBatch& c : data_.test->chunks()) {
-      std::vector<Tensor>& part = parts.emplace_back();
-      const Tensor out = precision_->forward(c.features, stream_, DType::kFloat32);
-      if (o_.loss_function) {
-        part.push_back(o_.loss_function(out, c.labels));
-      } else if (classes) {
-        part.push_back(ops::cross_entropy(out, c.labels, stream_));
-      } else {
-        part.push_back(ops::mse_loss(out, c.labels, stream_));
-      }
-      part.push_back(classes ? ops::count_correct(out, c.labels, stream_) : Tensor());
-      for (const Metric& metric : o_.metrics) part.push_back(metric.value(out, c.labels));
-    }
-    // loss * n, correct, n, then each metric * n; the first read waits for them all.
-    std::vector<double> sums(3 + o_.metrics.size(), 0.0);
-    sums[2] = static_cast<double>(data_.test->rows());
-    for (std::size_t k = 0; k < parts.size(); ++k) {
-      const auto rows = static_cast<double>(data_.test->chunks()[k].labels.size(0));
-      sums[0] += parts[k][0].item(stream_) * rows;
-      if (classes) sums[1] += parts[k][1].item(stream_);
-      for (std::size_t m = 0; m < o_.metrics.size(); ++m) sums[3 + m] += parts[k][2 + m].item(stream_) * rows;
-    }
-    sums = session_.sum(sums);
-    model_.train();
-    EvaluationResult result{.loss = sums[0] / sums[2], .accuracy = classes ? sums[1] / sums[2] : -1.0};
-    for (std::size_t m = 0; m < o_.metrics.size(); ++m) result.metrics.emplace_back(o_.metrics[m].name, sums[3 + m] / sums[2]);
-    return result;
+    return training::evaluate(o_, session_, *precision_, *data_.test);
   }
 
   void evaluate_epoch(long long epoch, bool epoch_finished) {
@@ -418,7 +287,7 @@ class Trainer::Run {
   const TrainerHooks& hooks_;
   const Stream& stream_ = session_.stream();
   training::RunOutputs outputs_;
-  PhaseTimes times_;
+  training::PhaseTimes times_;
   training::RunData data_;
   std::int64_t features_ = 0;
   std::vector<std::int64_t> rows_;
@@ -428,7 +297,7 @@ class Trainer::Run {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<io::CheckpointDirectoryLock> checkpoint_lock_;
-  ResumePoint start_;
+  training::ResumePoint start_;
   long long step_count_ = 0, total_steps_ = 0;
   bool done_ = false;     // max_steps reached (perhaps by the run resumed), or stopped
   bool stopped_ = false;  // a graceful stop (SIGTERM, SIGINT, SIGUSR1 to any rank or to ddprun)
@@ -438,27 +307,6 @@ class Trainer::Run {
   long long window_samples_ = 0;
   long long window_steps_ = 0;
 };
-
-void warm_up_device(const Session& session, const std::vector<std::int64_t>& sizes, Activation activation,
-                    const TrainerOptions& options) {
-  if (!session.device().is_cuda()) return;
-  const Stream& stream = session.stream();
-  MLP mlp(sizes, activation, options.seed, session.device(), stream);
-  training::PrecisionModel model(mlp, options.precision);
-  const std::unique_ptr<Optimizer> optimizer = make_optimizer(options, mlp, stream);
-  model.attach(*optimizer, stream);
-  const Tensor x = Tensor::zeros({options.batch_size, sizes.front()}, DType::kFloat32, session.device(), stream);
-  mlp.zero_grad(stream);
-  if (options.loss == Loss::kMse) {
-    const Tensor y = Tensor::zeros({options.batch_size, sizes.back()}, DType::kFloat32, session.device(), stream);
-    autograd::backward(ops::mse_loss(model.forward(x, stream, DType::kFloat32), y, stream), stream);
-  } else {
-    const Tensor y = Tensor::zeros({options.batch_size}, DType::kInt32, session.device(), stream);
-    autograd::backward(ops::cross_entropy(model.forward(x, stream), y, stream), stream);
-  }
-  optimizer->step(stream);
-  stream.synchronize();
-}
 
 Trainer::Trainer(Session& session, Module& model, TrainerOptions options, TrainerHooks hooks)
     : session_(session), model_(model), options_(std::move(options)), hooks_(std::move(hooks)) {

@@ -31,10 +31,19 @@ Loss parse_loss(const std::string& name) {
 
 std::string loss_name(Loss loss) { return loss == Loss::kMse ? "mse" : "cross-entropy"; }
 
+std::unique_ptr<Optimizer> make_optimizer(const TrainerOptions& o, Module& model, const Stream& stream) {
+  if (const auto* sgd = std::get_if<SgdOptions>(&o.optimizer)) return std::make_unique<Sgd>(model, *sgd, stream);
+  return std::make_unique<AdamW>(model, std::get<AdamWOptions>(o.optimizer), stream);
+}
+
+double optimizer_lr(const TrainerOptions& o) {
+  return std::visit([](const auto& options) { return options.lr; }, o.optimizer);
+}
+
 std::string option_text(const TrainerOptions& o, const std::string& option, const std::string& value) {
   if (o.option_name) return o.option_name(option, value);
-  // What a checkpoint records of the model is the model's, not an option's.
-  if (option == "activation" || option == "architecture") return "the model's " + option;
+  // What a checkpoint records of the model's activation is the model's, not an option's.
+  if (option == "activation") return "the model's activation";
   return "TrainerOptions::" + option + (value.empty() ? "" : " = " + value);
 }
 

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "runtime/models/module.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/tensor/tensor.h"
 
@@ -103,6 +105,11 @@ struct TrainerOptions {
   // -> "TrainerOptions::resume_dir = ck". A program that sets these from flags of its own names its flags.
   std::function<std::string(const std::string& option, const std::string& value)> option_name;
 };
+
+// The optimizer `o.optimizer` describes, over `model`'s parameters (its state allocated on `stream`), and its
+// learning rate (a schedule's peak).
+std::unique_ptr<Optimizer> make_optimizer(const TrainerOptions& o, Module& model, const Stream& stream);
+double optimizer_lr(const TrainerOptions& o);
 
 // How `o`'s messages name `option` set to `value` (TrainerOptions::option_name, or the option's own name).
 std::string option_text(const TrainerOptions& o, const std::string& option, const std::string& value = "");

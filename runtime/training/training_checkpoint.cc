@@ -224,7 +224,7 @@ void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module&
     if (extra.size() > 8) names += ", ... (" + std::to_string(extra.size()) + " in all)";
     throw InvalidArgument(file.where() + "holds tensors this model and optimizer do not have: " + names +
                           "; it was written by another model (more layers?) or optimizer: resume with the same "
-                          "model and optimizer flags, or start a new run in another checkpoint directory");
+                          "model and optimizer, or start a new run in another checkpoint directory");
   }
   for (const auto& [name, t] : model.state_dict()) {
     std::vector<float> values(static_cast<std::size_t>(t.numel()));

@@ -188,7 +188,7 @@ expect_error "checkpoint dir under /proc" "cannot use the checkpoint directory" 
 
 # 8. A fresh run is refused in a directory holding another run's checkpoints (its pruning would delete its own);
 #    a second job on a directory in use is refused naming the first.
-expect_error "fresh run in a used directory" "already holds another run's checkpoints (newest: ckpt-00000060.safetensors); to continue that run pass --resume" \
+expect_error "fresh run in a used directory" "already holds another run's checkpoints (newest: ckpt-00000060.safetensors); to continue that run use --resume" \
   "${small[@]}" --max-steps 5 --checkpoint-dir "$work/resume"
 "$ddprun" -np 1 -- "$train" "${small[@]}" --max-steps 1000000 --log-every 1 --checkpoint-dir "$work/busy" >"$work/busy.log" 2>&1 &
 holder=$!

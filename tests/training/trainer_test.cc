@@ -247,12 +247,21 @@ TEST(Trainer, ACheckpointOfAnotherLossOrArchitectureIsRefusedNamingIt) {
   EXPECT_NE(loss.find("was written with TrainerOptions::loss mse, this run has TrainerOptions::loss half-mse"),
             std::string::npos)
       << loss;
-  SkipNet other(s.device(), s.stream());
+  // The same parameters, another activation between them: the architecture tells them apart.
+  Sequential other;
+  other.add(std::make_shared<Linear>(3, 16, true, 1, 0, s.device(), s.stream()));
+  other.add(std::make_shared<ActivationLayer>(Activation::kGelu));
+  other.add(std::make_shared<Linear>(16, 2, true, 1, 64, s.device(), s.stream()));
   const std::string architecture = refusal(other, nullptr);
-  EXPECT_NE(architecture.find("was written with the model's architecture MLP(Linear,Tanh,Linear), this run has "
-                              "the model's architecture SkipNet(Linear,Linear,Linear)"),
+  EXPECT_NE(architecture.find("was written by a model Sequential(Linear,Tanh,Linear), this run's model is "
+                              "Sequential(Linear,GELU,Linear) (the same parameters, other layers)"),
             std::string::npos)
       << architecture;
+  // Other parameters: loading names those the model does not have.
+  SkipNet skip(s.device(), s.stream());
+  const std::string parameters = refusal(skip, nullptr);
+  EXPECT_NE(parameters.find("holds tensors this model and optimizer do not have: 0.weight"), std::string::npos)
+      << parameters;
 }
 
 }  // namespace
