@@ -109,6 +109,12 @@ class GraphBuilder {
       case Activation::kSigmoid:
         node("Sigmoid", "Sigmoid_" + prefix, {value}, out);
         break;
+      case Activation::kSilu: {  // x · Sigmoid(x), as the kernels compute it
+        const std::string sigmoid = fresh("silu_sigmoid");
+        node("Sigmoid", "SiLU_" + prefix + "_sigmoid", {value}, sigmoid);
+        node("Mul", "SiLU_" + prefix + "_mul", {value, sigmoid}, out);
+        break;
+      }
       case Activation::kGelu: {
         // 0.5 · x · (1 + erf(x · 1/√2)) with the kernels' float 1/√2; multiplying by 0.5 last rounds the same.
         const std::string scaled = fresh("gelu_scaled"), erf = fresh("gelu_erf"), plus = fresh("gelu_plus"),
