@@ -12,12 +12,6 @@
 namespace ddp::ops {
 namespace {
 
-void check_float_input(const char* op, const char* what, const Tensor& t, const Stream& stream) {
-  detail::check_defined(op, what, t);
-  detail::check_dtype(op, what, t, DType::kFloat32);
-  detail::check_stream(op, t, stream);
-}
-
 void check_matrix(const char* op, const char* what, const Tensor& t) {
   DDP_CHECK(t.dim() == 2, std::string(op) + ": " + what + " must be a matrix [rows, columns], got " + t.describe());
 }
@@ -37,7 +31,7 @@ float* grad_pointer(const Tensor& t, const Stream& s, bool* accumulate, Tensor* 
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Stream& stream) {
   constexpr const char* kOp = "layer_norm";
-  check_float_input(kOp, "x", x, stream);
+  detail::check_float_input(kOp, "x", x, stream);
   DDP_CHECK(x.dim() >= 1 && x.numel() > 0, std::string(kOp) + ": x must have elements, got " + x.describe());
   DDP_CHECK(weight.defined() == bias.defined(),
             std::string(kOp) + ": weight and bias are both given or both undefined (no affine transform)");
@@ -45,8 +39,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   const std::int64_t cols = x.size(x.dim() - 1);
   const std::int64_t rows = x.numel() / cols;
   if (weight.defined()) {
-    check_float_input(kOp, "weight", weight, stream);
-    check_float_input(kOp, "bias", bias, stream);
+    detail::check_float_input(kOp, "weight", weight, stream);
+    detail::check_float_input(kOp, "bias", bias, stream);
     detail::check_same_device(kOp, x, "x", weight, "weight");
     detail::check_same_device(kOp, x, "x", bias, "bias");
     DDP_CHECK(weight.shape() == Shape{cols} && bias.shape() == Shape{cols},
@@ -82,7 +76,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 
 Tensor frequency_encoding(const Tensor& x, std::int64_t frequencies, bool include_input, const Stream& stream) {
   constexpr const char* kOp = "frequency_encoding";
-  check_float_input(kOp, "x", x, stream);
+  detail::check_float_input(kOp, "x", x, stream);
   check_matrix(kOp, "x", x);
   DDP_CHECK(frequencies >= 0 && frequencies <= 64,
             std::string(kOp) + ": the number of frequencies must be in [0, 64], got " + std::to_string(frequencies));
@@ -109,7 +103,7 @@ Tensor frequency_encoding(const Tensor& x, std::int64_t frequencies, bool includ
 
 Tensor dropout(const Tensor& x, double p, std::uint64_t seed, const Tensor& draw, const Stream& stream) {
   constexpr const char* kOp = "dropout";
-  check_float_input(kOp, "x", x, stream);
+  detail::check_float_input(kOp, "x", x, stream);
   DDP_CHECK(p >= 0.0 && p < 1.0, std::string(kOp) + ": p must be in [0, 1), got " + std::to_string(p));
   if (p == 0.0) return x;
   detail::check_defined(kOp, "draw", draw);
@@ -138,7 +132,7 @@ Tensor dropout(const Tensor& x, double p, std::uint64_t seed, const Tensor& draw
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, const Stream& stream) {
   constexpr const char* kOp = "embedding";
-  check_float_input(kOp, "weight", weight, stream);
+  detail::check_float_input(kOp, "weight", weight, stream);
   check_matrix(kOp, "weight", weight);
   detail::check_defined(kOp, "indices", indices);
   detail::check_dtype(kOp, "indices", indices, DType::kInt32);
@@ -173,7 +167,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, const Stream& stre
 
 Tensor category_ids(const Tensor& x, std::int64_t column, std::int64_t cardinality, const Stream& stream) {
   constexpr const char* kOp = "category_ids";
-  check_float_input(kOp, "x", x, stream);
+  detail::check_float_input(kOp, "x", x, stream);
   check_matrix(kOp, "x", x);
   DDP_CHECK(column >= 0 && column < x.size(1), std::string(kOp) + ": column " + std::to_string(column) +
                                                    " is outside x " + x.describe());
@@ -198,7 +192,7 @@ Tensor category_ids(const Tensor& x, std::int64_t column, std::int64_t cardinali
 
 Tensor slice_columns(const Tensor& x, std::int64_t begin, std::int64_t end, const Stream& stream) {
   constexpr const char* kOp = "slice_columns";
-  check_float_input(kOp, "x", x, stream);
+  detail::check_float_input(kOp, "x", x, stream);
   check_matrix(kOp, "x", x);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   DDP_CHECK(begin >= 0 && begin <= end && end <= cols, std::string(kOp) + ": columns [" + std::to_string(begin) +
@@ -228,7 +222,7 @@ Tensor concat_columns(const std::vector<Tensor>& parts, const Stream& stream) {
   DDP_CHECK(!parts.empty(), std::string(kOp) + ": no tensors to concatenate");
   std::int64_t total = 0;
   for (const Tensor& p : parts) {
-    check_float_input(kOp, "a part", p, stream);
+    detail::check_float_input(kOp, "a part", p, stream);
     check_matrix(kOp, "every part", p);
     detail::check_same_device(kOp, parts[0], "the first part", p, "another");
     DDP_CHECK(p.size(0) == parts[0].size(0), std::string(kOp) + ": the parts must have one number of rows, got " +
