@@ -1,7 +1,8 @@
 // A training run's checkpoint: the model's parameters under PyTorch's state_dict names (so
 // torch.nn.Sequential(...).load_state_dict takes them), the optimizer's state per parameter
 // ("optimizer.<state>.<param>"), the model's buffers ("buffer.<name>", Dropout's draw counters: drop the
-// "optimizer." and "buffer." keys before a strict load_state_dict in PyTorch), and where the run stands (step, epoch, sampler position, seed, world size).
+// "optimizer." and "buffer." keys before a strict load_state_dict in PyTorch), and where the run stands (step,
+// epoch, sampler position, seed, world size).
 // The file format, the atomic write and the verification on load are runtime/io's; this file maps a Module
 // and an Optimizer onto it.
 //
