@@ -593,11 +593,13 @@ std::vector<LayerCase> layer_cases() {
                      return with_grads(mse_backward(ops::silu(in[0], s), s), in);
                    },
                    kElementwise});
-  // Widths below, at and above one block of threads, and rows of one element.
-  for (std::int64_t cols : {1, 37, 256, 1500}) {
-    cases.push_back({"layer_norm " + std::to_string(cols),
-                     [cols](const Device& d, const Stream& s) {
-                       return std::vector<Tensor>{leaf_on({33, cols}, 2, d, s, -2, 3), leaf_on({cols}, 3, d, s),
+  // Widths below, at and above one block of threads, rows of one element, and batches that the parameters'
+  // gradient sums in several chunks of rows.
+  for (const auto [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {33, 1}, {33, 37}, {33, 256}, {300, 1500}, {1000, 40}, {4097, 3}}) {
+    cases.push_back({"layer_norm " + std::to_string(rows) + "x" + std::to_string(cols),
+                     [rows, cols](const Device& d, const Stream& s) {
+                       return std::vector<Tensor>{leaf_on({rows, cols}, 2, d, s, -2, 3), leaf_on({cols}, 3, d, s),
                                                   leaf_on({cols}, 4, d, s)};
                      },
                      [](const std::vector<Tensor>& in, const Stream& s) {

@@ -1,6 +1,7 @@
 // CPU kernels of the MLP-family layers (LayerNorm, frequency encoding, dropout, embedding, column copies): plain
 // loops, in float32. They sit apart from elementwise.cc because each reduces or gathers along rows, and their
-// CUDA twins (runtime/kernels/cuda/layers.cu) keep the same summation orders where the contract promises bits.
+// CUDA twins (runtime/kernels/cuda/layers.cu) keep the same summation orders where the contract promises the
+// CPU's bits (the embedding's gradient).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -64,7 +65,7 @@ void layer_norm_backward(const float* dy, const float* x, const float* weight, c
     }
   }
   if (dweight == nullptr && dbias == nullptr) return;
-  // Column sums in row order, in float, as the GPU's one thread per column: the same bits from the same inputs.
+  // Column sums in row order, in float (the GPU sums chunks of rows, then the chunks: another fixed order).
   float* sw = detail::scratch_floats(0, static_cast<std::size_t>(cols));
   float* sb = detail::scratch_floats(1, static_cast<std::size_t>(cols));
   std::memset(sw, 0, sizeof(float) * static_cast<std::size_t>(cols));

@@ -2,9 +2,11 @@
 // twins of runtime/kernels/cpu/layers.cc. Every launch shape depends on the problem size only, no kernel uses a
 // float atomic, and none allocates or reads the host, so each is graph-capturable and gives the same bits on
 // every run. Products that the CPU rounds separately are written with _rn intrinsics so nvcc cannot fuse them.
+#include <algorithm>
 #include <cstdint>
 
 #include "runtime/kernels/counter_rng.h"
+#include "runtime/kernels/cuda/blas_handle.h"
 #include "runtime/kernels/cuda/device_utils.cuh"
 
 namespace ddp::kernels::cuda {
@@ -91,23 +93,62 @@ __global__ void layer_norm_dx_kernel(const float* __restrict__ dy, const float* 
   }
 }
 
-// One thread per column, rows in order (the CPU's order and rounding: the same bits from the same mean and
-// rstd). Reads are coalesced across the threads of a warp (consecutive columns of one row).
+// dweight and dbias: block (bx, by) sums columns [32·bx, 32·bx + 32) over its chunk of rows, 8 rows at a time
+// (rows ty, ty + 8, ... of the chunk in thread row ty, then the 8 thread rows in order). With one chunk that is
+// the result; with several, each block writes its chunk's sums into `partials` and the last block of the column
+// tile to finish (counted in counters[bx]) adds them in chunk order. A fixed order throughout: the same bits on
+// every run, one launch, and enough blocks to fill the GPU when the batch is large and the layer narrow.
+constexpr int kColTile = 32;
+constexpr int kRowLanes = 8;
+
 __global__ void layer_norm_params_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                          const float* __restrict__ mean, const float* __restrict__ rstd,
-                                         std::int64_t rows, std::int64_t cols, float* dweight, bool accumulate_dweight,
-                                         float* dbias, bool accumulate_dbias) {
+                                         std::int64_t rows, std::int64_t cols, std::int64_t rows_per_chunk,
+                                         float* dweight, bool accumulate_dweight, float* dbias, bool accumulate_dbias,
+                                         float* __restrict__ partials, unsigned int* __restrict__ counters) {
   detail::begin_kernel();
-  const std::int64_t c = thread_index();
-  if (c >= cols) return;
+  __shared__ float sums_w[kRowLanes][kColTile + 1];
+  __shared__ float sums_b[kRowLanes][kColTile + 1];
+  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
+  const std::int64_t row_end = min(rows, row_begin + rows_per_chunk);
   float sw = 0.0f, sb = 0.0f;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float g = dy[r * cols + c];
-    sw = __fadd_rn(sw, __fmul_rn(g, __fmul_rn(x[r * cols + c] - mean[r], rstd[r])));
-    sb = __fadd_rn(sb, g);
+  if (col < cols) {
+    for (std::int64_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes) {
+      const float g = dy[r * cols + col];
+      sw = __fadd_rn(sw, __fmul_rn(g, __fmul_rn(x[r * cols + col] - mean[r], rstd[r])));
+      sb = __fadd_rn(sb, g);
+    }
   }
-  if (dweight != nullptr) dweight[c] = accumulate_dweight ? __fadd_rn(dweight[c], sw) : sw;
-  if (dbias != nullptr) dbias[c] = accumulate_dbias ? __fadd_rn(dbias[c], sb) : sb;
+  sums_w[threadIdx.y][threadIdx.x] = sw;
+  sums_b[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  const bool holds = threadIdx.y == 0 && col < cols;
+  float tw = 0.0f, tb = 0.0f;
+  if (holds) {
+    for (int k = 0; k < kRowLanes; ++k) {
+      tw += sums_w[k][threadIdx.x];
+      tb += sums_b[k][threadIdx.x];
+    }
+  }
+  if (gridDim.y > 1) {
+    const std::int64_t chunks = gridDim.y;
+    if (holds) {
+      partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = tw;
+      partials[(chunks + blockIdx.y) * cols + col] = tb;
+    }
+    if (!detail::arrived_last(&counters[blockIdx.x], gridDim.y)) return;
+    if (!holds) return;
+    tw = 0.0f;
+    tb = 0.0f;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      tw += __ldcg(&partials[c * cols + col]);
+      tb += __ldcg(&partials[(chunks + c) * cols + col]);
+    }
+  }
+  if (!holds) return;
+  if (dweight != nullptr) dweight[col] = accumulate_dweight ? __fadd_rn(dweight[col], tw) : tw;
+  if (dbias != nullptr) dbias[col] = accumulate_dbias ? __fadd_rn(dbias[col], tb) : tb;
 }
 
 // ---- Frequency encoding: one thread per input element writes (and reads) all of its output columns ----
@@ -243,11 +284,28 @@ void layer_norm_backward(const float* dy, const float* x, const float* weight, c
     detail::launch(layer_norm_dx_kernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, dy, x, weight, mean,
                    rstd, cols, dx, accumulate_dx);
   }
-  if (dweight != nullptr || dbias != nullptr) {
-    const unsigned int blocks = static_cast<unsigned int>((cols + kThreads - 1) / kThreads);
-    detail::launch(layer_norm_params_kernel, blocks, kThreads, 0, stream, dy, x, mean, rstd, rows < 0 ? 0 : rows,
-                   cols, dweight, accumulate_dweight, dbias, accumulate_dbias);
+  if (dweight == nullptr && dbias == nullptr) return;
+  if (rows <= 0) {  // no rows: the sums are zero
+    if (dweight != nullptr && !accumulate_dweight) DDP_CUDA_CHECK(cudaMemsetAsync(dweight, 0, cols * 4, stream));
+    if (dbias != nullptr && !accumulate_dbias) DDP_CUDA_CHECK(cudaMemsetAsync(dbias, 0, cols * 4, stream));
+    return;
   }
+  // Row chunks of at least 64 rows, at most 64 of them, bounded by the scratch for two partial sums per column
+  // and by one counter per column tile (a width past that many tiles sums in one chunk).
+  constexpr std::int64_t kCounters = kReductionCounterBytes / sizeof(unsigned int);
+  const std::int64_t col_tiles = (cols + kColTile - 1) / kColTile;
+  const std::int64_t by_scratch = static_cast<std::int64_t>((kReductionScratchBytes - kReductionCounterBytes) /
+                                                            (2 * sizeof(float) * static_cast<std::size_t>(cols)));
+  std::int64_t chunks = std::min<std::int64_t>({(rows + 63) / 64, 64, std::max<std::int64_t>(by_scratch, 1)});
+  if (col_tiles > kCounters) chunks = 1;
+  const std::int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  float* partials = chunks > 1 ? static_cast<float*>(reduction_scratch(stream)) : nullptr;
+  unsigned int* counters = chunks > 1 ? reduction_counters(stream) : nullptr;
+  detail::launch(layer_norm_params_kernel,
+                 dim3(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks)),
+                 dim3(kColTile, kRowLanes), 0, stream, dy, x, mean, rstd, rows, cols, rows_per_chunk, dweight,
+                 accumulate_dweight, dbias, accumulate_dbias, partials, counters);
 }
 
 void frequency_encoding_forward(const float* x, std::int64_t rows, std::int64_t in, std::int64_t frequencies,
