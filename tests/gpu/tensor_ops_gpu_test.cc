@@ -697,6 +697,12 @@ TEST_F(Gpu, DropoutDrawsANewMaskAtEachReplay) {
   EXPECT_EQ(on_gpu.draw().to_vector<std::int64_t>(s())[0], 5);
   on_gpu.eval();
   EXPECT_TRUE(on_gpu.forward(x, s()).same(x));
+  // to() moves the counter with the module, its value kept.
+  on_cpu.to(Device::cuda(0), s());
+  EXPECT_EQ(on_cpu.draw().device(), Device::cuda(0));
+  EXPECT_EQ(on_cpu.draw().to_vector<std::int64_t>(s())[0], 5);
+  const Tensor draw5 = Tensor::full({1}, 5.0, DType::kInt64, Device::cpu(), cpu_stream());
+  EXPECT_EQ(host(on_cpu.forward(x, s())), host(ops::dropout(x_cpu, 0.5, 21, draw5, cpu_stream())));
 }
 
 // The modules together on the GPU: the residual LayerNorm GELU model behind categorical features and a frequency
