@@ -661,8 +661,10 @@ TEST_F(Gpu, LayerOpsMatchTheCpuEagerlyAndFromACudaGraph) {
     for (std::size_t k = 0; k < eager.size(); ++k)
       expect_close(host(eager[k]), expected[k], c.bound, c.name + (k == 0 ? " forward" : " gradient") + " eager");
 
-    // The same step captured (after the eager one filled the allocator's cache), its results overwritten with
-    // NaN, then replayed: the graph alone must write them again.
+    // The same step captured (after the eager one filled the allocator's cache, which it gives back here so that
+    // the capture allocates nothing new), its results overwritten with NaN, then replayed: the graph alone must
+    // write them again.
+    eager.clear();
     for (const Tensor& t : in)
       if (t.requires_grad()) autograd::zero_grad({t});
     std::vector<Tensor> graphed;
@@ -748,6 +750,7 @@ TEST_F(Gpu, LayerModulesMatchTheCpuEagerlyAndFromACudaGraph) {
   std::vector<Tensor> eager = step(gpu_net, x, s());
   for (std::size_t k = 0; k < eager.size(); ++k)
     expect_close(host(eager[k]), expected[k], bound, "modules eager " + std::to_string(k));
+  eager.clear();  // its memory back to the allocator's cache, for the capture
   std::vector<Tensor> graphed;
   CudaGraph graph = CudaGraph::capture(s(), [&] { graphed = step(gpu_net, x, s()); });
   ASSERT_TRUE(graph.captured()) << graph.error();
