@@ -29,9 +29,12 @@
 //   runtime/distributed/process_group.h  collectives and point-to-point send/recv on device buffers (public
 //                                        because Session::group() and DistributedDataParallel hand it out)
 //   runtime/tensor/tensor.h              Tensor: creation, views, copies between devices, item()
-//   runtime/ops/*.h                      ops with autograd: linear, activations, add/scale/mul, to_device, losses
+//   runtime/ops/*.h                      ops with autograd: linear, activations, add/scale/mul, to_device, losses,
+//                                        layer_norm, frequency_encoding, dropout, embedding, column slices
 //   runtime/autograd/autograd.h          backward, NoGradGuard, recording ops of one's own
-//   runtime/models/module.h, layers.h    Module, Linear, Sequential, MLP; runtime/models/bf16_weights.h: bf16 training
+//   runtime/models/module.h, layers.h    Module, Linear, Sequential, MLP, LayerNorm, ResidualBlock,
+//                                        FrequencyEncoding, Dropout, Embedding, ModuleList, CategoricalFeatures;
+//                                        runtime/models/bf16_weights.h: bf16 training
 //   runtime/optim/optimizer.h            Sgd, AdamW, LR schedules; runtime/optim/clip_grad.h
 //   runtime/data/*.h                     Fashion-MNIST/IDX, .npy/safetensors, DistributedSampler, BatchLoader +
 //                                        to_device, ResidentDataset and HostBatches, EvaluationShard,

@@ -5,7 +5,8 @@
 namespace ddp {
 namespace {
 
-constexpr Activation kNamed[] = {Activation::kRelu, Activation::kGelu, Activation::kTanh, Activation::kSigmoid};
+constexpr Activation kNamed[] = {Activation::kRelu, Activation::kGelu, Activation::kTanh, Activation::kSigmoid,
+                                Activation::kSilu};
 
 }  // namespace
 
@@ -19,6 +20,8 @@ const char* activation_name(Activation act) {
       return "tanh";
     case Activation::kSigmoid:
       return "sigmoid";
+    case Activation::kSilu:
+      return "silu";
     case Activation::kNone:
       break;
   }
@@ -29,7 +32,7 @@ Activation parse_activation(const std::string& name) {
   for (Activation act : kNamed) {
     if (name == activation_name(act)) return act;
   }
-  throw InvalidArgument("unknown activation '" + name + "': use relu, gelu, tanh or sigmoid");
+  throw InvalidArgument("unknown activation '" + name + "': use relu, gelu, tanh, sigmoid or silu");
 }
 
 }  // namespace ddp

@@ -30,8 +30,10 @@
 namespace ddp::counter_rng {
 
 // The third counter word separates the streams of different distributions, so uniform(seed, i) and
-// normal(seed, i) are not computed from the same Philox block.
-enum class StreamId : std::uint32_t { kUniform = 0, kNormal = 1 };
+// normal(seed, i) are not computed from the same Philox block. Dropout's masks take their own stream and put the
+// draw (the step) in the fourth word (and its bits above 32 above the stream id's), so (seed, draw, element)
+// never meets another stream's counter.
+enum class StreamId : std::uint32_t { kUniform = 0, kNormal = 1, kDropout = 2 };
 
 struct Block {
   std::uint32_t v[4];
@@ -202,16 +204,17 @@ DDP_HOST_DEVICE inline double cos_two_pi(double t) {
 
 }  // namespace detail
 
-// Philox-4x32-10 of the 128-bit counter (index_lo, index_hi, stream, 0) under the 64-bit key `seed`.
-DDP_HOST_DEVICE inline Block philox4x32_10(std::uint64_t seed, std::uint64_t index, StreamId stream) {
+// Philox-4x32-10 of the 128-bit counter (index_lo, index_hi, word2, word3) under the 64-bit key `seed`.
+DDP_HOST_DEVICE inline Block philox4x32_10(std::uint64_t seed, std::uint64_t index, std::uint32_t word2,
+                                           std::uint32_t word3) {
   constexpr std::uint32_t kMul0 = 0xD2511F53u;
   constexpr std::uint32_t kMul1 = 0xCD9E8D57u;
   constexpr std::uint32_t kWeyl0 = 0x9E3779B9u;
   constexpr std::uint32_t kWeyl1 = 0xBB67AE85u;
   std::uint32_t c0 = static_cast<std::uint32_t>(index);
   std::uint32_t c1 = static_cast<std::uint32_t>(index >> 32);
-  std::uint32_t c2 = static_cast<std::uint32_t>(stream);
-  std::uint32_t c3 = 0;
+  std::uint32_t c2 = word2;
+  std::uint32_t c3 = word3;
   std::uint32_t k0 = static_cast<std::uint32_t>(seed);
   std::uint32_t k1 = static_cast<std::uint32_t>(seed >> 32);
   for (int round = 0; round < 10; ++round) {
@@ -228,6 +231,11 @@ DDP_HOST_DEVICE inline Block philox4x32_10(std::uint64_t seed, std::uint64_t ind
     k1 += kWeyl1;
   }
   return Block{{c0, c1, c2, c3}};
+}
+
+// The counter (index_lo, index_hi, stream, 0): the random fills' blocks.
+DDP_HOST_DEVICE inline Block philox4x32_10(std::uint64_t seed, std::uint64_t index, StreamId stream) {
+  return philox4x32_10(seed, index, static_cast<std::uint32_t>(stream), 0);
 }
 
 // A float in [0, 1) from the top 24 bits: exactly representable, so no rounding anywhere.
@@ -255,6 +263,15 @@ DDP_HOST_DEVICE inline float standard_normal_at(std::uint64_t seed, std::uint64_
 // Element `index` of kernels::normal(seed, ...): mean + stddev·z with one correctly rounded fma.
 DDP_HOST_DEVICE inline float normal_at(std::uint64_t seed, std::uint64_t index, float mean, float stddev) {
   return detail::ffma(stddev, standard_normal_at(seed, index), mean);
+}
+
+// Whether dropout keeps element `index` at draw `draw`: u ≥ p for u in [0, 1) from 24 bits (so P(keep) = 1 − p
+// to 2^-24). Draws up to 2^56 are distinct.
+DDP_HOST_DEVICE inline bool dropout_keeps(std::uint64_t seed, std::uint64_t draw, std::uint64_t index, float p) {
+  const std::uint32_t word2 =
+      static_cast<std::uint32_t>(StreamId::kDropout) | (static_cast<std::uint32_t>(draw >> 32) << 8);
+  const Block b = philox4x32_10(seed, index, word2, static_cast<std::uint32_t>(draw));
+  return unit_float(b.v[0]) >= p;
 }
 
 }  // namespace ddp::counter_rng

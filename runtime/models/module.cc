@@ -16,6 +16,13 @@ Tensor Module::register_parameter(std::string name, Tensor tensor) {
   return tensor;
 }
 
+Tensor Module::register_buffer(std::string name, Tensor tensor) {
+  DDP_CHECK(tensor.defined(), type_name() + ": buffer " + name + " is undefined");
+  for (const auto& [n, t] : buffers_) DDP_CHECK(n != name, type_name() + ": buffer " + name + " registered twice");
+  buffers_.emplace_back(std::move(name), tensor);
+  return tensor;
+}
+
 void Module::register_module(std::string name, std::shared_ptr<Module> module) {
   DDP_CHECK(module != nullptr, type_name() + ": child " + name + " is null");
   children_.emplace_back(std::move(name), std::move(module));
@@ -29,6 +36,17 @@ void Module::set_device(const Device& device) {
 void Module::collect(const std::string& prefix, NamedTensors& out) const {
   for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+void Module::collect_buffers(const std::string& prefix, NamedTensors& out) const {
+  for (const auto& [name, t] : buffers_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect_buffers(prefix + name + ".", out);
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  collect_buffers("", out);
+  return out;
 }
 
 NamedTensors Module::named_parameters() const {
@@ -79,6 +97,11 @@ void Module::train(bool training) {
 }
 
 void Module::to(const Device& device, const Stream& stream) {
+  for (auto& [name, t] : named_buffers()) {
+    if (t.device() == device) continue;
+    Tensor handle = t;
+    handle.set_data(t.copy_to(device, stream));
+  }
   if (store_ != nullptr) {
     if (device != store_->device()) flatten_onto(device, stream, store_->layout());
     return;

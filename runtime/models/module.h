@@ -53,8 +53,8 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  // Moves every parameter to `device` (values copied on `stream`). If the parameters are flattened, the store
-  // moves there in place with the same layout; gradients are reset. Nothing happens on the device they are on.
+  // Moves every parameter and buffer to `device` (values copied on `stream`). If the parameters are flattened, the
+  // store moves there in place with the same layout; gradients are reset. Nothing happens on the device they are on.
   void to(const Device& device, const Stream& stream = current_stream());
   const Device& device() const { return device_; }
 
@@ -70,18 +70,27 @@ class Module {
 
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
 
+  // State that is not a parameter (no gradient, no optimizer, not in state_dict(), as torch's Dropout has none
+  // there) but that a resumed run needs: Dropout's draw counter. Dotted names as named_parameters(); the tensors
+  // themselves, which to() moves with the parameters. Training checkpoints save and restore them.
+  NamedTensors named_buffers() const;
+
  protected:
   // Registers a parameter (requires_grad is set) and returns the tensor handle the layer keeps.
   Tensor register_parameter(std::string name, Tensor tensor);
+  // Registers a buffer (see named_buffers) and returns the tensor handle the layer keeps.
+  Tensor register_buffer(std::string name, Tensor tensor);
   void register_module(std::string name, std::shared_ptr<Module> module);
   void set_device(const Device& device);
 
  private:
   void collect(const std::string& prefix, NamedTensors& out) const;
+  void collect_buffers(const std::string& prefix, NamedTensors& out) const;
   Device parameters_device() const;
   ParameterStore& flatten_onto(const Device& device, const Stream& stream, std::vector<std::size_t> layout);
 
   NamedTensors params_;
+  NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::shared_ptr<ParameterStore> store_;
   Device device_ = Device::cpu();

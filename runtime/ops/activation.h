@@ -16,5 +16,9 @@ inline Tensor relu(const Tensor& x, const Stream& stream = current_stream()) {
 inline Tensor gelu(const Tensor& x, const Stream& stream = current_stream()) {
   return activation(x, Activation::kGelu, stream);
 }
+// x·sigmoid(x), as torch.nn.SiLU() (standalone only: never fused into a linear).
+inline Tensor silu(const Tensor& x, const Stream& stream = current_stream()) {
+  return activation(x, Activation::kSilu, stream);
+}
 
 }  // namespace ddp::ops

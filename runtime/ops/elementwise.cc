@@ -11,15 +11,9 @@
 namespace ddp::ops {
 namespace {
 
-void check_float_input(const char* op, const char* what, const Tensor& t, const Stream& stream) {
-  detail::check_defined(op, what, t);
-  detail::check_dtype(op, what, t, DType::kFloat32);
-  detail::check_stream(op, t, stream);
-}
-
 void check_pair(const char* op, const Tensor& a, const Tensor& b, const Stream& stream) {
-  check_float_input(op, "a", a, stream);
-  check_float_input(op, "b", b, stream);
+  detail::check_float_input(op, "a", a, stream);
+  detail::check_float_input(op, "b", b, stream);
   detail::check_same_device(op, a, "a", b, "b");
   DDP_CHECK(a.shape() == b.shape(),
             std::string(op) + ": the inputs must have one shape, got " + a.describe() + " and " + b.describe());
@@ -52,7 +46,7 @@ Tensor add(const Tensor& a, const Tensor& b, const Stream& stream) {
 }
 
 Tensor scale(const Tensor& x, double alpha, const Stream& stream) {
-  check_float_input("scale", "x", x, stream);
+  detail::check_float_input("scale", "x", x, stream);
   const Device device = x.device();
   const auto factor = static_cast<float>(alpha);
   Tensor y = Tensor::empty(x.shape(), DType::kFloat32, device, stream);

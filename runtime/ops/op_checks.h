@@ -31,4 +31,11 @@ inline void check_dtype(const char* op, const char* what, const Tensor& t, DType
                                     t.describe());
 }
 
+// A defined float32 tensor whose device `stream` can run on: the inputs of the float32-only ops.
+inline void check_float_input(const char* op, const char* what, const Tensor& t, const Stream& stream) {
+  check_defined(op, what, t);
+  check_dtype(op, what, t, DType::kFloat32);
+  check_stream(op, t, stream);
+}
+
 }  // namespace ddp::ops::detail

@@ -124,10 +124,22 @@ std::vector<io::TensorSource> model_tensors(const Module& model, const Stream& s
                      sink(v.data(), v.size() * 4);
                    }});
   }
+  // Buffers (Dropout's draw counter) in their own type, so a resumed run continues their state bit for bit.
+  for (const auto& [name, t] : model.named_buffers()) {
+    const Tensor tensor = t;
+    out.push_back({buffer_tensor_name(name), t.dtype(), t.shape(), nullptr, t.nbytes(),
+                   [tensor, &stream](const io::ByteSink& sink) {
+                     const Tensor host = tensor.copy_to(Device::cpu(), stream);
+                     stream.synchronize();  // a copy from a device lands when the stream has done it
+                     sink(host.data_ptr(), host.nbytes());
+                   }});
+  }
   return out;
 }
 
 }  // namespace
+
+std::string buffer_tensor_name(const std::string& buffer) { return kBufferPrefix + buffer; }
 
 std::string save_training_checkpoint(const std::string& dir, const Module& model, const Optimizer& optimizer,
                                      const io::CheckpointMetadata& metadata, const Stream& stream, int keep_last) {
@@ -209,6 +221,7 @@ void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module&
   // with the same shapes, and more.
   std::set<std::string> expected;
   for (const auto& [name, t] : model.state_dict()) expected.insert(name);
+  for (const auto& [name, t] : model.named_buffers()) expected.insert(buffer_tensor_name(name));
   for (const auto& [state, packed] : optimizer.state()) {
     for (const ParameterSlot& slot : optimizer.store().slots()) {
       expected.insert(io::optimizer_tensor_name(state, slot.name));
@@ -230,6 +243,14 @@ void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module&
     std::vector<float> values(static_cast<std::size_t>(t.numel()));
     file.copy_to(name, DType::kFloat32, t.shape(), values.data());
     Tensor(t).copy_from(Tensor::from_vector(values, t.shape(), Device::cpu(), stream), stream);
+  }
+  // A checkpoint written before the model had buffers (or by a model without them) leaves them as they are.
+  for (const auto& [name, t] : model.named_buffers()) {
+    const std::string key = buffer_tensor_name(name);
+    if (file.find(key) == nullptr) continue;
+    std::vector<std::uint8_t> bytes(t.nbytes());
+    file.copy_to(key, t.dtype(), t.shape(), bytes.data());
+    Tensor(t).copy_from(Tensor::from_host(bytes.data(), t.shape(), t.dtype(), Device::cpu(), stream), stream);
   }
   // Every tensor is read and checked on every rank (the same refusal everywhere); each rank keeps the parts
   // its state buffers cover (all of them unsharded).

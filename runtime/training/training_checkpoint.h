@@ -1,6 +1,8 @@
 // A training run's checkpoint: the model's parameters under PyTorch's state_dict names (so
 // torch.nn.Sequential(...).load_state_dict takes them), the optimizer's state per parameter
-// ("optimizer.<state>.<param>"), and where the run stands (step, epoch, sampler position, seed, world size).
+// ("optimizer.<state>.<param>"), the model's buffers ("buffer.<name>", Dropout's draw counters: drop the
+// "optimizer." and "buffer." keys before a strict load_state_dict in PyTorch), and where the run stands (step,
+// epoch, sampler position, seed, world size).
 // The file format, the atomic write and the verification on load are runtime/io's; this file maps a Module
 // and an Optimizer onto it.
 //
@@ -23,6 +25,11 @@
 #include "runtime/optim/optimizer.h"
 
 namespace ddp::training {
+
+// The key of a module buffer (Module::named_buffers) in a training checkpoint: "buffer.1.draw". A parameter
+// key starts with a child's name or a parameter's, and no layer of the runtime names one "buffer".
+constexpr const char* kBufferPrefix = "buffer.";
+std::string buffer_tensor_name(const std::string& buffer);
 
 // Collective: rank 0 writes DIR/ckpt-<metadata.step>.safetensors atomically (DIR is created; the `keep_last`
 // newest checkpoints are kept, 0 keeps all) with metadata.world_size set to the session's; every rank returns
@@ -73,7 +80,8 @@ std::string save_training_checkpoint(const std::string& dir, const Module& model
                                      const io::CheckpointMetadata& metadata, const Stream& stream,
                                      int keep_last = 3);
 
-// Loads the model's parameters and the optimizer's state (and its step count) from `checkpoint`, refusing a
+// Loads the model's parameters, its buffers (when the file has them: an older checkpoint leaves them as they
+// are) and the optimizer's state (and its step count) from `checkpoint`, refusing a
 // file whose tensors do not match the model by name, dtype or shape (the message names the file and tensor),
 // and one that holds tensors the model and optimizer do not have (a deeper model's: the message names them).
 // A sharded optimizer takes its shard of each tensor; every rank checks every tensor, so a mismatch is refused

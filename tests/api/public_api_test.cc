@@ -5,7 +5,9 @@
 // join the MPI the test main started).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -224,6 +226,24 @@ TEST(Checkpoint, SavedAndRestoredThroughTheSession) {
   EXPECT_EQ(restored->metadata.extra.at("run.note"), "public api");
   EXPECT_EQ(optimizer.steps(), 2);
   EXPECT_EQ(model.parameters().front().to_vector<float>(stream), saved);
+}
+
+// The MLP family's layers by their public names: a model of each kind of layer built and run from "ddp.h".
+TEST(Layers, TheMlpFamilyIsPublic) {
+  const ddp::Stream& stream = ddp::cpu_stream();
+  auto body = std::make_shared<ddp::Sequential>();
+  body->add(std::make_shared<ddp::LayerNorm>(10));
+  body->add(std::make_shared<ddp::Linear>(10, 10));
+  body->add(std::make_shared<ddp::ActivationLayer>(ddp::Activation::kSilu));
+  body->add(std::make_shared<ddp::Dropout>(0.1, 3));
+  ddp::Sequential model;
+  model.add(std::make_shared<ddp::CategoricalFeatures>(std::vector<std::int64_t>{4}, 2));  // 1 + 1 -> 2 + 1
+  model.add(std::make_shared<ddp::FrequencyEncoding>(3, 1));                                  // 3 -> 9
+  model.add(std::make_shared<ddp::Linear>(9, 10));
+  model.add(std::make_shared<ddp::ResidualBlock>(body));
+  const Tensor x = Tensor::from_vector({1, 0.5f, 3, -0.5f}, {2, 2}, ddp::Device::cpu(), stream);
+  EXPECT_EQ(model.forward(x, stream).shape(), (ddp::Shape{2, 10}));
+  EXPECT_EQ(model.named_buffers().front().first, "3.body.3.draw");
 }
 
 }  // namespace

@@ -12,10 +12,12 @@ namespace ddp {
 namespace {
 
 TEST(ActivationName, ReadsBackWhatItWrites) {
-  for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kTanh, Activation::kSigmoid}) {
+  for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kTanh, Activation::kSigmoid,
+                         Activation::kSilu}) {
     EXPECT_EQ(parse_activation(activation_name(act)), act) << activation_name(act);
   }
   EXPECT_STREQ(activation_name(Activation::kGelu), "gelu");
+  EXPECT_STREQ(activation_name(Activation::kSilu), "silu");
   EXPECT_STREQ(activation_name(Activation::kNone), "identity");
 }
 
@@ -24,7 +26,7 @@ TEST(ActivationName, AnUnknownNameIsRefusedWithTheChoices) {
     parse_activation("identity");
     FAIL() << "identity is not an activation a layer applies";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown activation 'identity': use relu, gelu, tanh or sigmoid"),
+    EXPECT_NE(std::string(e.what()).find("unknown activation 'identity': use relu, gelu, tanh, sigmoid or silu"),
               std::string::npos)
         << e.what();
   }

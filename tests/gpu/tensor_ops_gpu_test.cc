@@ -12,6 +12,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,6 +30,7 @@
 #include "runtime/ops/ops.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
+#include "tests/models/residual_model.h"
 
 namespace ddp {
 namespace {
@@ -545,6 +549,223 @@ TEST_F(Gpu, MlpBf16MixedPrecisionStepMatchesCpu) {
   expect_close(gs.flat_params().to_vector<float>(s()), cs.flat_params().to_vector<float>(cpu_stream()), kBF16,
                "bf16 parameters after 3 steps");
   EXPECT_EQ(hooks, 18);
+}
+
+// ---- The MLP family's ops (runtime/ops/layers.h, SiLU) and modules: the GPU against the CPU, eagerly and from a
+// CUDA graph, as a captured training step runs them. ----
+
+// One op's forward and the backward of an MSE loss over it: `inputs` makes the op's inputs on a device (the same
+// values on each), `step` runs forward and backward on them and returns the output and the inputs' gradients.
+struct LayerCase {
+  std::string name;
+  std::function<std::vector<Tensor>(const Device&, const Stream&)> inputs;
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&, const Stream&)> step;
+  Bound bound;
+};
+
+// An MSE loss against a fixed target of y's shape, made on y's device, and its backward.
+Tensor mse_backward(const Tensor& y, const Stream& s) {
+  const Tensor target = Tensor::uniform(y.shape(), -1.0f, 1.0f, 4242, 0, y.device(), s);
+  autograd::backward(ops::mse_loss(y, target, s), s);
+  return y;
+}
+
+Tensor leaf_on(const Shape& shape, std::uint64_t seed, const Device& d, const Stream& s, float lo = -1, float hi = 1) {
+  Tensor t = Tensor::uniform(shape, lo, hi, seed, 0, d, s);
+  t.set_requires_grad(true);
+  return t;
+}
+
+std::vector<Tensor> with_grads(const Tensor& y, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out{y};
+  for (const Tensor& t : inputs)
+    if (t.requires_grad()) out.push_back(t.grad());
+  return out;
+}
+
+std::vector<LayerCase> layer_cases() {
+  std::vector<LayerCase> cases;
+  cases.push_back({"silu",
+                   [](const Device& d, const Stream& s) {
+                     return std::vector<Tensor>{leaf_on({7, 129}, 1, d, s, -5, 5)};
+                   },
+                   [](const std::vector<Tensor>& in, const Stream& s) {
+                     return with_grads(mse_backward(ops::silu(in[0], s), s), in);
+                   },
+                   kElementwise});
+  // Widths below, at and above one block of threads, rows of one element, and batches that the parameters'
+  // gradient sums in several chunks of rows.
+  for (const auto [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {33, 1}, {33, 37}, {33, 256}, {300, 1500}, {1000, 40}, {4097, 3}}) {
+    cases.push_back({"layer_norm " + std::to_string(rows) + "x" + std::to_string(cols),
+                     [rows, cols](const Device& d, const Stream& s) {
+                       return std::vector<Tensor>{leaf_on({rows, cols}, 2, d, s, -2, 3), leaf_on({cols}, 3, d, s),
+                                                  leaf_on({cols}, 4, d, s)};
+                     },
+                     [](const std::vector<Tensor>& in, const Stream& s) {
+                       return with_grads(mse_backward(ops::layer_norm(in[0], in[1], in[2], 1e-5, s), s), in);
+                     },
+                     kF32});
+  }
+  for (bool include : {true, false}) {
+    cases.push_back({include ? "frequency_encoding" : "frequency_encoding without the input",
+                     [](const Device& d, const Stream& s) { return std::vector<Tensor>{leaf_on({65, 3}, 5, d, s)}; },
+                     [include](const std::vector<Tensor>& in, const Stream& s) {
+                       return with_grads(mse_backward(ops::frequency_encoding(in[0], 6, include, s), s), in);
+                     },
+                     Bound{1e-5, 1e-4}});
+  }
+  cases.push_back({"embedding",
+                   [](const Device& d, const Stream& s) {
+                     std::vector<std::int32_t> ids(200);
+                     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 37) % 23);
+                     return std::vector<Tensor>{leaf_on({23, 12}, 6, d, s), Tensor::from_int32(ids, {200}, d, s)};
+                   },
+                   [](const std::vector<Tensor>& in, const Stream& s) {
+                     return with_grads(mse_backward(ops::embedding(in[0], in[1], s), s), in);
+                   },
+                   kElementwise});
+  cases.push_back({"slice_columns and concat_columns",
+                   [](const Device& d, const Stream& s) {
+                     return std::vector<Tensor>{leaf_on({40, 9}, 7, d, s), leaf_on({40, 4}, 8, d, s)};
+                   },
+                   [](const std::vector<Tensor>& in, const Stream& s) {
+                     const Tensor y = ops::concat_columns(
+                         {ops::slice_columns(in[0], 2, 7, s), in[1], ops::slice_columns(in[0], 0, 1, s)}, s);
+                     return with_grads(mse_backward(y, s), in);
+                   },
+                   kElementwise});
+  cases.push_back({"dropout",
+                   [](const Device& d, const Stream& s) {
+                     return std::vector<Tensor>{leaf_on({31, 70}, 9, d, s),
+                                                Tensor::full({1}, 5.0, DType::kInt64, d, s)};
+                   },
+                   [](const std::vector<Tensor>& in, const Stream& s) {
+                     Tensor draw = in[1];
+                     draw.fill_(5.0, s);  // the same mask each time: the draw is the case's input
+                     return with_grads(mse_backward(ops::dropout(in[0], 0.25, 3, draw, s), s), in);
+                   },
+                   kElementwise});  // the same mask (DropoutDrawsANewMaskAtEachReplay checks its bits)
+  return cases;
+}
+
+TEST_F(Gpu, LayerOpsMatchTheCpuEagerlyAndFromACudaGraph) {
+  for (const LayerCase& c : layer_cases()) {
+    const std::vector<Tensor> cpu_in = c.inputs(Device::cpu(), cpu_stream());
+    std::vector<std::vector<float>> expected;
+    for (const Tensor& t : c.step(cpu_in, cpu_stream())) expected.push_back(host(t));
+
+    const std::vector<Tensor> in = c.inputs(Device::cuda(0), s());
+    std::vector<Tensor> eager = c.step(in, s());
+    ASSERT_EQ(eager.size(), expected.size()) << c.name;
+    for (std::size_t k = 0; k < eager.size(); ++k)
+      expect_close(host(eager[k]), expected[k], c.bound, c.name + (k == 0 ? " forward" : " gradient") + " eager");
+
+    // The same step captured (after the eager one filled the allocator's cache, which it gives back here so that
+    // the capture allocates nothing new), its results overwritten with NaN, then replayed: the graph alone must
+    // write them again.
+    eager.clear();
+    for (const Tensor& t : in)
+      if (t.requires_grad()) autograd::zero_grad({t});
+    std::vector<Tensor> graphed;
+    CudaGraph graph = CudaGraph::capture(s(), [&] { graphed = c.step(in, s()); });
+    ASSERT_TRUE(graph.captured()) << c.name << ": " << graph.error();
+    for (Tensor& t : graphed) t.fill_(NAN, s());
+    graph.replay(s());
+    for (std::size_t k = 0; k < graphed.size(); ++k)
+      expect_close(host(graphed[k]), expected[k], c.bound, c.name + (k == 0 ? " forward" : " gradient") + " graph");
+  }
+}
+
+// Dropout in a captured step: every replay draws the mask of the counter's next value (the CPU's mask for that
+// draw, bit for bit), so no two replays share a mask, and the counter moves on with no host work.
+TEST_F(Gpu, DropoutDrawsANewMaskAtEachReplay) {
+  const Tensor x_cpu = Tensor::uniform({64, 40}, 0.5f, 1.5f, 10, 0, Device::cpu(), cpu_stream());
+  const Tensor x = x_cpu.copy_to(Device::cuda(0), s());
+  Dropout on_gpu(0.5, 21, Device::cuda(0), s());
+  Dropout on_cpu(0.5, 21, Device::cpu(), cpu_stream());
+  EXPECT_EQ(host(on_gpu.forward(x, s())), host(on_cpu.forward(x_cpu, cpu_stream()))) << "eager draw 0";
+  Tensor y;
+  CudaGraph graph = CudaGraph::capture(s(), [&] { y = on_gpu.forward(x, s()); });
+  ASSERT_TRUE(graph.captured()) << graph.error();
+  EXPECT_EQ(on_gpu.draw().to_vector<std::int64_t>(s())[0], 1) << "capturing ran nothing";
+  std::vector<std::vector<float>> masks;
+  for (int replay = 0; replay < 4; ++replay) {
+    graph.replay(s());
+    masks.push_back(host(y));
+    EXPECT_EQ(masks.back(), host(on_cpu.forward(x_cpu, cpu_stream()))) << "replay " << replay;
+    for (int earlier = 0; earlier < replay; ++earlier) EXPECT_NE(masks[earlier], masks.back()) << replay;
+  }
+  EXPECT_EQ(on_gpu.draw().to_vector<std::int64_t>(s())[0], 5);
+  on_gpu.eval();
+  EXPECT_TRUE(on_gpu.forward(x, s()).same(x));
+  // to() moves the counter with the module, its value kept.
+  on_cpu.to(Device::cuda(0), s());
+  EXPECT_EQ(on_cpu.draw().device(), Device::cuda(0));
+  EXPECT_EQ(on_cpu.draw().to_vector<std::int64_t>(s())[0], 5);
+  const Tensor draw5 = Tensor::full({1}, 5.0, DType::kInt64, Device::cpu(), cpu_stream());
+  EXPECT_EQ(host(on_cpu.forward(x, s())), host(ops::dropout(x_cpu, 0.5, 21, draw5, cpu_stream())));
+}
+
+// The modules together on the GPU: the residual LayerNorm GELU model behind categorical features and a frequency
+// encoding, a training step's forward and backward eagerly and from a graph against the CPU; and an id out of
+// range on the GPU embeds as zeros instead of reading out of bounds.
+TEST_F(Gpu, LayerModulesMatchTheCpuEagerlyAndFromACudaGraph) {
+  struct Net {
+    std::shared_ptr<CategoricalFeatures> categorical;
+    std::shared_ptr<FrequencyEncoding> encoding;
+    std::shared_ptr<Sequential> body;
+    Tensor forward(const Tensor& x, const Stream& s) const {
+      return body->forward(encoding->forward(categorical->forward(x, s), s), s);
+    }
+  };
+  auto build = [](const Device& d, const Stream& s) {
+    Net n;
+    n.categorical = std::make_shared<CategoricalFeatures>(std::vector<std::int64_t>{5, 3}, 2, 1, d, s);
+    n.encoding = std::make_shared<FrequencyEncoding>(6, 1);  // 2·2 + 2 features in, 18 out
+    n.body = test::residual_layer_norm_gelu_model(2, d, s, 18, 32, 3);
+    return n;
+  };
+  std::vector<float> rows;
+  for (int r = 0; r < 48; ++r) {
+    rows.insert(rows.end(), {static_cast<float>(r % 5), static_cast<float>((r * 7) % 3),
+                             std::sin(0.3f * static_cast<float>(r)), std::cos(0.2f * static_cast<float>(r))});
+  }
+  const Tensor x_cpu = Tensor::from_vector(rows, {48, 4}, Device::cpu(), cpu_stream());
+  const Tensor x = x_cpu.copy_to(Device::cuda(0), s());
+  const Net cpu_net = build(Device::cpu(), cpu_stream());
+  const Net gpu_net = build(Device::cuda(0), s());
+  auto params = [](const Net& n) {
+    std::vector<Tensor> out = n.categorical->parameters();
+    for (const Tensor& p : n.body->parameters()) out.push_back(p);
+    return out;
+  };
+  auto step = [&](const Net& n, const Tensor& input, const Stream& st) {
+    for (const Tensor& p : params(n)) autograd::zero_grad({p});
+    return with_grads(mse_backward(n.forward(input, st), st), params(n));
+  };
+  std::vector<std::vector<float>> expected;
+  for (const Tensor& t : step(cpu_net, x_cpu, cpu_stream())) expected.push_back(host(t));
+  const Bound bound{2e-5, 1e-4};
+  std::vector<Tensor> eager = step(gpu_net, x, s());
+  for (std::size_t k = 0; k < eager.size(); ++k)
+    expect_close(host(eager[k]), expected[k], bound, "modules eager " + std::to_string(k));
+  eager.clear();  // its memory back to the allocator's cache, for the capture
+  std::vector<Tensor> graphed;
+  CudaGraph graph = CudaGraph::capture(s(), [&] { graphed = step(gpu_net, x, s()); });
+  ASSERT_TRUE(graph.captured()) << graph.error();
+  for (Tensor& t : graphed) t.fill_(NAN, s());
+  graph.replay(s());
+  for (std::size_t k = 0; k < graphed.size(); ++k)
+    expect_close(host(graphed[k]), expected[k], bound, "modules graph " + std::to_string(k));
+
+  autograd::NoGradGuard no_grad;
+  const Tensor bad = Tensor::from_vector({7, 1, 0.5f, 0.25f, 2.5f, 0, 0, 0}, {2, 4}, Device::cpu(), cpu_stream());
+  const std::vector<float> y = host(gpu_net.categorical->forward(bad.copy_to(Device::cuda(0), s()), s()));
+  const std::vector<float> e1 = host(gpu_net.categorical->embeddings()[1].state_dict()[0].second);
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 2), std::vector<float>(2, 0.0f)) << "id 7 of 5 categories";
+  EXPECT_EQ(std::vector<float>(y.begin() + 2, y.begin() + 4), std::vector<float>(e1.begin() + 2, e1.begin() + 4));
+  EXPECT_EQ(std::vector<float>(y.begin() + 6, y.begin() + 8), std::vector<float>(2, 0.0f)) << "id 2.5";
 }
 
 }  // namespace

@@ -137,5 +137,69 @@ TEST(OnnxExport, AMissingDirectoryIsNamedInTheError) {
   }
 }
 
+// The MLP family's layers: LayerNormalization with the module's weight and bias, Add for a residual block with
+// the body's initialisers under PyTorch's names, and the widths followed through the blocks.
+TEST(OnnxExport, AResidualLayerNormModelBecomesLayerNormalizationAndAdd) {
+  auto body = std::make_shared<Sequential>();
+  body->add(std::make_shared<LayerNorm>(6));
+  body->add(std::make_shared<Linear>(6, 6));
+  body->add(std::make_shared<ActivationLayer>(Activation::kSilu));
+  body->add(std::make_shared<Dropout>(0.2, 1));
+  Sequential model;
+  model.add(std::make_shared<Linear>(3, 6));
+  model.add(std::make_shared<ResidualBlock>(body));
+  model.add(std::make_shared<ResidualBlock>(std::make_shared<Linear>(6, 2), std::make_shared<Linear>(6, 2, false)));
+  const onnx::ModelProto proto = parse(onnx_model_bytes(model, S()));
+  EXPECT_EQ(op_types(proto), (std::vector<std::string>{"Gemm", "LayerNormalization", "Gemm", "Sigmoid", "Mul", "Add",
+                                                       "Gemm", "Gemm", "Add"}));
+  for (const char* name :
+       {"1.body.0.weight", "1.body.0.bias", "1.body.1.weight", "2.body.weight", "2.projection.weight"}) {
+    EXPECT_NE(initializer(proto, name), nullptr) << name;
+  }
+  const auto& norm = proto.graph().node(1);
+  ASSERT_EQ(norm.attribute_size(), 2);
+  EXPECT_EQ(norm.attribute(0).name(), "axis");
+  EXPECT_EQ(norm.attribute(0).i(), -1);
+  EXPECT_FLOAT_EQ(norm.attribute(1).f(), 1e-5f);
+  EXPECT_EQ(proto.graph().node(8).output(0), "output");
+  EXPECT_EQ(proto.graph().input(0).type().tensor_type().shape().dim(1).dim_value(), 3);
+  EXPECT_EQ(proto.graph().output(0).type().tensor_type().shape().dim(1).dim_value(), 2);
+
+  Sequential unmatched;
+  unmatched.add(std::make_shared<Linear>(3, 6));
+  unmatched.add(std::make_shared<ResidualBlock>(std::make_shared<Linear>(6, 4)));
+  EXPECT_THROW(onnx_model_bytes(unmatched, S()), InvalidArgument);
+}
+
+TEST(OnnxExport, EncodingsAndCategoricalFeaturesTakeTheirInputWidthFromTheLayersAfterThem) {
+  Sequential encoded;
+  encoded.add(std::make_shared<FrequencyEncoding>(2, 3));
+  encoded.add(std::make_shared<Linear>(14, 1));
+  const onnx::ModelProto e = parse(onnx_model_bytes(encoded, S()));
+  EXPECT_EQ(op_types(e), (std::vector<std::string>{"Mul", "Sin", "Cos", "Mul", "Sin", "Cos", "Mul", "Sin", "Cos",
+                                                   "Concat", "Gemm"}));
+  EXPECT_EQ(e.graph().input(0).type().tensor_type().shape().dim(1).dim_value(), 2);
+
+  Sequential categorical;
+  categorical.add(std::make_shared<CategoricalFeatures>(std::vector<std::int64_t>{4, 3}, 2));
+  categorical.add(std::make_shared<Linear>(2 * 2 + 5, 6));
+  const onnx::ModelProto c = parse(onnx_model_bytes(categorical, S()));
+  EXPECT_EQ(op_types(c), (std::vector<std::string>{"Gather", "Cast", "Gather", "Gather", "Cast", "Gather", "Slice",
+                                                   "Concat", "Gemm"}));
+  EXPECT_EQ(c.graph().input(0).type().tensor_type().shape().dim(1).dim_value(), 2 + 5);
+  EXPECT_NE(initializer(c, "0.embeddings.1.weight"), nullptr);
+
+  // Nothing after the categorical features says how many float features there are: the caller does.
+  CategoricalFeatures alone({4}, 3);
+  try {
+    onnx_model_bytes(alone, S());
+    FAIL() << "a model of unknown input width was exported";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("OnnxExportOptions::input_features"), std::string::npos) << e.what();
+  }
+  const onnx::ModelProto a = parse(onnx_model_bytes(alone, S(), {.input_features = 3}));
+  EXPECT_EQ(a.graph().output(0).type().tensor_type().shape().dim(1).dim_value(), 3 + 2);
+}
+
 }  // namespace
 }  // namespace ddp

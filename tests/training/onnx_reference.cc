@@ -15,6 +15,7 @@
 #include "runtime/autograd/autograd.h"
 #include "runtime/models/layers.h"
 #include "runtime/training/onnx_export.h"
+#include "tests/models/residual_model.h"
 
 namespace {
 
@@ -27,11 +28,10 @@ const ddp::Stream& S() {
   return g_device.is_cuda() ? stream : ddp::cpu_stream();
 }
 
-void write_case(const std::string& dir, const std::string& name, ddp::Sequential& model, std::int64_t rows,
-                std::int64_t features) {
-  ddp::export_onnx(model, dir + "/" + name + ".onnx", S(), {.doc_string = name});
-  // Inputs of a spread a normalised data set has, with a few large ones where the activations saturate.
-  ddp::Tensor x = ddp::Tensor::normal({rows, features}, 0.0f, 1.5f, 1234, 0, g_device, S());
+// The model in eval mode (Dropout the identity, as the exported graph) on `x`.
+void write_case(const std::string& dir, const std::string& name, ddp::Module& model, const ddp::Tensor& x) {
+  model.eval();
+  ddp::export_onnx(model, dir + "/" + name + ".onnx", S(), {.doc_string = name, .input_features = x.size(1)});
   ddp::autograd::NoGradGuard no_grad;
   const ddp::Tensor y = model.forward(x, S());
   const nlohmann::json record = {{"input", x.to_vector<float>(S())},
@@ -40,6 +40,12 @@ void write_case(const std::string& dir, const std::string& name, ddp::Sequential
                                  {"output_shape", y.shape()}};
   std::ofstream(dir + "/" + name + ".json") << record.dump() << "\n";
   std::printf("%s/%s.onnx\n", dir.c_str(), name.c_str());
+}
+
+void write_case(const std::string& dir, const std::string& name, ddp::Module& model, std::int64_t rows,
+                std::int64_t features) {
+  // Inputs of a spread a normalised data set has, with a few large ones where the activations saturate.
+  write_case(dir, name, model, ddp::Tensor::normal({rows, features}, 0.0f, 1.5f, 1234, 0, g_device, S()));
 }
 
 }  // namespace
@@ -69,5 +75,24 @@ int main(int argc, char** argv) {
   regression.add(std::make_shared<ddp::Linear>(8, 2, false, 5, 1000, g_device, S()));
   regression.add(std::make_shared<ddp::ActivationLayer>(Activation::kSigmoid));
   write_case(dir, "regression_tanh_sigmoid", regression, 16, 5);
+  // The MLP family: a residual LayerNorm GELU model, a frequency encoding into SiLU and Dropout, categorical ids.
+  auto residual = ddp::test::residual_layer_norm_gelu_model(7, g_device, S());
+  write_case(dir, "residual_layer_norm_gelu", *residual, 32, 8);
+  ddp::Sequential encoded;
+  encoded.add(std::make_shared<ddp::FrequencyEncoding>(3, 4));
+  encoded.add(std::make_shared<ddp::Linear>(27, 16, true, 8, 0, g_device, S()));
+  encoded.add(std::make_shared<ddp::ActivationLayer>(Activation::kSilu));
+  encoded.add(std::make_shared<ddp::Dropout>(0.3, 2, g_device, S()));
+  encoded.add(std::make_shared<ddp::Linear>(16, 2, true, 8, 1000, g_device, S()));
+  write_case(dir, "frequency_encoding_silu_dropout", encoded, 24, 3);
+  ddp::Sequential categorical;
+  categorical.add(std::make_shared<ddp::CategoricalFeatures>(std::vector<std::int64_t>{5, 3}, 4, 9, g_device, S()));
+  categorical.add(std::make_shared<ddp::Linear>(4 * 2 + 2, 3, true, 9, 1000, g_device, S()));
+  std::vector<float> rows;
+  for (int r = 0; r < 20; ++r) {
+    rows.insert(rows.end(), {static_cast<float>(r % 5), static_cast<float>((r * 2) % 3), 0.1f * static_cast<float>(r),
+                             -0.05f * static_cast<float>(r * r % 7)});
+  }
+  write_case(dir, "categorical_features", categorical, ddp::Tensor::from_vector(rows, {20, 4}, g_device, S()));
   return 0;
 }

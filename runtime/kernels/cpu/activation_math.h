@@ -70,6 +70,13 @@ inline float tanh(float x) {
 // would overflow.
 inline float sigmoid(float x) { return 1.0f / (1.0f + exp_vectorisable(-std::clamp(x, -87.0f, 87.0f))); }
 
+// x·sigmoid(x), as torch.nn.SiLU; its derivative from the input, s·(1 + x·(1 − s)) with s = sigmoid(x).
+inline float silu(float x) { return x * sigmoid(x); }
+inline float silu_grad(float x) {
+  const float s = sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+
 // Both derivatives from the output y, which the forward kept: nothing is computed again.
 inline float tanh_grad_from_output(float y) { return 1.0f - y * y; }
 inline float sigmoid_grad_from_output(float y) { return y * (1.0f - y); }
@@ -84,6 +91,8 @@ inline float activate(Activation act, float z) {
       return tanh(z);
     case Activation::kSigmoid:
       return sigmoid(z);
+    case Activation::kSilu:
+      return silu(z);
     case Activation::kNone:
       break;
   }

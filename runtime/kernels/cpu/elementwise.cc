@@ -42,6 +42,9 @@ void activation_forward(Activation act, const float* x, float* y, std::int64_t n
     case Activation::kSigmoid:
       for (std::int64_t i = 0; i < n; ++i) y[i] = detail::sigmoid(x[i]);
       return;
+    case Activation::kSilu:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = detail::silu(x[i]);
+      return;
   }
 }
 
@@ -82,6 +85,13 @@ void activation_backward(Activation act, const float* x, const float* y, const f
         for (std::int64_t i = 0; i < n; ++i) dx[i] += dy[i] * detail::sigmoid_grad_from_output(y[i]);
       } else {
         for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * detail::sigmoid_grad_from_output(y[i]);
+      }
+      return;
+    case Activation::kSilu:
+      if (accumulate) {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] += dy[i] * detail::silu_grad(x[i]);
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * detail::silu_grad(x[i]);
       }
       return;
   }

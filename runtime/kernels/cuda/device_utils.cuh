@@ -112,6 +112,12 @@ __device__ __forceinline__ float gelu_grad(float z) {
   return cdf + z * pdf;
 }
 __device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+// x·sigmoid(x) (torch.nn.SiLU) and its derivative from the input, s·(1 + x·(1 − s)).
+__device__ __forceinline__ float silu(float z) { return z * sigmoid(z); }
+__device__ __forceinline__ float silu_grad(float z) {
+  const float s = sigmoid(z);
+  return s * (1.0f + z * (1.0f - s));
+}
 __device__ __forceinline__ float apply_activation(Activation act, float z) {
   switch (act) {
     case Activation::kRelu:
@@ -122,12 +128,14 @@ __device__ __forceinline__ float apply_activation(Activation act, float z) {
       return tanhf(z);
     case Activation::kSigmoid:
       return sigmoid(z);
+    case Activation::kSilu:
+      return silu(z);
     default:
       return z;
   }
 }
 // For kRelu `saved` is the activation's output or input (the same sign test works for both); for kGelu it is the
-// input; for kTanh and kSigmoid (standalone only) it is the output, so the function is not computed again. As
+// input, and for kSilu (standalone only) too; for kTanh and kSigmoid (standalone only) it is the output, so the function is not computed again. As
 // torch's threshold_backward: the ReLU's gradient is 0 where the input is ≤ 0.
 __device__ __forceinline__ float activation_grad(Activation act, float saved) {
   switch (act) {
@@ -139,6 +147,8 @@ __device__ __forceinline__ float activation_grad(Activation act, float saved) {
       return 1.0f - saved * saved;
     case Activation::kSigmoid:
       return saved * (1.0f - saved);
+    case Activation::kSilu:
+      return silu_grad(saved);
     default:
       return 1.0f;
   }
