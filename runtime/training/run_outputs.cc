@@ -38,16 +38,6 @@ std::string same_output_twice(const TrainerOptions& o) {
   return "";
 }
 
-// The ONNX export of a model, or why it cannot be made.
-std::string onnx_bytes(const Module& model, const Stream& stream) {
-  const auto* sequential = dynamic_cast<const Sequential*>(&model);
-  if (sequential == nullptr) {
-    throw InvalidArgument("the ONNX export takes a Sequential of Linear and activation layers; this model is " +
-                          model.type_name());
-  }
-  return onnx_model_bytes(*sequential, stream);
-}
-
 }  // namespace
 
 double since(std::chrono::steady_clock::time_point t) {
@@ -94,7 +84,7 @@ void RunOutputs::open(const Module& model, bool resumed, long long total_steps, 
   session_.agree(error, "cannot write the run's outputs");
   error = "";
   try {
-    if (session_.is_lead() && !o_.onnx_file.empty()) (void)onnx_bytes(model, session_.stream());
+    if (session_.is_lead() && !o_.onnx_file.empty()) (void)onnx_model_bytes(model, session_.stream());
   } catch (const std::exception& e) {
     error = option_text(o_, "onnx_file", o_.onnx_file) + ": " + e.what();
   }
@@ -206,7 +196,7 @@ void RunOutputs::finish(const Module& model, bool stopped, const Stream& stream)
   if (stopped || o_.onnx_file.empty()) return;
   std::string error;
   try {
-    if (session_.is_lead()) io::write_file_atomically(o_.onnx_file, onnx_bytes(model, stream));
+    if (session_.is_lead()) export_onnx(model, o_.onnx_file, stream);
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -19,4 +19,4 @@ for name, rows in (("train", train_rows), ("test", test_rows)):
     j = np.arange(targets)
     y = np.sin(np.pi * x[:, j % features]) * x[:, (j + 1) % features] + 0.5 * x[:, (j + 2) % features] ** 2
     np.save(f"{out}/{name}/features.npy", x)
-    np.save(f"{out}/{name}/targets.npy", y.astype(np.float32))
+    np.save(f"{out}/{name}/targets.npy", np.ascontiguousarray(y, dtype=np.float32))

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ddp.h"
+#include "tests/models/residual_model.h"
 
 namespace ddp {
 namespace {
@@ -68,6 +69,38 @@ TEST(TrainStep, GivesTheBitsOfTheHandWrittenEagerLoopAcrossAShorterLastBatch) {
   }
   EXPECT_EQ(step.captured(), graphs_possible());
   EXPECT_EQ(parameters(stepped.model), parameters(eager.model));
+}
+
+// A residual LayerNorm GELU model with a Dropout: the captured step draws each replay's mask from the draw counter
+// on the device, so the replayed run equals the eager one bit for bit (and the masks change step to step).
+TEST(TrainStep, AResidualLayerNormDropoutModelStepsTheEagerBitsWhenCaptured) {
+  Session& s = *g_session;
+  auto make = [&] {
+    auto model = std::make_shared<Sequential>();
+    model->add(test::residual_layer_norm_gelu_model(3, s.device(), s.stream(), 6, 32, 3));
+    model->add(std::make_shared<Dropout>(0.2, 11, s.device(), s.stream()));
+    return model;
+  };
+  const auto eager_model = make(), captured_model = make();
+  DistributedDataParallel eager_ddp(*eager_model, s), captured_ddp(*captured_model, s);
+  AdamW eager_opt(*eager_model, {.lr = 1e-2}), captured_opt(*captured_model, {.lr = 1e-2});
+  TrainStep eager(s, eager_opt, [&](const Tensor& x, const Tensor& y) {
+    Tensor l = ops::mse_loss(eager_model->forward(x), y);
+    eager_ddp.backward(l);
+    return l;
+  }, {.cuda_graph = false});
+  TrainStep captured(s, captured_opt, [&](const Tensor& x, const Tensor& y) {
+    Tensor l = ops::mse_loss(captured_model->forward(x), y);
+    captured_ddp.backward(l);
+    return l;
+  }, {.eager_steps = 2});
+  for (int k = 0; k < 10; ++k) {
+    const auto [x, y] = batch(k, 8);
+    eager(x, y);
+    captured(x, y);
+  }
+  EXPECT_EQ(captured.captured(), graphs_possible());
+  EXPECT_EQ(parameters(*captured_model), parameters(*eager_model));
 }
 
 TEST(TrainStep, SaysWhyItRunsEagerly) {
