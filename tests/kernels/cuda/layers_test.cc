@@ -85,7 +85,7 @@ TEST_F(CudaKernels, CategoryIdsAndColumnCopiesAreTheCpusBits) {
 }
 
 TEST_F(CudaKernels, LayerNormMatchesTheCpuAndRepeatsItsBits) {
-  for (const auto [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{{7, 1}, {129, 300}, {5000, 33}}) {
+  for (const auto& [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{{7, 1}, {129, 300}, {5000, 33}}) {
     const std::vector<float> x = random_nonzero(rows * cols, 6, 3.0f), w = random_nonzero(cols, 7),
                              b = random_nonzero(cols, 8), dy = random_nonzero(rows * cols, 9);
     DeviceBuffer xd(rows * cols * 4), wd(cols * 4), bd(cols * 4), g(rows * cols * 4), y(rows * cols * 4),
