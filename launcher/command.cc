@@ -60,6 +60,9 @@ MachineFacts current_machine() {
   facts.gpu_numa = here.gpu_numa;
   facts.root = ::geteuid() == 0;
   facts.memory_available_bytes = available_memory_bytes();
+#if defined(__x86_64__)
+  facts.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry = *e;
     const size_t eq = entry.find('=');
@@ -188,7 +191,8 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
       ->option_text("[PID]")
       ->expected(0, 1);
   app.footer(
-      "Each output line is prefixed with \"[rank R] \". DDP_* and NCCL_* variables are forwarded to every rank.\n"
+      "Each output line is prefixed with \"[rank R] \". DDP_* and NCCL_* variables are forwarded to every rank,\n"
+      "and OPENBLAS_CORETYPE (Haswell where it is unset and the CPU has AVX2 and FMA, for the same bits anywhere).\n"
       "When ddprun's output is a terminal, rank 0 draws its progress bar (DDP_PROGRESS_BAR=0: plain lines).\n"
       "The exit status is the job's; on failure ddprun names the rank that failed first. SIGTERM, SIGINT or\n"
       "SIGUSR1 asks the job to stop gracefully (SIGUSR1 to every rank: train_mlp finishes its step, writes a\n"
@@ -351,8 +355,13 @@ std::vector<std::string> build_mpirun_command(const LaunchOptions& options, cons
   if (!options.backend.empty()) set[std::string(settings::setting("DDP_BACKEND").name)] = options.backend;
   // NVLink SHARP (NVLS) multicast is off unless the user asks: it needs fabric support many hosts lack.
   if (facts.env.count("NCCL_NVLS_ENABLE") == 0 && set.count("NCCL_NVLS_ENABLE") == 0) set["NCCL_NVLS_ENABLE"] = "0";
+  // One OpenBLAS kernel on every machine (kOpenBlasCoreType); a user's own choice is forwarded as it is.
+  if (facts.avx2_fma && facts.env.count("OPENBLAS_CORETYPE") == 0 && set.count("OPENBLAS_CORETYPE") == 0) {
+    set["OPENBLAS_CORETYPE"] = kOpenBlasCoreType;
+  }
   for (const auto& [name, value] : facts.env) {
-    if ((starts_with(name, "DDP_") || starts_with(name, "NCCL_")) && set.count(name) == 0) {
+    if ((starts_with(name, "DDP_") || starts_with(name, "NCCL_") || name == "OPENBLAS_CORETYPE") &&
+        set.count(name) == 0) {
       cmd.insert(cmd.end(), {"-x", name});
     }
   }

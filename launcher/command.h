@@ -26,6 +26,12 @@ constexpr int kDefaultRankMemoryMib = 400;
 constexpr int kDefaultStopGraceS = 25;
 // More ranks than this per core draws a warning: they would mostly wait for a core (see resource_warnings).
 constexpr int kMaxRanksPerCore = 4;
+// OpenBLAS's kernel for the ranks where the user names none (OPENBLAS_CORETYPE) and the CPU has AVX2 and FMA:
+// left to itself, OpenBLAS picks by the CPU (Cooperlake, SkylakeX, Zen...), and each kernel sums the products in
+// its own order, so the same job would give other bits on another machine, and the CPU records
+// (tests/examples/train_mlp_outputs.cpu.txt) hold only on the Haswell kernel's. OpenBLAS reads the variable once,
+// when it is loaded, so it must be in the ranks' environment before they start. tools/test.sh reads this line.
+constexpr const char* kOpenBlasCoreType = "Haswell";
 
 struct LaunchOptions {
   int np = 0;  // 0: not given (the default is decided from the machine)
@@ -57,6 +63,7 @@ struct MachineFacts {
   std::vector<HostFacts> hosts;
   bool root = false;
   long long memory_available_bytes = 0;  // MemAvailable of /proc/meminfo; 0: unknown
+  bool avx2_fma = false;  // the CPU runs OpenBLAS's kOpenBlasCoreType kernel (x86-64 with AVX2 and FMA)
   std::map<std::string, std::string> env;
 };
 MachineFacts current_machine();

@@ -6,6 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 
+# OpenBLAS's kernel pinned for every test, as ddprun pins it for its ranks (launcher/command.h, kOpenBlasCoreType,
+# the one place it is named): OpenBLAS reads OPENBLAS_CORETYPE once when it is loaded, and .bazelrc passes it to
+# the tests. Unset, it picks by the CPU, and results recorded on one machine would differ on another.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  OPENBLAS_CORETYPE=$(sed -n 's/.*kOpenBlasCoreType = "\(.*\)";/\1/p' launcher/command.h)
+  export OPENBLAS_CORETYPE
+  echo "test: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (unset here; the kernel ddprun gives its ranks)"
+fi
+
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)

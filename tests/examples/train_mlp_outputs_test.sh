@@ -3,9 +3,10 @@
 # runs on 2 ranks that cover its paths (AdamW with a cosine schedule and periodic checkpoints; SGD with GELU,
 # clipping and sharded optimizer state; whole epochs with a short last batch; bf16; a resume). The CPU record
 # (train_mlp_outputs.cpu.txt) was made by the train_mlp the trainer replaced, so a refactoring of the training
-# engine that changes any bit of what a user gets fails here. On the GPU that train_mlp and the trainer's first
-# version gave the same bits; the GPU records (train_mlp_outputs.cuda_*.txt, jobs in tools/gpu_jobs.txt) were
-# made after the plain Linear path changed the GPU's order of summation.
+# engine that changes any bit of what a user gets fails here. The CPU record's GEMMs ran on OpenBLAS's Haswell
+# kernel, which ddprun gives its ranks wherever OPENBLAS_CORETYPE is unset (docs/settings.md). On the GPU that
+# train_mlp and the trainer's first version gave the same bits; the GPU records (train_mlp_outputs.cuda_*.txt,
+# jobs in tools/gpu_jobs.txt) were made after the plain Linear path changed the GPU's order of summation.
 #
 #   train_mlp_outputs_test.sh DDPRUN TRAIN_MLP DIGEST RECORD [EXTRA TRAIN_MLP ARGS...]
 #

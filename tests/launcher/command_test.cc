@@ -85,6 +85,20 @@ TEST(Command, ForwardsDdpAndNcclVariables) {
   EXPECT_FALSE(contains(cmd, {"-x", "XDDP_NOT"}));
 }
 
+TEST(Command, PinsOpenBlasKernelWhereTheCpuRunsItAndTheUserChoseNone) {
+  MachineFacts avx2 = machine(0, 4, false);
+  avx2.avx2_fma = true;
+  EXPECT_TRUE(contains(build_mpirun_command(program(2), avx2),
+                       {"-x", std::string("OPENBLAS_CORETYPE=") + kOpenBlasCoreType}));
+  avx2.env["OPENBLAS_CORETYPE"] = "SkylakeX";
+  const auto own = build_mpirun_command(program(2), avx2);
+  EXPECT_TRUE(contains(own, {"-x", "OPENBLAS_CORETYPE"})) << joined(own);  // the user's own value, forwarded
+  EXPECT_FALSE(contains(own, {"-x", std::string("OPENBLAS_CORETYPE=") + kOpenBlasCoreType}));
+  // A CPU without AVX2 cannot run that kernel: OpenBLAS keeps its own choice there.
+  const auto older = build_mpirun_command(program(2), machine(0, 4, false));
+  EXPECT_EQ(joined(older).find("OPENBLAS_CORETYPE"), std::string::npos) << joined(older);
+}
+
 TEST(Command, BackendAndRestartEnvironment) {
   LaunchOptions o = program(2);
   o.backend = "mpi";
