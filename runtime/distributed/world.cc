@@ -114,8 +114,9 @@ void run_host_collective(const char* operation, std::int64_t count, DType dtype,
   MPI_Request request = MPI_REQUEST_NULL;
   DDP_MPI_CHECK(start(&request));
   wait_within_deadline(&request, [&] {
-    return "rank " + std::to_string(rank) + "'s " + operation + " #" + std::to_string(seq) + " of " +
-           std::to_string(count) + " " + dtype_name(dtype) + " elements (host)";
+    const std::string elements =
+        count > 0 ? " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements" : "";
+    return "rank " + std::to_string(rank) + "'s " + operation + " #" + std::to_string(seq) + elements + " (host)";
   });
   record_collective_completed(seq);
 }
