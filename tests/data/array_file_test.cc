@@ -5,6 +5,7 @@
 #include "runtime/data/array_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstring>
@@ -135,6 +136,19 @@ TEST(ArrayDataset, ReadFromANpyDirectoryOrASafetensorsFile) {
             std::string::npos);
   EXPECT_NE(error_message<InvalidArgument>([&] { load_array_dataset(dir + "/missing"); }).find("no such data set"),
             std::string::npos);
+}
+
+TEST(ArrayDataset, AFifoGivenAsDataIsRefusedWithinABoundNotOpened) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("array_dataset_fifo");
+  write_npy(dir + "/targets.npy", array_of<float>(DType::kFloat32, {2}, {1, 2}));
+  ASSERT_EQ(::mkfifo((dir + "/features.npy").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((dir + "/test.safetensors").c_str(), 0600), 0);
+  const std::string npy = ddp::testing::error_message_within<InvalidArgument>(5, [&] { load_array_dataset(dir); });
+  EXPECT_NE(npy.find(dir + "/features.npy: it is a FIFO (named pipe), not a regular file"), std::string::npos) << npy;
+  const std::string file = ddp::testing::error_message_within<InvalidArgument>(5, [&] {
+    load_array_dataset(dir + "/test.safetensors");
+  });
+  EXPECT_NE(file.find("test.safetensors: it is a FIFO (named pipe), not a regular file"), std::string::npos) << file;
 }
 
 // Rows 0..n-1 with features (i, -i) and targets (i/10, i/100, i/1000).
