@@ -79,6 +79,58 @@ TEST(Npy, NotWhatItClaimsIsRefusedWithTheFileAndTheReason) {
             std::string::npos);
 }
 
+// A version 1.0 .npy file of 2 float32 values 1 and 2 whose header dictionary is `dict`.
+std::string npy_with_header(const std::string& dict) {
+  std::string header = dict;
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  std::string out = std::string("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  const float values[2] = {1, 2};
+  out.append(reinterpret_cast<const char*>(values), sizeof values);
+  return out;
+}
+
+std::string npy_header_error(const std::string& dict) {
+  const std::string bytes = npy_with_header(dict);
+  return error_message<InvalidArgument>(
+      [&] { parse_npy(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x.npy"); });
+}
+
+// numpy.load reads the header with ast.literal_eval and wants exactly the keys descr, fortran_order and shape.
+TEST(Npy, TheHeaderIsReadAsNumpyReadsItAndAnythingElseIsRefused) {
+  for (const char* good : {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+                           "{\"shape\": (2,), \"descr\": \"<f4\", \"fortran_order\": False}",
+                           "{'descr':'<f4','fortran_order':False,'shape':(1, 2)}", "{'descr': '<f4', "
+                           "'fortran_order': False, 'shape': (2 , ) }"}) {
+    const std::string bytes = npy_with_header(good);
+    const HostArray a = parse_npy(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x.npy");
+    EXPECT_EQ(a.count(), 2) << good;
+  }
+  const std::string refusal = "x.npy: the .npy header is not a dictionary as numpy writes it (";
+  const std::pair<const char*, const char*> bad[] = {
+      // 'shape' taken from a nested value once gave this file the shape (2,).
+      {"{'descr': '<f4', 'fortran_order': False, 'extra': {'shape': (2,)}, 'shape': (9,)}",
+       "it has the key 'extra'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", "it has the key 'x'"},
+      {"{'descr': '<f4', 'fortran_order': False}", "it has no key 'shape'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'shape': (2,)}", "'shape' is given twice"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2)}", "'shape' is not a tuple of sizes"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': [2]}", "'shape' is not a tuple of sizes"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (-2,)}", "'shape' is not a tuple of sizes"},
+      {"{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}", "'fortran_order' is not True or False"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} x", "goes on after"},
+      {"'descr': '<f4'", "expected '{'"},
+  };
+  for (const auto& [header, why] : bad) {
+    const std::string message = npy_header_error(header);
+    EXPECT_EQ(message.rfind(refusal, 0), 0u) << header << ": " << message;
+    EXPECT_NE(message.find(why), std::string::npos) << header << ": " << message;
+  }
+}
+
 TEST(ArrayDataset, IntegerTargetsAreClassesAndFloatTargetsRegressionOfTheirWidth) {
   const HostArray x = array_of<double>(DType::kFloat64, {3, 2}, {1, 2, 3, 4, 5, 6});
   const Dataset classes = make_array_dataset(x, array_of<uint8_t>(DType::kUInt8, {3}, {2, 0, 4}), "mem");
