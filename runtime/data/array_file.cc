@@ -113,9 +113,7 @@ class NpyHeaderParser {
   }
   char peek() const { return at_ < text_.size() ? text_[at_] : '\0'; }
   void skip_space() {
-    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t' || text_[at_] == '\n' || text_[at_] == '\r')) {
-      ++at_;
-    }
+    while (at_ < text_.size() && std::strchr(" \t\n\r", text_[at_]) != nullptr && text_[at_] != '\0') ++at_;
   }
   void expect(char c) {
     if (peek() != c) {
@@ -137,8 +135,8 @@ class NpyHeaderParser {
   bool boolean(const std::string& what) {
     for (const char* word : {"True", "False"}) {
       const std::size_t n = std::strlen(word);
-      if (text_.compare(at_, n, word) == 0 && !std::isalnum(static_cast<unsigned char>(
-                                                    at_ + n < text_.size() ? text_[at_ + n] : ' '))) {
+      const char next = at_ + n < text_.size() ? text_[at_ + n] : ' ';
+      if (text_.compare(at_, n, word) == 0 && !std::isalnum(static_cast<unsigned char>(next))) {
         at_ += n;
         return word[0] == 'T';
       }
