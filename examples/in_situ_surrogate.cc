@@ -18,8 +18,8 @@
 //
 // Layouts (--layout):
 //   all    every rank simulates its band and trains on its own samples; gradients averaged over all ranks.
-//   split  the world split in two: the first half simulates (its own communicator for the halos) and sends
-//          samples to the second half, which trains (a Session on the training ranks' communicator only).
+//   split  the world split in two: the first half (rounded up) simulates (its own communicator for the halos)
+//          and sends samples to the rest, which trains (a Session on the training ranks' communicator only).
 //          Between processes the samples go through the host (MPI messages).
 //
 //   mpirun -np 4 bazel-bin/examples/in_situ_surrogate --layout split [--device cuda] [--steps 600] [--rows 64]
@@ -354,8 +354,9 @@ int run(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: --layout split needs at least 2 ranks\n");
     return 2;
   }
-  // Simulation ranks: all, or the first half; training ranks: all, or the second half.
-  const int sims = split ? size / 2 : size, trainers = split ? size - sims : size;
+  // Simulation ranks: all, or the first half rounded up; training ranks: all, or the rest. Never more training
+  // ranks than simulation ranks: each training rank is fed by at least one (on 3 ranks, 2 simulate and 1 trains).
+  const int sims = split ? (size + 1) / 2 : size, trainers = split ? size - sims : size;
   const bool simulates = !split || rank < sims, trains = !split || rank >= sims;
   if (f.rows < sims) {
     if (rank == 0) {
