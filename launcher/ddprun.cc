@@ -134,7 +134,8 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
       extra[bar] = "1";
     }
     const JobResult result =
-        run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000, &signals);
+        run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000, &signals,
+                resolve_np(run, facts));
     last_status = result.exit_status;
     // Every rank stopped as asked: a graceful stop, whatever mpirun says (Slurm's SIGTERM to every process of
     // the job also reaches mpirun, which then reports the job as aborted).

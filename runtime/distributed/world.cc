@@ -18,6 +18,7 @@
 
 #include "runtime/core/phase.h"
 #include "runtime/core/settings.h"
+#include "runtime/core/start_marker.h"
 #include "runtime/core/stop_request.h"
 #include "runtime/distributed/hang_diagnosis/collective_deadline.h"
 #include "runtime/distributed/hang_diagnosis/collective_mismatch.h"
@@ -174,7 +175,10 @@ World::World(int* argc, char*** argv, const WorldOptions& options)
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
+    // ddprun names a rank that never gets through MPI_Init, where the others would wait without a deadline.
+    tell_launcher_start(/*mpi_ready=*/false);
     DDP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    tell_launcher_start(/*mpi_ready=*/true);
     owns_mpi_ = true;
     if (provided < MPI_THREAD_SERIALIZED) {
       // The communication thread makes every MPI call, but the main thread still calls MPI for setup and
