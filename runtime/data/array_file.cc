@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <future>
@@ -13,6 +14,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/io/atomic_file.h"
+#include "runtime/io/file_identity.h"
 #include "runtime/io/safetensors.h"
 
 namespace ddp {
@@ -361,8 +363,63 @@ Dataset load_array_dataset(const std::string& path) {
   return make_array_dataset(read_npy(features), read_npy(targets), features + " and " + targets);
 }
 
+namespace {
+
+constexpr const char* kDataSetForms =
+    "name a directory with features.npy and targets.npy, a .safetensors file, or a directory with the four "
+    "Fashion-MNIST .gz files";
+
+// Whether `path` names one's own arrays (false: Fashion-MNIST's IDX files); else InvalidArgument saying what was
+// looked for and what was found there, so that a mistyped path is not answered with how to install Fashion-MNIST.
+bool names_own_arrays(const std::string& path) {
+  if (path.empty()) throw InvalidArgument(std::string("the data set's path is empty: ") + kDataSetForms);
+  if (ends_with(path, ".safetensors")) return true;
+  const bool default_dir = path == kDefaultFashionMnistDir;
+  const std::string install = default_dir ? std::string("; install the data set (apt-get install "
+                                                        "dataset-fashion-mnist, which fills ") +
+                                                kDefaultFashionMnistDir + ")"
+                                          : "; " + std::string(kDataSetForms);
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) {
+    const int error = errno;
+    std::string why = error == ENOENT  ? "no such file or directory"
+                      : error == ELOOP ? "a loop of symbolic links"
+                      : error == EACCES
+                          ? "permission denied: a directory on the way cannot be searched by this user"
+                          : std::strerror(error);
+    throw InvalidArgument("data set " + path + ": " + why + install);
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    throw InvalidArgument("data set " + path + ": it is " + io::file_kind(info.st_mode) +
+                          ", neither a .safetensors file nor a directory; " + kDataSetForms);
+  }
+  auto has = [&path](const std::string& name) -> bool {
+    struct stat entry;
+    if (::stat((path + "/" + name).c_str(), &entry) == 0) return true;
+    if (errno == EACCES) {
+      throw InvalidArgument("data set " + path + ": the directory cannot be searched by this user (permission "
+                            "denied); give it read and search permission (chmod a+rx)");
+    }
+    return false;
+  };
+  const bool features = has("features.npy"), targets = has("targets.npy");
+  if (features && targets) return true;
+  if (features || targets) {
+    throw InvalidArgument("data set " + path + ": the directory has " + (features ? "features.npy" : "targets.npy") +
+                          " but no " + (features ? "targets.npy" : "features.npy") +
+                          "; a directory data set holds both (features [N, F], targets [N] or [N, W])");
+  }
+  for (Split split : {Split::kTrain, Split::kTest}) {
+    if (has(fashion_mnist_images_file(split)) || has(fashion_mnist_labels_file(split))) return false;
+  }
+  throw InvalidArgument("data set " + path + ": the directory holds neither features.npy and targets.npy nor " +
+                        "Fashion-MNIST's files (" + fashion_mnist_images_file(Split::kTrain) + ", ...)" + install);
+}
+
+}  // namespace
+
 TrainTest load_train_test(const std::string& path, const std::string& test_path) {
-  const bool own = is_array_dataset(path);
+  const bool own = names_own_arrays(path);
   auto read = [own, &path, &test_path](bool test) {
     try {
       if (!own) return load_fashion_mnist(path, test ? Split::kTest : Split::kTrain);

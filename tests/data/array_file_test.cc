@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -201,6 +202,38 @@ TEST(ArrayDataset, AFifoGivenAsDataIsRefusedWithinABoundNotOpened) {
     load_array_dataset(dir + "/test.safetensors");
   });
   EXPECT_NE(file.find("test.safetensors: it is a FIFO (named pipe), not a regular file"), std::string::npos) << file;
+}
+
+// A mistyped path to one's own data is answered with what was looked for and what was found, never with how to
+// install Fashion-MNIST.
+TEST(LoadTrainTest, AMistypedPathSaysWhatWasLookedForAndWhatWasFound) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("data_paths");
+  auto message = [](const std::string& path) {
+    return error_message<InvalidArgument>([&] { load_train_test(path); });
+  };
+  const std::string forms = "name a directory with features.npy and targets.npy, a .safetensors file, or a "
+                            "directory with the four Fashion-MNIST .gz files";
+  EXPECT_EQ(message(""), "the data set's path is empty: " + forms);
+  EXPECT_EQ(message(dir + "/nowhere"), "data set " + dir + "/nowhere: no such file or directory; " + forms);
+  ASSERT_EQ(::symlink((dir + "/loop_a").c_str(), (dir + "/loop_b").c_str()), 0);
+  ASSERT_EQ(::symlink((dir + "/loop_b").c_str(), (dir + "/loop_a").c_str()), 0);
+  EXPECT_EQ(message(dir + "/loop_a"), "data set " + dir + "/loop_a: a loop of symbolic links; " + forms);
+  ::mkdir((dir + "/targets_only").c_str(), 0700);
+  write_npy(dir + "/targets_only/targets.npy", array_of<float>(DType::kFloat32, {2}, {1, 2}));
+  EXPECT_EQ(message(dir + "/targets_only"), "data set " + dir + "/targets_only: the directory has targets.npy but "
+            "no features.npy; a directory data set holds both (features [N, F], targets [N] or [N, W])");
+  ::mkdir((dir + "/empty").c_str(), 0700);
+  EXPECT_EQ(message(dir + "/empty"), "data set " + dir + "/empty: the directory holds neither features.npy and "
+            "targets.npy nor Fashion-MNIST's files (train-images-idx3-ubyte.gz, ...); " + forms);
+  write_bytes(dir + "/data.csv", "1,2\n");
+  EXPECT_EQ(message(dir + "/data.csv"), "data set " + dir + "/data.csv: it is a regular file, neither a "
+            ".safetensors file nor a directory; " + forms);
+  if (::geteuid() != 0) {  // root searches any directory
+    ::mkdir((dir + "/locked").c_str(), 0700);
+    ::chmod((dir + "/locked").c_str(), 0);
+    EXPECT_NE(message(dir + "/locked").find("the directory cannot be searched by this user"), std::string::npos);
+    ::chmod((dir + "/locked").c_str(), 0700);
+  }
 }
 
 // Rows 0..n-1 with features (i, -i) and targets (i/10, i/100, i/1000).
