@@ -117,7 +117,7 @@ void run_host_collective(const char* operation, std::int64_t count, DType dtype,
   wait_within_deadline(&request, [&] {
     const std::string elements =
         count > 0 ? " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements" : "";
-    return "rank " + std::to_string(rank) + "'s " + operation + " #" + std::to_string(seq) + elements + " (host)";
+    return rank_name(rank) + "'s " + operation + " #" + std::to_string(seq) + elements + " (host)";
   });
   record_collective_completed(seq);
 }
