@@ -3,7 +3,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -80,6 +83,26 @@ std::optional<ddp::launcher::LaunchOptions> within_allocation(const ddp::launche
   return plan.options;
 }
 
+// Why `program` cannot be run on this node ("No such file or directory"), or "" when it can: the rank wrappers
+// would each say so, one line per rank. Searched on PATH as execvp does when it names no directory.
+std::string cannot_run(const std::string& program) {
+  auto runnable = [](const std::string& path) -> std::string {
+    if (::access(path.c_str(), F_OK) != 0) return ::strerror(errno);
+    if (::access(path.c_str(), X_OK) != 0) return "it is not executable (chmod +x)";
+    return "";
+  };
+  if (program.find('/') != std::string::npos) return runnable(program);
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    const size_t colon = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = dirs.substr(start, colon - start);
+    if (runnable((dir.empty() ? "." : dir) + "/" + program).empty()) return "";
+    start = colon + 1;
+  }
+  return "no such program on PATH";
+}
+
 int launch(const ddp::launcher::LaunchOptions& requested) {
   using namespace ddp::launcher;
   // First: a stop asked while the machine and the hosts are looked at, or between attempts, is kept for the job.
@@ -100,6 +123,13 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
     }
     std::cout << shell_join(build_mpirun_command(options, facts, {}, self)) << "\n";
     return 0;
+  }
+  // On this node alone the program is looked for once, here (on several hosts it may exist only on the others).
+  if (const std::string why = several_hosts || options.program.empty() ? "" : cannot_run(options.program[0]);
+      !why.empty()) {
+    std::fprintf(stderr, "ddprun: error: cannot run %s: %s; no rank was started\n", options.program[0].c_str(),
+                 why.c_str());
+    return 127;
   }
   // Too few open files: mpirun would start no rank and wait forever.
   const std::string few_files = ensure_open_files(several_hosts ? 1 : resolve_np(options, facts));

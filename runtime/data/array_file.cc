@@ -470,6 +470,14 @@ Dataset make_array_dataset(const HostArray& features, const HostArray& targets, 
         throw InvalidArgument(y + ": label " + std::to_string(static_cast<long long>(label)) + " at row " +
                               std::to_string(i) + " is not a class index 0, 1, ...");
       }
+      if (label >= kMaxClasses) {
+        // The model's output layer has a row per class: past this, building it runs out of memory on every rank.
+        throw InvalidArgument(y + ": label " + std::to_string(static_cast<long long>(label)) + " at row " +
+                              std::to_string(i) + " asks for " + std::to_string(static_cast<long long>(label) + 1) +
+                              " classes, more than " + std::to_string(kMaxClasses) + " (the model's output layer "
+                              "has a row of weights per class); class labels are 0 to C-1: renumber them, or store "
+                              "float targets for regression");
+      }
       d.labels[static_cast<std::size_t>(i)] = static_cast<int32_t>(label);
       d.num_classes = std::max(d.num_classes, static_cast<int>(label) + 1);
     }

@@ -163,6 +163,20 @@ TEST(ArrayDataset, MismatchedOrBadArraysAreRefusedNamingTheArray) {
             std::string::npos);
 }
 
+// An outlandish label is refused with the number of classes it asks for, not met by an out-of-memory on every
+// rank when the model's output layer is built.
+TEST(ArrayDataset, ALabelAskingForMoreClassesThanAModelCanHaveIsRefusedWithTheCount) {
+  const HostArray x = array_of<float>(DType::kFloat32, {2, 1}, {1, 2});
+  EXPECT_EQ(error_message<InvalidArgument>([&] {
+              make_array_dataset(x, array_of<int32_t>(DType::kInt32, {2}, {0, 2000000000}), "d");
+            }),
+            "d: targets: label 2000000000 at row 1 asks for 2000000001 classes, more than 1048576 (the model's "
+            "output layer has a row of weights per class); class labels are 0 to C-1: renumber them, or store "
+            "float targets for regression");
+  EXPECT_EQ(make_array_dataset(x, array_of<int32_t>(DType::kInt32, {2}, {0, kMaxClasses - 1}), "d").num_classes,
+            kMaxClasses);
+}
+
 TEST(ArrayDataset, ReadFromANpyDirectoryOrASafetensorsFile) {
   const std::string dir = ddp::testing::fresh_scratch_dir("array_dataset");
   const std::vector<float> xs = {1, 2, 3, 4}, ys = {0.25f, 0.5f};

@@ -24,6 +24,13 @@ for ranks in 2 3 4 5; do
   done
 done
 [ "$(tr ' ' '\n' <<<"$heats" | sed '/^$/d' | sort -u | wc -l)" = 1 ] || fail "the plate differs between decompositions:$heats"
+# A plate larger than the node: one message with its size (it once ended every rank with std::bad_alloc).
+out=$(mpirun_shared 2 "$binary" --rows 1048576 --cols 1048576 2>&1)
+status=$?
+[ "$status" -eq 2 ] || fail "a plate larger than the node exited $status, not 2: $out"
+[ "$(grep -c "a 1048576 x 1048576 plate gives each of the 2 simulation ranks a band needing" <<<"$out")" = 1 ] ||
+  fail "not one message naming the plate's size: $out"
+grep -q "bad_alloc" <<<"$out" && fail "an out-of-memory instead of the message: $out"
 if out=$(mpirun -np 2 --oversubscribe "$binary" --layout diagonal 2>&1); then fail "a bad layout exited 0"; fi
 grep -q "diagonal" <<<"$out" || fail "no message for a bad layout: $out"
 if ! nvidia-smi -L >/dev/null 2>&1; then

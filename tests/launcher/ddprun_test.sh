@@ -77,9 +77,14 @@ status=$?
 [ "$status" -ne 0 ] || fail "-np 0 exited 0"
 check_contains bad-np "$out" "-np must be a positive number of ranks"
 
-out=$("$ddprun" -np 2 -- /nonexistent/program 2>&1)
+# A program that is not there: one line, not one per rank, and a shell's status for it.
+out=$("$ddprun" -np 8 -- /nonexistent/program 2>&1)
 status=$?
-[ "$status" -ne 0 ] || fail "missing program exited 0"
-check_contains missing-program "$out" "cannot run /nonexistent/program"
+[ "$status" -eq 127 ] || fail "missing program exited $status, not 127"
+[ "$(grep -c "cannot run" <<<"$out")" -eq 1 ] || fail "missing program: not one message: $out"
+check_contains missing-program "$out" \
+  "ddprun: error: cannot run /nonexistent/program: No such file or directory; no rank was started"
+out=$("$ddprun" -np 2 -- no-such-program-ddp 2>&1)
+check_contains missing-program-on-path "$out" "cannot run no-such-program-ddp: no such program on PATH"
 
 finish ddprun_test
