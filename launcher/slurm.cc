@@ -155,7 +155,18 @@ std::optional<SlurmAllocation> slurm_allocation(const std::map<std::string, std:
     a.tasks += tasks[i];
   }
   const std::string ntasks = get(env, "SLURM_NTASKS");
-  if (all_digits(ntasks)) a.tasks = std::min(a.tasks, std::stoi(ntasks));  // --ntasks=3 on 2 nodes: "2,1" anyway
+  if (all_digits(ntasks)) {
+    // An allocation holds at least one task: 0 would announce "starting 0 ranks" and then start the default.
+    if (std::stoi(ntasks) < 1) {
+      throw InvalidArgument("SLURM_NTASKS is " + ntasks + ": an allocation holds at least one task; start ddprun "
+                            "from the job's batch script or salloc's shell, or unset SLURM_JOB_ID outside one");
+    }
+    a.tasks = std::min(a.tasks, std::stoi(ntasks));  // --ntasks=3 on 2 nodes: "2,1" anyway
+  }
+  if (a.tasks < 1) {
+    throw InvalidArgument("SLURM_TASKS_PER_NODE '" + per_node + "' gives no task: an allocation holds at least "
+                          "one; start ddprun from the job's batch script or salloc's shell");
+  }
   const std::string gpus = get(env, "SLURM_GPUS_ON_NODE");
   if (all_digits(gpus)) {
     a.gpus_per_node = std::stoi(gpus);

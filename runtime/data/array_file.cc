@@ -241,10 +241,14 @@ double element(const HostArray& a, int64_t i) {
 // The array's values as float32, refusing integers where floats are wanted only by the caller.
 std::vector<float> as_floats(const HostArray& a, const std::string& what) {
   std::vector<float> out(static_cast<std::size_t>(a.count()));
+  const int64_t columns = a.shape.size() == 2 ? a.shape[1] : 1;
   for (int64_t i = 0; i < a.count(); ++i) {
     const double v = element(a, i);
     if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max()) {
-      throw InvalidArgument(what + ": element " + std::to_string(i) + " is " + std::to_string(v) +
+      // Where a person looks for it: the row (a sample) and, in a table, the column (a feature).
+      const std::string where = "row " + std::to_string(i / columns) +
+                                (a.shape.size() == 2 ? ", column " + std::to_string(i % columns) : "");
+      throw InvalidArgument(what + ": " + where + " is " + std::to_string(v) +
                             ", not a finite float32; clean the data first");
     }
     out[static_cast<std::size_t>(i)] = static_cast<float>(v);

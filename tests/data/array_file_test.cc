@@ -156,10 +156,15 @@ TEST(ArrayDataset, MismatchedOrBadArraysAreRefusedNamingTheArray) {
               make_array_dataset(x, array_of<int32_t>(DType::kInt32, {3}, {0, -1, 2}), "d");
             }).find("label -1 at row 1"),
             std::string::npos);
-  const HostArray nan = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, NAN, 4, 5, 6});
-  EXPECT_NE(error_message<InvalidArgument>([&] {
+  // A value that is not finite is named by its row and column, as a person looks for it.
+  const HostArray nan = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, 3, NAN, 5, 6});
+  EXPECT_EQ(error_message<InvalidArgument>([&] {
               make_array_dataset(nan, array_of<float>(DType::kFloat32, {3}, {1, 2, 3}), "d");
-            }).find("d: features: element 2"),
+            }),
+            "d: features: row 1, column 1 is nan, not a finite float32; clean the data first");
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              make_array_dataset(x, array_of<float>(DType::kFloat32, {3}, {1, INFINITY, 3}), "d");
+            }).find("d: targets: row 1 is inf"),
             std::string::npos);
 }
 

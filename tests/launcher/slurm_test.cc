@@ -100,6 +100,18 @@ TEST(SlurmAllocation, InconsistentVariablesAreRefusedNamingThem) {
   EXPECT_THROW(slurm_allocation({{"SLURM_JOB_ID", "12"}}), InvalidArgument);
 }
 
+// An allocation of no task is refused: ddprun once announced "starting 0 ranks" and started 2.
+TEST(SlurmAllocation, NoTaskIsRefusedNamingTheVariable) {
+  std::string message;
+  try {
+    slurm_allocation(batch_script("vm", "2", "0"));
+  } catch (const InvalidArgument& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message.rfind("SLURM_NTASKS is 0: an allocation holds at least one task", 0), 0u) << message;
+  EXPECT_THROW(slurm_allocation(batch_script("vm", "0", "")), InvalidArgument);
+}
+
 // A host list that names more nodes than the tasks are for is refused as soon as it does (within the test's
 // bound of 5 s), however many it names: node[1-99999999] once took ddprun 7 GB and ten minutes.
 TEST(SlurmAllocation, AHostListLongerThanTheTasksIsRefusedWithoutExpandingIt) {
