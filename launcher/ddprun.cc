@@ -173,7 +173,9 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
     const bool stopped_as_asked = result.ranks_stopped_as_asked > 0 &&
                                   (result.exit_status == 0 || result.exit_status == ddp::kStoppedExitStatus ||
                                    every_rank_stopped);
-    if (stopped_as_asked && (result.stopped_by == 0 || result.stop_only_asked)) {
+    // A signal that came once every rank had stopped as asked (a second SIGTERM while mpirun was tearing down)
+    // ended nothing: the stop was finished.
+    if (stopped_as_asked && (result.stopped_by == 0 || result.stop_only_asked || every_rank_stopped)) {
       // Stopped as asked, by ddprun's signal or by one sent to a rank: not a failure, and not restarted.
       if (result.stopped_by != 0) {
         std::fprintf(stderr, "ddprun: %s; the job stopped gracefully %.1f s after it; exit status %d\n",
@@ -201,6 +203,13 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
       // A rank was asked to stop (a signal to its program) and the job did not stop cleanly: still a stop.
       std::fprintf(stderr, "ddprun: the job was asked to stop (a signal to a rank) and did not stop cleanly (%s); "
                    "exit status %d, not restarted\n", rank_text(result).c_str(), result.exit_status);
+      return result.exit_status;
+    }
+    if (attempt < options.max_restarts && result.exit_status == ddp::kInputErrorExitStatus) {
+      // The ranks agreed that the job's input is wrong (ddp::AgreedError::kInput): a retry would meet it again.
+      std::fprintf(stderr, "ddprun: job failed (%s) with exit status %d: its input is wrong (flags or data, as the "
+                   "message above says), which a restart would meet again; not restarted\n",
+                   rank_text(result).c_str(), result.exit_status);
       return result.exit_status;
     }
     if (attempt < options.max_restarts) {

@@ -379,7 +379,7 @@ double World::max(double value) const {
   return value;
 }
 
-void World::agree(const std::string& local_error, const std::string& what) const {
+void World::agree(const std::string& local_error, const std::string& what, AgreedError kind) const {
   const MPI_Comm comm = mpi_->comm;
   int failed = local_error.empty() ? 0 : 1;
   int any_failed = 0;
@@ -417,7 +417,7 @@ void World::agree(const std::string& local_error, const std::string& what) const
   for (const auto& [ranks, text] : groups) {
     message += std::string("\n  rank") + (ranks.find(',') == std::string::npos ? " " : "s ") + ranks + ": " + text;
   }
-  throw CollectiveError(message, rank_);
+  throw CollectiveError(message, rank_, kind);
 }
 
 namespace {
@@ -511,6 +511,11 @@ void World::abort(const std::string& message, int exit_code) const {
   std::_Exit(exit_code);
 }
 
+int agreed_error_exit_status(const CollectiveError& e) {
+  if (stopping()) return kStopFailedExitStatus;
+  return e.kind() == AgreedError::kInput ? kInputErrorExitStatus : 1;
+}
+
 int run_main(const std::function<int()>& body) {
   // A write past a file-size limit (ulimit -f) then fails with EFBIG, which the writer reports by name, instead
   // of SIGXFSZ killing the rank without a word.
@@ -526,8 +531,7 @@ int run_main(const std::function<int()>& body) {
     // not restart it), so that the job's status is the error's. The others end with 0: mpirun ends the whole
     // job at a rank's first non-zero status, and rank 0, ended before mpirun had relayed its message, would
     // lose it; a rank's own output is relayed whole before its status is taken.
-    const int status = stopping() ? kStopFailedExitStatus : 1;
-    return e.rank() == 0 ? status : 0;
+    return e.rank() == 0 ? agreed_error_exit_status(e) : 0;
   } catch (const std::exception& e) {
     int rank = 0;
     int size = 1;

@@ -68,4 +68,23 @@ grep -q "its output was closed (broken pipe); the job was ended" "$session/err.P
   { fail "closed output: ddprun did not say why it ended the job"; cat "$session/err.PIPE"; }
 wait_for_job_gone "closed output" 10
 
+# A second SIGTERM after every rank has stopped as asked (exit status 75) is not a failure: the stop was finished.
+# Each rank leaves a process holding its output open for a few seconds, so mpirun is still there when it comes.
+dir="$work/second_term"
+mkdir -p "$dir"
+"${start[@]}" /bin/sh -c 'trap "(sleep 4) & touch '"$dir"'/stopped-\$OMPI_COMM_WORLD_RANK; exit 75" USR1
+  echo ready; while :; do sleep 0.1; done # '"$token" >"$dir/out" 2>&1 &
+pid=$!
+[ "$(for _ in $(seq 300); do [ "$(grep -c ready "$dir/out")" -ge 2 ] && echo ok && break; sleep 0.1; done)" = ok ] ||
+  fail "second SIGTERM: the ranks did not start"
+kill -TERM "$pid"
+for _ in $(seq 300); do [ -e "$dir/stopped-0" ] && [ -e "$dir/stopped-1" ] && break; sleep 0.05; done
+sleep 0.3  # the wrappers' exit markers reach ddprun
+kill -TERM "$pid" 2>/dev/null
+timeout 60 tail --pid="$pid" -f /dev/null
+wait "$pid"
+status=$?
+[ "$status" -eq 75 ] || { fail "a second SIGTERM after a finished graceful stop: exit status $status, not 75"; cat "$dir/out"; }
+wait_for_job_gone "second SIGTERM" 10
+
 finish ddprun_signals_test

@@ -77,6 +77,18 @@ status=$?
 [ "$status" -ne 0 ] || fail "-np 0 exited 0"
 check_contains bad-np "$out" "-np must be a positive number of ranks"
 
+# A job whose ranks agreed that its input is wrong (exit status 65, ddp::kInputErrorExitStatus) is not restarted:
+# a retry would meet the same input.
+runs="${TEST_TMPDIR:-/tmp}/ddprun-test-runs-$$"
+rm -f "$runs"
+out=$(DDP_TEST_RUNS="$runs" "$ddprun" --max-restarts 3 -np 2 -- /bin/sh -c \
+  'echo run >>"$DDP_TEST_RUNS"; [ "$OMPI_COMM_WORLD_RANK" = 0 ] && exit 65; exit 0' 2>&1)
+status=$?
+[ "$status" -eq 65 ] || fail "an input error exited $status, not 65"
+[ "$(wc -l <"$runs")" -eq 2 ] || fail "an input error was restarted: $(wc -l <"$runs") runs of a rank"
+check_contains input-error "$out" "which a restart would meet again; not restarted"
+if grep -q "restart 1 of 3" <<<"$out"; then fail "an input error was restarted: $out"; fi
+
 # A program that is not there: one line, not one per rank, and a shell's status for it.
 out=$("$ddprun" -np 8 -- /nonexistent/program 2>&1)
 status=$?
