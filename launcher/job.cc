@@ -181,6 +181,8 @@ bool catches_signal(pid_t pid, int sig) {
 // How often a graceful stop is handed again to mpirun (for ranks on other nodes that did not exist yet; a
 // wrapper asked twice passes it on once), and looked for new local wrappers.
 constexpr int kStopRedeliveryMs = 100;
+// How long mpirun may take to end by itself once every rank of a stopping job has ended.
+constexpr long long kEndedJobSlackMs = 1000;
 constexpr int kStopRedeliveryToMpirunMs = 1000;
 
 // Ends the job once asked. SIGTERM, SIGINT or SIGUSR1 first ask for a graceful stop: SIGUSR1 to this node's
@@ -233,6 +235,14 @@ class JobStopper {
       ::kill(group_, kGracefulStopSignal);
       next_mpirun_delivery_ms_ = now + kStopRedeliveryToMpirunMs;
     }
+  }
+  // Every rank has ended while the job was stopping: mpirun's own teardown is all that is left, and nothing of it
+  // is worth waiting for (a Slurm job's signal to mpirun stretches it to about the stop grace). The stop itself is
+  // not escalated: the ranks' own statuses say how it went.
+  void kill_ended_job() {
+    if (killed_) return;
+    killed_ = true;
+    ::killpg(group_, SIGKILL);
   }
   // Ending the job at once for a reason of ddprun's own (not a signal: no stop is reported, the job failed).
   void end_job() {
@@ -469,6 +479,17 @@ std::string private_directory(const std::string& prefix) {
 // then stop as asked would be lost with it.
 constexpr const char* kExitDirVariable = "DDPRUN_EXIT_DIR";
 
+// How many ranks of this node have left their exit marker in `dir` (the directory is left as it is).
+int exit_markers_in(const std::string& dir) {
+  if (dir.empty()) return 0;
+  std::error_code ignored;
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored)) {
+    if (entry.path().filename().string().rfind("rank-", 0) == 0) ++count;
+  }
+  return count;
+}
+
 // The markers the wrappers left in `dir`, observed as if relayed; the directory is removed.
 void read_exit_markers(const std::string& dir, FailureTracker* tracker) {
   if (dir.empty()) return;
@@ -584,6 +605,7 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, Caugh
   LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, {}, {}, true, &start_watch},
                          {err_pipe[0], STDERR_FILENO, {}, {}, true, &start_watch}};
   std::string start_failure;
+  long long ranks_ended_ms = -1;  // when every rank's exit marker was first seen during a stop
   int status = 0;
   bool reaped = false;
   while (!reaped) {
@@ -611,6 +633,13 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, Caugh
       output.write(STDERR_FILENO, "ddprun: error: " + late + "\n");
       start_failure = late;
       stopper.end_job();
+    }
+    // While stopping, every rank of a job on this node has left its exit marker: its end is reported now, not
+    // when mpirun finishes its teardown (22 s after a Slurm requeue's SIGTERM, which mpirun gets too). A second
+    // of slack lets an mpirun that is ending anyway relay the last lines itself.
+    if (stopper.why() != 0 && !other_hosts && ranks > 0 && exit_markers_in(exit_dir) >= ranks) {
+      if (ranks_ended_ms < 0) ranks_ended_ms = monotonic_ms();
+      if (monotonic_ms() - ranks_ended_ms > kEndedJobSlackMs) stopper.kill_ended_job();
     }
     stopper.deliver_stop_request();
     stopper.kill_if_overdue();

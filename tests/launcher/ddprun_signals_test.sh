@@ -87,4 +87,28 @@ status=$?
 [ "$status" -eq 75 ] || { fail "a second SIGTERM after a finished graceful stop: exit status $status, not 75"; cat "$dir/out"; }
 wait_for_job_gone "second SIGTERM" 10
 
+# Slurm's requeue or time limit signals every process of the job at once, mpirun too, whose teardown then takes
+# about the stop grace (odls_base_sigkill_timeout): ddprun must report the graceful stop once every rank has ended,
+# not when mpirun is done (it took 22 s, with a checkpoint written 0.1 s after the signal). A fake allocation of
+# this node makes ddprun start the job as inside Slurm.
+dir="$work/requeue"
+mkdir -p "$dir"
+SLURM_JOB_ID=77 SLURM_JOB_NODELIST="$(hostname)" SLURM_TASKS_PER_NODE=2 SLURM_NTASKS=2 \
+  "${start[@]}" /bin/sh -c 'trap "exit 75" USR1; echo ready; while :; do sleep 0.1; done # '"$token" \
+  >"$dir/out" 2>&1 &
+pid=$!
+[ "$(for _ in $(seq 300); do [ "$(grep -c ready "$dir/out")" -ge 2 ] && echo ok && break; sleep 0.1; done)" = ok ] ||
+  fail "requeue: the ranks did not start"
+mpirun_pid=$(pgrep -P "$pid" -x mpirun)
+t0=$(date +%s.%N)
+kill -TERM "$pid" $mpirun_pid
+timeout 60 tail --pid="$pid" -f /dev/null
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+wait "$pid"
+status=$?
+echo "requeue: ddprun ended ${took} s after the signal to it and to mpirun, exit status $status"
+[ "$status" -eq 75 ] || { fail "requeue: exit status $status, not 75"; cat "$dir/out"; }
+awk -v t="$took" 'BEGIN { exit !(t < 6) }' || fail "requeue: ddprun took ${took} s to report a stop its ranks ended at once"
+wait_for_job_gone "requeue" 10
+
 finish ddprun_signals_test
