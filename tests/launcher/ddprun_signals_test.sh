@@ -84,7 +84,10 @@ kill -TERM "$pid" 2>/dev/null
 timeout 60 tail --pid="$pid" -f /dev/null
 wait "$pid"
 status=$?
-[ "$status" -eq 75 ] || { fail "a second SIGTERM after a finished graceful stop: exit status $status, not 75"; cat "$dir/out"; }
+if [ "$status" -ne 75 ]; then
+  fail "a second SIGTERM after a finished graceful stop: exit status $status, not 75"
+  cat "$dir/out"
+fi
 wait_for_job_gone "second SIGTERM" 10
 
 # Slurm's requeue or time limit signals every process of the job at once, mpirun too, whose teardown then takes
@@ -108,7 +111,8 @@ wait "$pid"
 status=$?
 echo "requeue: ddprun ended ${took} s after the signal to it and to mpirun, exit status $status"
 [ "$status" -eq 75 ] || { fail "requeue: exit status $status, not 75"; cat "$dir/out"; }
-awk -v t="$took" 'BEGIN { exit !(t < 6) }' || fail "requeue: ddprun took ${took} s to report a stop its ranks ended at once"
+awk -v t="$took" 'BEGIN { exit !(t < 6) }' ||
+  fail "requeue: ddprun took ${took} s to report a stop its ranks ended at once"
 wait_for_job_gone "requeue" 10
 
 finish ddprun_signals_test

@@ -11,8 +11,9 @@ status=$?
 echo "$out"
 [ "$status" -ne 124 ] || fail "the job hung (killed after 60 s)"
 [ "$status" -ne 0 ] || fail "the job exited 0"
-grep -qE "^error: session rank 0 \(world rank 1\)'s World::sum #[0-9]+ of 1 float64 elements \(host\) did not complete within 2 s" <<<"$out" ||
+waiting="session rank 0 \(world rank 1\)"
+grep -qE "^error: $waiting's World::sum #[0-9]+ of 1 float64 elements \(host\) did not complete within 2 s" <<<"$out" ||
   fail "the report's first line does not name the waiting rank by both numbers"
-grep -qE "^  session rank 1 \(world rank 3\) is behind: .*; session rank 0 \(world rank 1\) waits in #[0-9]+ \(World::sum" <<<"$out" ||
+grep -qE "^  session rank 1 \(world rank 3\) is behind: .*; $waiting waits in #[0-9]+ \(World::sum" <<<"$out" ||
   fail "the report does not name the ranks by both numbers"
 finish split_stall
