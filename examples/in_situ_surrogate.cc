@@ -18,8 +18,8 @@
 //
 // Layouts (--layout):
 //   all    every rank simulates its band and trains on its own samples; gradients averaged over all ranks.
-//   split  the world split in two: the first half simulates (its own communicator for the halos) and sends
-//          samples to the second half, which trains (a Session on the training ranks' communicator only).
+//   split  the world split in two: the first half (rounded up) simulates (its own communicator for the halos)
+//          and sends samples to the rest, which trains (a Session on the training ranks' communicator only).
 //          Between processes the samples go through the host (MPI messages).
 //
 //   mpirun -np 4 bazel-bin/examples/in_situ_surrogate --layout split [--device cuda] [--steps 600] [--rows 64]
@@ -28,11 +28,13 @@
 #include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -354,12 +356,31 @@ int run(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: --layout split needs at least 2 ranks\n");
     return 2;
   }
-  // Simulation ranks: all, or the first half; training ranks: all, or the second half.
-  const int sims = split ? size / 2 : size, trainers = split ? size - sims : size;
+  // Simulation ranks: all, or the first half rounded up; training ranks: all, or the rest. Never more training
+  // ranks than simulation ranks: each training rank is fed by at least one (on 3 ranks, 2 simulate and 1 trains).
+  const int sims = split ? (size + 1) / 2 : size, trainers = split ? size - sims : size;
   const bool simulates = !split || rank < sims, trains = !split || rank >= sims;
   if (f.rows < sims) {
     if (rank == 0) {
       std::fprintf(stderr, "in_situ_surrogate: %lld rows give some of the %d simulation ranks no row\n", f.rows, sims);
+    }
+    return 2;
+  }
+  // Each simulation rank holds its band three times on the host (its start, the state and the next one): a plate
+  // too large for this node is refused here, once, with its size, instead of as an out-of-memory on every rank.
+  const double band_bytes = double((f.rows + sims - 1) / sims + 2) * double(f.cols + 2) * sizeof(float) * 3;
+  const double node_bytes = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  const int ranks_here = std::max(1, [] {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return local != nullptr ? std::atoi(local) : 1;
+  }());
+  if (node_bytes > 0 && band_bytes * ranks_here > node_bytes) {
+    if (rank == 0) {
+      std::fprintf(stderr, "in_situ_surrogate: a %lld x %lld plate gives each of the %d simulation ranks a band "
+                   "needing %.3g GiB of host memory (its state held 3 times in float32), %.3g GiB for the %d ranks "
+                   "on this node, which has %.3g GiB: choose smaller --rows and --cols\n",
+                   f.rows, f.cols, sims, band_bytes / (1 << 30), band_bytes * ranks_here / (1 << 30), ranks_here,
+                   node_bytes / (1 << 30));
     }
     return 2;
   }

@@ -137,6 +137,28 @@ class DdprunHelp : public CLI::Formatter {
 
 }  // namespace
 
+namespace {
+
+// A whole number from `low` to `high`, refused in words of its own: CLI11's range check would print its bound
+// of 309 digits for "0", and its conversion "Could not convert" for "0.5" or "abc".
+CLI::Validator whole_number(long long low, long long high, const std::string& unit) {
+  return CLI::Validator(
+      [=](std::string& value) -> std::string {
+        const std::string range = "a whole number of " + unit + " from " + std::to_string(low) + " to " +
+                                  std::to_string(high);
+        if (value.empty() || value.size() > 18 ||
+            value.find_first_not_of("0123456789") != std::string::npos) {
+          return "'" + value + "' is not " + range;
+        }
+        const long long n = std::stoll(value);
+        if (n < low || n > high) return "'" + value + "' is not " + range;
+        return "";
+      },
+      "");
+}
+
+}  // namespace
+
 ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   ParsedCommandLine result;
   LaunchOptions options;
@@ -167,7 +189,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
   app.add_option("--max-restarts", options.max_restarts,
                  "relaunch a failed job up to K times with DDP_RESTART=<attempt> and DDP_RESUME=1 (the program "
                  "resumes from its latest complete checkpoint, or starts from scratch if it has none yet)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 1000, "restarts"));
   app.add_option("--min-np", options.min_np,
                  "with --max-restarts over several hosts: a restart goes on without hosts that cannot be reached "
                  "when at least this many ranks fit on the others (the program resumes at the new world size)");
@@ -181,7 +203,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& argv, std::
                  "checkpoint) before the job is ended; under Slurm keep it below KillWait, or below N of "
                  "--signal=B:USR1@N")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, kMaxStopGraceS, "seconds"));
   app.add_flag("--dry-run", options.dry_run, "print the mpirun command and exit");
   // Taken before the rest (ddprun.cc): listed here so that --help shows it, refused among other flags.
   std::vector<std::string> dump;

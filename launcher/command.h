@@ -24,6 +24,7 @@ constexpr int kDefaultRankMemoryMib = 400;
 // How long a graceful stop may take before ddprun ends the job: inside Slurm's default KillWait (30 s between
 // SIGTERM and SIGKILL at a time limit); --stop-grace sets another.
 constexpr int kDefaultStopGraceS = 25;
+constexpr int kMaxStopGraceS = 86400;  // a day: longer is no graceful stop
 // More ranks than this per core draws a warning: they would mostly wait for a core (see resource_warnings).
 constexpr int kMaxRanksPerCore = 4;
 // OpenBLAS's kernel for the ranks where the user names none (OPENBLAS_CORETYPE) and the CPU has AVX2 and FMA:

@@ -3,7 +3,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -80,6 +83,26 @@ std::optional<ddp::launcher::LaunchOptions> within_allocation(const ddp::launche
   return plan.options;
 }
 
+// Why `program` cannot be run on this node ("No such file or directory"), or "" when it can: the rank wrappers
+// would each say so, one line per rank. Searched on PATH as execvp does when it names no directory.
+std::string cannot_run(const std::string& program) {
+  auto runnable = [](const std::string& path) -> std::string {
+    if (::access(path.c_str(), F_OK) != 0) return ::strerror(errno);
+    if (::access(path.c_str(), X_OK) != 0) return "it is not executable (chmod +x)";
+    return "";
+  };
+  if (program.find('/') != std::string::npos) return runnable(program);
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    const size_t colon = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = dirs.substr(start, colon - start);
+    if (runnable((dir.empty() ? "." : dir) + "/" + program).empty()) return "";
+    start = colon + 1;
+  }
+  return "no such program on PATH";
+}
+
 int launch(const ddp::launcher::LaunchOptions& requested) {
   using namespace ddp::launcher;
   // First: a stop asked while the machine and the hosts are looked at, or between attempts, is kept for the job.
@@ -100,6 +123,13 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
     }
     std::cout << shell_join(build_mpirun_command(options, facts, {}, self)) << "\n";
     return 0;
+  }
+  // On this node alone the program is looked for once, here (on several hosts it may exist only on the others).
+  if (const std::string why = several_hosts || options.program.empty() ? "" : cannot_run(options.program[0]);
+      !why.empty()) {
+    std::fprintf(stderr, "ddprun: error: cannot run %s: %s; no rank was started\n", options.program[0].c_str(),
+                 why.c_str());
+    return 127;
   }
   // Too few open files: mpirun would start no rank and wait forever.
   const std::string few_files = ensure_open_files(several_hosts ? 1 : resolve_np(options, facts));
@@ -134,7 +164,8 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
       extra[bar] = "1";
     }
     const JobResult result =
-        run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000, &signals);
+        run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000, &signals,
+                resolve_np(run, facts));
     last_status = result.exit_status;
     // Every rank stopped as asked: a graceful stop, whatever mpirun says (Slurm's SIGTERM to every process of
     // the job also reaches mpirun, which then reports the job as aborted).
@@ -142,7 +173,9 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
     const bool stopped_as_asked = result.ranks_stopped_as_asked > 0 &&
                                   (result.exit_status == 0 || result.exit_status == ddp::kStoppedExitStatus ||
                                    every_rank_stopped);
-    if (stopped_as_asked && (result.stopped_by == 0 || result.stop_only_asked)) {
+    // A signal that came once every rank had stopped as asked (a second SIGTERM while mpirun was tearing down)
+    // ended nothing: the stop was finished.
+    if (stopped_as_asked && (result.stopped_by == 0 || result.stop_only_asked || every_rank_stopped)) {
       // Stopped as asked, by ddprun's signal or by one sent to a rank: not a failure, and not restarted.
       if (result.stopped_by != 0) {
         std::fprintf(stderr, "ddprun: %s; the job stopped gracefully %.1f s after it; exit status %d\n",
@@ -170,6 +203,13 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
       // A rank was asked to stop (a signal to its program) and the job did not stop cleanly: still a stop.
       std::fprintf(stderr, "ddprun: the job was asked to stop (a signal to a rank) and did not stop cleanly (%s); "
                    "exit status %d, not restarted\n", rank_text(result).c_str(), result.exit_status);
+      return result.exit_status;
+    }
+    if (attempt < options.max_restarts && result.exit_status == ddp::kInputErrorExitStatus) {
+      // The ranks agreed that the job's input is wrong (ddp::AgreedError::kInput): a retry would meet it again.
+      std::fprintf(stderr, "ddprun: job failed (%s) with exit status %d: its input is wrong (flags or data, as the "
+                   "message above says), which a restart would meet again; not restarted\n",
+                   rank_text(result).c_str(), result.exit_status);
       return result.exit_status;
     }
     if (attempt < options.max_restarts) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "launcher/command.h"
+#include "launcher/start_watch.h"
 #include "runtime/core/check.h"
 #include "runtime/core/stop_request.h"
 
@@ -180,6 +181,8 @@ bool catches_signal(pid_t pid, int sig) {
 // How often a graceful stop is handed again to mpirun (for ranks on other nodes that did not exist yet; a
 // wrapper asked twice passes it on once), and looked for new local wrappers.
 constexpr int kStopRedeliveryMs = 100;
+// How long mpirun may take to end by itself once every rank of a stopping job has ended.
+constexpr long long kEndedJobSlackMs = 1000;
 constexpr int kStopRedeliveryToMpirunMs = 1000;
 
 // Ends the job once asked. SIGTERM, SIGINT or SIGUSR1 first ask for a graceful stop: SIGUSR1 to this node's
@@ -233,6 +236,18 @@ class JobStopper {
       next_mpirun_delivery_ms_ = now + kStopRedeliveryToMpirunMs;
     }
   }
+  // Every rank has ended while the job was stopping: mpirun's own teardown is all that is left, and nothing of it
+  // is worth waiting for (a Slurm job's signal to mpirun stretches it to about the stop grace). The stop itself is
+  // not escalated: the ranks' own statuses say how it went.
+  void kill_ended_job() {
+    if (killed_) return;
+    killed_ = true;
+    ::killpg(group_, SIGKILL);
+  }
+  // Ending the job at once for a reason of ddprun's own (not a signal: no stop is reported, the job failed).
+  void end_job() {
+    if (!terminating_) terminate();
+  }
   // Ending the job for `why` at once (idempotent: a second closed stream is no reason to hurry).
   void stop(int why) {
     if (terminating_) return;
@@ -243,7 +258,7 @@ class JobStopper {
     terminate();
   }
   void kill_if_overdue() {
-    if (why_ == 0 || monotonic_ms() < deadline_ms_) return;
+    if ((why_ == 0 && !terminating_) || monotonic_ms() < deadline_ms_) return;
     if (!terminating_) {
       terminate();  // the graceful stop took too long
     } else {
@@ -252,7 +267,7 @@ class JobStopper {
   }
   // How long poll() may sleep: until the deadline while stopping, else `idle_ms`.
   int poll_timeout_ms(int idle_ms) const {
-    if (why_ == 0 || killed_) return idle_ms;
+    if ((why_ == 0 && !terminating_) || killed_) return idle_ms;
     long long left = std::max(0LL, deadline_ms_ - monotonic_ms());
     if (graceful_ && !terminating_) left = std::min<long long>(left, kStopRedeliveryMs);
     return idle_ms < 0 ? static_cast<int>(left) : static_cast<int>(std::min<long long>(left, idle_ms));
@@ -365,11 +380,16 @@ struct LineRelay {
   TaggedLineJoiner lines;
   MpirunBannerFilter banners;  // mpirun's own lines on this pipe
   bool open = true;
+  StartWatch* start_watch = nullptr;  // told the ranks' start markers, which are not relayed
 };
 
 void emit(const std::string& line, LineRelay& r, FailureTracker* tracker, Output* output) {
   tracker->observe(line, realtime_ns());
   if (parse_exit_marker(line)) return;
+  if (const std::optional<StartMarker> start = parse_start_marker(parse_tagged_line(line).text)) {
+    if (r.start_watch != nullptr) r.start_watch->observe(*start);
+    return;
+  }
   // mpirun's note on passing ddprun's SIGUSR1/SIGUSR2 on: ddprun has said what it does with them.
   if (line.rfind("mpirun: Forwarding signal ", 0) == 0) return;
   const TaggedLine t = parse_tagged_line(line);
@@ -459,6 +479,17 @@ std::string private_directory(const std::string& prefix) {
 // then stop as asked would be lost with it.
 constexpr const char* kExitDirVariable = "DDPRUN_EXIT_DIR";
 
+// How many ranks of this node have left their exit marker in `dir` (the directory is left as it is).
+int exit_markers_in(const std::string& dir) {
+  if (dir.empty()) return 0;
+  std::error_code ignored;
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored)) {
+    if (entry.path().filename().string().rfind("rank-", 0) == 0) ++count;
+  }
+  return count;
+}
+
 // The markers the wrappers left in `dir`, observed as if relayed; the directory is removed.
 void read_exit_markers(const std::string& dir, FailureTracker* tracker) {
   if (dir.empty()) return;
@@ -536,7 +567,7 @@ CaughtSignals::~CaughtSignals() {
 
 void CaughtSignals::restore() const { restore_signal_dispositions(); }
 
-JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, CaughtSignals* signals) {
+JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, CaughtSignals* signals, int ranks) {
   DDP_CHECK(!argv.empty(), "run_job: empty command");
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -570,7 +601,11 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, Caugh
   JobStopper stopper(child, stop_grace_ms, other_hosts);
   Output output(&stopper);
   FailureTracker tracker;
-  LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, {}, {}, true}, {err_pipe[0], STDERR_FILENO, {}, {}, true}};
+  StartWatch start_watch(ranks, start_timeout_s());
+  LineRelay relays[2] = {{out_pipe[0], STDOUT_FILENO, {}, {}, true, &start_watch},
+                         {err_pipe[0], STDERR_FILENO, {}, {}, true, &start_watch}};
+  std::string start_failure;
+  long long ranks_ended_ms = -1;  // when every rank's exit marker was first seen during a stop
   int status = 0;
   bool reaped = false;
   while (!reaped) {
@@ -585,12 +620,26 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, Caugh
     }
     // With both pipes closed only the child's exit is awaited: poll the wait, 10 times a second.
     const bool piping = n > 1;
-    if (::poll(fds, n, stopper.poll_timeout_ms(piping ? -1 : 100)) < 0 && errno != EINTR) {
+    // While the start is watched, often enough for its deadline to count running time (deadline.h).
+    const int idle_ms = piping && !start_watch.waiting() ? -1 : 100;
+    if (::poll(fds, n, stopper.poll_timeout_ms(idle_ms)) < 0 && errno != EINTR) {
       throw Error(std::string("ddprun: poll failed: ") + std::strerror(errno));
     }
     if (fds[0].revents & POLLIN) handle_signals(signal_pipe_read, &stopper, child, other_hosts, &output);
     for (nfds_t i = 1; i < n; ++i) {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*which[i], &tracker, &output);
+    }
+    if (const std::string late = start_watch.overdue(); !late.empty()) {
+      output.write(STDERR_FILENO, "ddprun: error: " + late + "\n");
+      start_failure = late;
+      stopper.end_job();
+    }
+    // While stopping, every rank of a job on this node has left its exit marker: its end is reported now, not
+    // when mpirun finishes its teardown (22 s after a Slurm requeue's SIGTERM, which mpirun gets too). A second
+    // of slack lets an mpirun that is ending anyway relay the last lines itself.
+    if (stopper.why() != 0 && !other_hosts && ranks > 0 && exit_markers_in(exit_dir) >= ranks) {
+      if (ranks_ended_ms < 0) ranks_ended_ms = monotonic_ms();
+      if (monotonic_ms() - ranks_ended_ms > kEndedJobSlackMs) stopper.kill_ended_job();
     }
     stopper.deliver_stop_request();
     stopper.kill_if_overdue();
@@ -605,7 +654,8 @@ JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms, Caugh
 
   JobResult result;
   result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
-  result.first_failed_rank = tracker.first_failed_rank();
+  result.first_failed_rank = start_failure.empty() ? tracker.first_failed_rank() : start_watch.late_rank();
+  result.start_failure = start_failure;
   result.first_failure_how = tracker.first_failure_how();
   result.lost_host = tracker.lost_host();
   result.stopped_by = stopper.why();
@@ -849,6 +899,7 @@ int run_rank_wrapper(const std::vector<std::string>& program) {
   const int rank = rank_env ? std::atoi(rank_env) : -1;
 
   route_signals_to_program();
+  ::setenv(kStartMarkersVariable, "1", 1);  // the program's runtime tells ddprun of its start (start_watch.h)
   const pid_t parent = ::getpid();
   const long long started_ms = monotonic_ms();
   const pid_t child = ::fork();

@@ -26,6 +26,8 @@ struct JobResult {
   // Ranks whose program was itself asked to stop (a stop signal sent to it, or a stop that failed:
   // ddp::kStopFailedExitStatus): the job is not restarted, however it ended.
   int ranks_asked_to_stop = 0;
+  // Not empty when ddprun ended the job because its ranks did not get through MPI_Init in time (start_watch.h).
+  std::string start_failure;
 };
 
 // ddprun's stop signals (and SIGUSR2), caught from construction to destruction, and SIGPIPE ignored: made first
@@ -71,8 +73,9 @@ std::string ensure_open_files(int ranks_here);
 // With `signals`, the signals it holds (some perhaps caught before this call) are this job's; without, run_job
 // catches them itself while it runs.
 // `stop_grace_ms`: how long a graceful stop may take before the job is ended (ddprun --stop-grace).
+// `ranks`: the job's world size, for the watch over its start (start_watch.h); 0 watches nothing.
 JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms = kDefaultStopGraceS * 1000,
-                  CaughtSignals* signals = nullptr);
+                  CaughtSignals* signals = nullptr, int ranks = 0);
 
 // Asks every host of `hosts` at once what it has, by starting `self` (ddprun's own path) there with kProbeFlag
 // through mpirun (build_probe_command): one answer per host, in order. A host whose probe does not print its

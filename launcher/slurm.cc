@@ -35,10 +35,20 @@ std::vector<std::string> split_top_level(const std::string& list, const std::str
   return items;
 }
 
-// One name with bracket groups, the first group expanded and the rest recursively: "n[1-2]x[3,4]".
-void expand_name(const std::string& name, const std::string& list, std::vector<std::string>* out) {
+// What a list that expands past `max_hosts` names: the start of it, and the bound.
+[[noreturn]] void refuse_too_many_hosts(const std::string& list, size_t max_hosts) {
+  const std::string shown = list.size() > 80 ? list.substr(0, 80) + "..." : list;
+  throw InvalidArgument("SLURM_JOB_NODELIST '" + shown + "' names more than " + std::to_string(max_hosts) +
+                        " node(s), more than the allocation has tasks for (SLURM_TASKS_PER_NODE): these are not one "
+                        "allocation's variables; start ddprun from the job's batch script or salloc's shell");
+}
+
+// One name with bracket groups, the first group expanded and the rest recursively: "n[1-2]x[3,4]". Stops at
+// `max_hosts` names: a range such as node[1-99999999] would otherwise take minutes and gigabytes.
+void expand_name(const std::string& name, const std::string& list, size_t max_hosts, std::vector<std::string>* out) {
   const size_t open = name.find('[');
   if (open == std::string::npos) {
+    if (out->size() >= max_hosts) refuse_too_many_hosts(list, max_hosts);
     out->push_back(name);
     return;
   }
@@ -59,7 +69,7 @@ void expand_name(const std::string& name, const std::string& list, std::vector<s
     for (long i = std::stol(lo); i <= std::stol(hi); ++i) {
       std::string number = std::to_string(i);
       if (number.size() < lo.size()) number.insert(0, lo.size() - number.size(), '0');  // n[01-10]: n01 ... n10
-      expand_name(prefix + number + rest, list, out);
+      expand_name(prefix + number + rest, list, max_hosts, out);
     }
     start = comma + 1;
   }
@@ -76,17 +86,18 @@ std::string get(const std::map<std::string, std::string>& env, const std::string
 
 }  // namespace
 
-std::vector<std::string> expand_slurm_hostlist(const std::string& list) {
+std::vector<std::string> expand_slurm_hostlist(const std::string& list, size_t max_hosts) {
   std::vector<std::string> hosts;
   for (const std::string& item : split_top_level(list, "SLURM_JOB_NODELIST")) {
     if (item.empty()) throw InvalidArgument("SLURM_JOB_NODELIST '" + list + "' has an empty entry");
-    expand_name(item, list, &hosts);
+    expand_name(item, list, max_hosts, &hosts);
   }
   return hosts;
 }
 
 std::vector<int> expand_slurm_tasks_per_node(const std::string& spec) {
   std::vector<int> tasks;
+  size_t nodes = 0;
   for (const std::string& item : split_top_level(spec, "SLURM_TASKS_PER_NODE")) {
     const size_t paren = item.find("(x");
     const std::string count = item.substr(0, paren);
@@ -97,6 +108,12 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& spec) {
     }
     if (!all_digits(count) || !all_digits(repeat)) {
       throw InvalidArgument("SLURM_TASKS_PER_NODE '" + spec + "': '" + item + "' is not N or N(xM)");
+    }
+    nodes += static_cast<size_t>(std::stoi(repeat));
+    if (nodes > kMaxSlurmNodes) {
+      throw InvalidArgument("SLURM_TASKS_PER_NODE '" + spec + "' gives tasks for more than " +
+                            std::to_string(kMaxSlurmNodes) + " nodes, more than ddprun starts a job on: these are "
+                            "not one allocation's variables; start ddprun from the job's batch script");
     }
     tasks.insert(tasks.end(), static_cast<size_t>(std::stoi(repeat)), std::stoi(count));
   }
@@ -125,8 +142,9 @@ std::optional<SlurmAllocation> slurm_allocation(const std::map<std::string, std:
                           "set: start ddprun from the job's batch script or salloc's shell, not from a shell that "
                           "kept SLURM_JOB_ID from another job (or unset SLURM_JOB_ID)");
   }
-  const std::vector<std::string> hosts = expand_slurm_hostlist(nodelist);
+  // The tasks first: they give each node's count, and so bound the host list's expansion.
   const std::vector<int> tasks = expand_slurm_tasks_per_node(per_node);
+  const std::vector<std::string> hosts = expand_slurm_hostlist(nodelist, tasks.size());
   if (hosts.size() != tasks.size()) {
     throw InvalidArgument("SLURM_JOB_NODELIST '" + nodelist + "' names " + plural(static_cast<int>(hosts.size()), "node") +
                           " but SLURM_TASKS_PER_NODE '" + per_node + "' gives tasks for " +
@@ -137,7 +155,18 @@ std::optional<SlurmAllocation> slurm_allocation(const std::map<std::string, std:
     a.tasks += tasks[i];
   }
   const std::string ntasks = get(env, "SLURM_NTASKS");
-  if (all_digits(ntasks)) a.tasks = std::min(a.tasks, std::stoi(ntasks));  // --ntasks=3 on 2 nodes: "2,1" anyway
+  if (all_digits(ntasks)) {
+    // An allocation holds at least one task: 0 would announce "starting 0 ranks" and then start the default.
+    if (std::stoi(ntasks) < 1) {
+      throw InvalidArgument("SLURM_NTASKS is " + ntasks + ": an allocation holds at least one task; start ddprun "
+                            "from the job's batch script or salloc's shell, or unset SLURM_JOB_ID outside one");
+    }
+    a.tasks = std::min(a.tasks, std::stoi(ntasks));  // --ntasks=3 on 2 nodes: "2,1" anyway
+  }
+  if (a.tasks < 1) {
+    throw InvalidArgument("SLURM_TASKS_PER_NODE '" + per_node + "' gives no task: an allocation holds at least "
+                          "one; start ddprun from the job's batch script or salloc's shell");
+  }
   const std::string gpus = get(env, "SLURM_GPUS_ON_NODE");
   if (all_digits(gpus)) {
     a.gpus_per_node = std::stoi(gpus);

@@ -28,10 +28,16 @@ struct SlurmAllocation {
   std::string describe() const;
 };
 
+// The most nodes an allocation ddprun starts a job in may have (Slurm's largest systems have a few tens of
+// thousands): variables that claim more are not an allocation's, and expanding them would not end.
+constexpr size_t kMaxSlurmNodes = 1 << 20;
+
 // Slurm's compressed host lists: "n[01-03,7],login" -> n01 n02 n03 n7 login (leading zeros kept, several
-// bracket groups in one name allowed). Throws InvalidArgument on an unbalanced or malformed bracket.
-std::vector<std::string> expand_slurm_hostlist(const std::string& list);
-// SLURM_TASKS_PER_NODE: "2(x3),1" -> 2 2 2 1. Throws InvalidArgument when malformed.
+// bracket groups in one name allowed). Throws InvalidArgument on an unbalanced or malformed bracket, and as soon
+// as the list names more than `max_hosts` nodes (before expanding the rest: "node[1-99999999]").
+std::vector<std::string> expand_slurm_hostlist(const std::string& list, size_t max_hosts = kMaxSlurmNodes);
+// SLURM_TASKS_PER_NODE: "2(x3),1" -> 2 2 2 1. Throws InvalidArgument when malformed or for more than
+// kMaxSlurmNodes nodes.
 std::vector<int> expand_slurm_tasks_per_node(const std::string& spec);
 
 // The allocation ddprun runs in: empty outside Slurm (no SLURM_JOB_ID), and also inside a job step that srun

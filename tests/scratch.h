@@ -2,6 +2,9 @@
 // (the GPU machine runs the bundled binaries directly). One definition for every test that writes.
 #pragma once
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -28,5 +31,28 @@ inline std::string fresh_scratch_dir(const std::string& name) {
   std::filesystem::create_directories(dir);
   return dir;
 }
+
+// Writes past `bytes` in any file fail while this lives (RLIMIT_FSIZE: EFBIG, the write that crosses the limit
+// short): a full disk, as a test can make one without a file system of its own.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_ = std::signal(SIGXFSZ, SIG_IGN);  // else the signal ends the process
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*previous_)(int) = nullptr;
+};
 
 }  // namespace ddp::testing

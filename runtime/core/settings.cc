@@ -141,6 +141,16 @@ double seconds(const Setting& s) { return parse_seconds(s, value_of(s)); }
 
 std::string text(const Setting& s) { return parse_text(s, value_of(s)); }
 
+std::string resume_reason() {
+  std::int64_t restart = 0;
+  try {
+    restart = integer(setting("DDP_RESTART"));
+  } catch (const InvalidArgument&) {
+  }
+  if (restart < 1) return "DDP_RESUME=1";
+  return "DDP_RESUME=1, restart " + std::to_string(restart) + " of ddprun --max-restarts";
+}
+
 std::string environment_errors() {
   std::string errors;
   for (const Setting& s : kTable) {

@@ -91,6 +91,11 @@ std::int64_t integer(const Setting& s);
 double seconds(const Setting& s);
 std::string text(const Setting& s);  // kChoice (checked against its choices) and kText
 
+// Why a run resumes, as a message says it: "DDP_RESUME=1, restart 2 of ddprun --max-restarts" on a relaunch by
+// ddprun (DDP_RESTART >= 1), "DDP_RESUME=1" when it was set otherwise (by hand, a requeued Slurm job's script),
+// where "a ddprun restart" would be wrong on a job's first run.
+std::string resume_reason();
+
 // One line per variable of the table that is set to a value its type refuses; empty when all are well formed.
 // The runtime checks this at the first collective, so a malformed value ends every rank with one message.
 std::string environment_errors();

@@ -17,6 +17,9 @@ inline constexpr int kStoppedExitStatus = 75;
 // written): run_main returns it for an error that ends a program after a stop was asked for. ddprun does not
 // restart such a job either: a stop is never restarted.
 inline constexpr int kStopFailedExitStatus = 76;
+// The exit status of a program whose ranks agreed that its input is wrong (flags, data, a model that does not fit
+// them: sysexits' EX_DATAERR): a retry would meet it again, so ddprun --max-restarts does not restart such a job.
+inline constexpr int kInputErrorExitStatus = 65;
 
 // Installs the handlers for SIGTERM, SIGINT and SIGUSR1 (once per process; later calls do nothing). Signals the
 // process was started with ignored stay ignored (`nohup`).

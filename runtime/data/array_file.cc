@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <future>
@@ -12,6 +14,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/io/atomic_file.h"
+#include "runtime/io/file_identity.h"
 #include "runtime/io/safetensors.h"
 
 namespace ddp {
@@ -56,48 +59,127 @@ const char* npy_descr(DType dtype) {
   }
 }
 
-// The value of 'key' in NumPy's header dict ("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }"),
-// up to the next top-level comma; "" when absent.
-std::string header_value(const std::string& header, const std::string& key) {
-  const std::size_t at = header.find("'" + key + "'");
-  if (at == std::string::npos) return "";
-  std::size_t begin = header.find(':', at);
-  if (begin == std::string::npos) return "";
-  ++begin;
-  while (begin < header.size() && header[begin] == ' ') ++begin;
-  std::size_t end = begin;
-  int depth = 0;
-  for (; end < header.size(); ++end) {
-    const char c = header[end];
-    if (c == '(') ++depth;
-    if (c == ')') --depth;
-    if ((c == ',' && depth == 0) || (c == '}' && depth == 0)) break;
-  }
-  return header.substr(begin, end - begin);
-}
-
-std::vector<int64_t> parse_shape(const std::string& text, const std::string& source) {
-  if (text.size() < 2 || text.front() != '(' || text.back() != ')') {
-    throw InvalidArgument(source + ": the .npy header's shape '" + text + "' is not a tuple");
-  }
+// NumPy's header: a Python dict literal ("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }") read as
+// numpy.lib.format reads it (ast.literal_eval, then exactly the keys descr, fortran_order and shape at the top
+// level): a key nested in another value, an extra key or a value of the wrong kind is refused, not guessed at.
+struct NpyHeader {
+  std::string descr;
+  bool fortran_order = false;
   std::vector<int64_t> shape;
-  std::size_t i = 1;
-  while (i + 1 < text.size()) {
-    while (i + 1 < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
-    if (i + 1 >= text.size()) break;
-    std::size_t used = 0;
-    long long d = -1;
-    try {
-      d = std::stoll(text.substr(i), &used);
-    } catch (const std::exception&) {
+};
+
+class NpyHeaderParser {
+ public:
+  NpyHeaderParser(const std::string& text, const std::string& source) : text_(text), source_(source) {}
+
+  NpyHeader parse() {
+    NpyHeader header;
+    bool seen[3] = {false, false, false};
+    static const char* const kKeys[3] = {"descr", "fortran_order", "shape"};
+    skip_space();
+    expect('{');
+    skip_space();
+    while (peek() != '}') {
+      const std::string key = string_literal("a key");
+      int which = -1;
+      for (int k = 0; k < 3; ++k) {
+        if (key == kKeys[k]) which = k;
+      }
+      if (which < 0) fail("it has the key '" + key + "'; numpy's header has only 'descr', 'fortran_order' and 'shape'");
+      if (seen[which]) fail("the key '" + key + "' is given twice");
+      seen[which] = true;
+      skip_space();
+      expect(':');
+      skip_space();
+      if (which == 0) header.descr = string_literal("the value of 'descr' (a dtype string such as '<f4')");
+      if (which == 1) header.fortran_order = boolean("the value of 'fortran_order'");
+      if (which == 2) header.shape = tuple_of_sizes();
+      skip_space();
+      if (peek() != ',') break;
+      ++at_;
+      skip_space();
     }
-    if (used == 0 || d < 0)
-      throw InvalidArgument(source + ": the .npy header's shape '" + text + "' is not a tuple of sizes");
-    shape.push_back(d);
-    i += used;
+    expect('}');
+    skip_space();
+    if (at_ != text_.size()) fail("it goes on after the dictionary's closing '}'");
+    for (int k = 0; k < 3; ++k) {
+      if (!seen[k]) fail(std::string("it has no key '") + kKeys[k] + "'");
+    }
+    return header;
   }
-  return shape;
-}
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const {
+    throw InvalidArgument(source_ + ": the .npy header is not a dictionary as numpy writes it (" + why +
+                          "); save the array with numpy.save");
+  }
+  char peek() const { return at_ < text_.size() ? text_[at_] : '\0'; }
+  void skip_space() {
+    while (at_ < text_.size() && std::strchr(" \t\n\r", text_[at_]) != nullptr && text_[at_] != '\0') ++at_;
+  }
+  void expect(char c) {
+    if (peek() != c) {
+      fail(std::string("expected '") + c + "' at byte " + std::to_string(at_) + " of the header, found " +
+           (at_ < text_.size() ? "'" + std::string(1, text_[at_]) + "'" : "its end"));
+    }
+    ++at_;
+  }
+  std::string string_literal(const std::string& what) {
+    const char quote = peek();
+    if (quote != '\'' && quote != '"') fail(what + " is not a quoted string at byte " + std::to_string(at_));
+    const std::size_t end = text_.find(quote, at_ + 1);
+    if (end == std::string::npos) fail("a string is not closed");
+    std::string value = text_.substr(at_ + 1, end - at_ - 1);
+    if (value.find('\\') != std::string::npos) fail(what + " has an escape sequence");
+    at_ = end + 1;
+    return value;
+  }
+  bool boolean(const std::string& what) {
+    for (const char* word : {"True", "False"}) {
+      const std::size_t n = std::strlen(word);
+      const char next = at_ + n < text_.size() ? text_[at_ + n] : ' ';
+      if (text_.compare(at_, n, word) == 0 && !std::isalnum(static_cast<unsigned char>(next))) {
+        at_ += n;
+        return word[0] == 'T';
+      }
+    }
+    fail(what + " is not True or False");
+  }
+  // "(3, 4)", "(3,)", "()": Python's tuples; "(3)" is the number 3, which numpy refuses as a shape.
+  std::vector<int64_t> tuple_of_sizes() {
+    const std::string bad = "the value of 'shape' is not a tuple of sizes such as (3, 4) or (3,)";
+    if (peek() != '(') fail(bad);
+    ++at_;
+    std::vector<int64_t> shape;
+    bool trailing_comma = false;
+    skip_space();
+    while (peek() != ')') {
+      if (!std::isdigit(static_cast<unsigned char>(peek()))) fail(bad);
+      std::size_t used = 0;
+      long long d = -1;
+      try {
+        d = std::stoll(text_.substr(at_, 20), &used);
+      } catch (const std::exception&) {
+        fail(bad);
+      }
+      shape.push_back(d);
+      at_ += used;
+      skip_space();
+      trailing_comma = peek() == ',';
+      if (!trailing_comma) break;
+      ++at_;
+      skip_space();
+    }
+    if (peek() != ')') fail(bad);
+    ++at_;
+    if (shape.size() == 1 && !trailing_comma) fail(bad);
+    return shape;
+  }
+
+  const std::string& text_;
+  const std::string& source_;
+  std::size_t at_ = 0;
+};
 
 int64_t checked_count(const std::vector<int64_t>& shape, std::size_t element_bytes, const std::string& source) {
   uint64_t count = 1;
@@ -159,10 +241,14 @@ double element(const HostArray& a, int64_t i) {
 // The array's values as float32, refusing integers where floats are wanted only by the caller.
 std::vector<float> as_floats(const HostArray& a, const std::string& what) {
   std::vector<float> out(static_cast<std::size_t>(a.count()));
+  const int64_t columns = a.shape.size() == 2 ? a.shape[1] : 1;
   for (int64_t i = 0; i < a.count(); ++i) {
     const double v = element(a, i);
     if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max()) {
-      throw InvalidArgument(what + ": element " + std::to_string(i) + " is " + std::to_string(v) +
+      // Where a person looks for it: the row (a sample) and, in a table, the column (a feature).
+      const std::string where = "row " + std::to_string(i / columns) +
+                                (a.shape.size() == 2 ? ", column " + std::to_string(i % columns) : "");
+      throw InvalidArgument(what + ": " + where + " is " + std::to_string(v) +
                             ", not a finite float32; clean the data first");
     }
     out[static_cast<std::size_t>(i)] = static_cast<float>(v);
@@ -205,17 +291,17 @@ HostArray parse_npy(const uint8_t* bytes, size_t size, const std::string& source
                           " bytes, more than the file holds; the file is truncated");
   }
   const std::string header(reinterpret_cast<const char*>(bytes) + 8 + length_bytes, header_length);
-  std::string descr = header_value(header, "descr");
-  if (descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"')) descr = descr.substr(1, descr.size() - 2);
+  const NpyHeader parsed = NpyHeaderParser(header, source).parse();
+  const std::string& descr = parsed.descr;
   HostArray a;
   if (!parse_npy_descr(descr, &a.dtype)) {
     throw InvalidArgument(source + ": dtype '" + descr + "' is not read; expected little-endian float32, float64 " +
                           "or an integer type (numpy: array.astype('<f4'))");
   }
-  if (header_value(header, "fortran_order") != "False") {
+  if (parsed.fortran_order) {
     throw InvalidArgument(source + ": a Fortran-ordered array; save a C-ordered one (numpy.ascontiguousarray)");
   }
-  a.shape = parse_shape(header_value(header, "shape"), source);
+  a.shape = parsed.shape;
   const int64_t count = checked_count(a.shape, dtype_size(a.dtype), source);
   const size_t expected = static_cast<size_t>(count) * dtype_size(a.dtype);
   if (size - data_start != expected) {
@@ -281,8 +367,63 @@ Dataset load_array_dataset(const std::string& path) {
   return make_array_dataset(read_npy(features), read_npy(targets), features + " and " + targets);
 }
 
+namespace {
+
+constexpr const char* kDataSetForms =
+    "name a directory with features.npy and targets.npy, a .safetensors file, or a directory with the four "
+    "Fashion-MNIST .gz files";
+
+// Whether `path` names one's own arrays (false: Fashion-MNIST's IDX files); else InvalidArgument saying what was
+// looked for and what was found there, so that a mistyped path is not answered with how to install Fashion-MNIST.
+bool names_own_arrays(const std::string& path) {
+  if (path.empty()) throw InvalidArgument(std::string("the data set's path is empty: ") + kDataSetForms);
+  if (ends_with(path, ".safetensors")) return true;
+  const bool default_dir = path == kDefaultFashionMnistDir;
+  const std::string install = default_dir ? std::string("; install the data set (apt-get install "
+                                                        "dataset-fashion-mnist, which fills ") +
+                                                kDefaultFashionMnistDir + ")"
+                                          : "; " + std::string(kDataSetForms);
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) {
+    const int error = errno;
+    std::string why = error == ENOENT  ? "no such file or directory"
+                      : error == ELOOP ? "a loop of symbolic links"
+                      : error == EACCES
+                          ? "permission denied: a directory on the way cannot be searched by this user"
+                          : std::strerror(error);
+    throw InvalidArgument("data set " + path + ": " + why + install);
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    throw InvalidArgument("data set " + path + ": it is " + io::file_kind(info.st_mode) +
+                          ", neither a .safetensors file nor a directory; " + kDataSetForms);
+  }
+  auto has = [&path](const std::string& name) -> bool {
+    struct stat entry;
+    if (::stat((path + "/" + name).c_str(), &entry) == 0) return true;
+    if (errno == EACCES) {
+      throw InvalidArgument("data set " + path + ": the directory cannot be searched by this user (permission "
+                            "denied); give it read and search permission (chmod a+rx)");
+    }
+    return false;
+  };
+  const bool features = has("features.npy"), targets = has("targets.npy");
+  if (features && targets) return true;
+  if (features || targets) {
+    throw InvalidArgument("data set " + path + ": the directory has " + (features ? "features.npy" : "targets.npy") +
+                          " but no " + (features ? "targets.npy" : "features.npy") +
+                          "; a directory data set holds both (features [N, F], targets [N] or [N, W])");
+  }
+  for (Split split : {Split::kTrain, Split::kTest}) {
+    if (has(fashion_mnist_images_file(split)) || has(fashion_mnist_labels_file(split))) return false;
+  }
+  throw InvalidArgument("data set " + path + ": the directory holds neither features.npy and targets.npy nor " +
+                        "Fashion-MNIST's files (" + fashion_mnist_images_file(Split::kTrain) + ", ...)" + install);
+}
+
+}  // namespace
+
 TrainTest load_train_test(const std::string& path, const std::string& test_path) {
-  const bool own = is_array_dataset(path);
+  const bool own = names_own_arrays(path);
   auto read = [own, &path, &test_path](bool test) {
     try {
       if (!own) return load_fashion_mnist(path, test ? Split::kTest : Split::kTrain);
@@ -332,6 +473,14 @@ Dataset make_array_dataset(const HostArray& features, const HostArray& targets, 
       if (label < 0 || label > std::numeric_limits<int32_t>::max() - 1) {
         throw InvalidArgument(y + ": label " + std::to_string(static_cast<long long>(label)) + " at row " +
                               std::to_string(i) + " is not a class index 0, 1, ...");
+      }
+      if (label >= kMaxClasses) {
+        // The model's output layer has a row per class: past this, building it runs out of memory on every rank.
+        throw InvalidArgument(y + ": label " + std::to_string(static_cast<long long>(label)) + " at row " +
+                              std::to_string(i) + " asks for " + std::to_string(static_cast<long long>(label) + 1) +
+                              " classes, more than " + std::to_string(kMaxClasses) + " (the model's output layer "
+                              "has a row of weights per class); class labels are 0 to C-1: renumber them, or store "
+                              "float targets for regression");
       }
       d.labels[static_cast<std::size_t>(i)] = static_cast<int32_t>(label);
       d.num_classes = std::max(d.num_classes, static_cast<int>(label) + 1);

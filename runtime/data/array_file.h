@@ -52,6 +52,10 @@ struct TrainTest {
 };
 TrainTest load_train_test(const std::string& path, const std::string& test_path = "");
 
+// The most classes a data set of class labels may have: a label past it is refused when the data set is built,
+// naming the label, its row and the count it asks for.
+constexpr int kMaxClasses = 1 << 20;
+
 // Builds a data set from a features array and a targets array (`source` names where they came from).
 Dataset make_array_dataset(const HostArray& features, const HostArray& targets, const std::string& source);
 

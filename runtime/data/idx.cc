@@ -3,7 +3,7 @@
 #include "runtime/data/idx.h"
 
 #include <libdeflate.h>
-#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "runtime/core/check.h"
+#include "runtime/io/file_identity.h"
 
 namespace ddp {
 namespace data {
@@ -180,14 +181,18 @@ struct DecompressorFree {
 // libdeflate in one call into one allocation (about twice zlib's speed: the training images' inflate was most of
 // the main job's start-up). Anything else (no gzip magic, several members, a size that does not match, a corrupt
 // or truncated stream) returns nothing, and the streaming zlib path reads the file and says what is wrong.
-std::optional<IdxArray> read_single_member_gzip(const std::string& path, off_t file_size,
+std::optional<IdxArray> read_single_member_gzip(const std::string& path, const io::RegularFile& file,
                                                 const std::function<void(const IdxHeader&)>& on_header) {
-  constexpr off_t kGzipOverhead = 18;  // the smallest gzip header and its 8-byte trailer
-  if (file_size < kGzipOverhead) return std::nullopt;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (file == nullptr) return std::nullopt;
-  std::vector<uint8_t> packed(static_cast<size_t>(file_size));
-  if (std::fread(packed.data(), 1, packed.size(), file.get()) != packed.size()) return std::nullopt;
+  constexpr uint64_t kGzipOverhead = 18;  // the smallest gzip header and its 8-byte trailer
+  if (file.size() < kGzipOverhead) return std::nullopt;
+  std::vector<uint8_t> packed(static_cast<size_t>(file.size()));
+  size_t read = 0;
+  while (read < packed.size()) {
+    const ssize_t n = ::pread(file.fd(), packed.data() + read, packed.size() - read, static_cast<off_t>(read));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    read += static_cast<size_t>(n);
+  }
   if (packed[0] != 0x1f || packed[1] != 0x8b) return std::nullopt;
   const uint8_t* trailer = packed.data() + packed.size() - 4;  // ISIZE: the inflated size mod 2^32, little-endian
   const uint64_t inflated = uint64_t{trailer[0]} | (uint64_t{trailer[1]} << 8) | (uint64_t{trailer[2]} << 16) |
@@ -223,9 +228,9 @@ std::optional<IdxArray> read_single_member_gzip(const std::string& path, off_t f
 
 // read_idx_file, telling `on_header` the array's shape before its bytes are read (and inflated).
 IdxArray read_idx(const std::string& path, const std::function<void(const IdxHeader&)>& on_header) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  if (!S_ISREG(info.st_mode)) fail(path, "not a regular file");
+  std::string why;
+  const io::RegularFile regular = io::RegularFile::open(path, &why);
+  if (!regular.is_open()) fail(path, why);
   // `on_header` once, whichever path tells it first.
   bool told = false;
   auto tell = [&](const IdxHeader& header) {
@@ -233,8 +238,12 @@ IdxArray read_idx(const std::string& path, const std::function<void(const IdxHea
     told = true;
     on_header(header);
   };
-  if (std::optional<IdxArray> array = read_single_member_gzip(path, info.st_size, tell)) return std::move(*array);
-  std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
+  if (std::optional<IdxArray> array = read_single_member_gzip(path, regular, tell)) return std::move(*array);
+  // zlib reads from its own descriptor (it closes it), at the start of the file that was checked.
+  const int fd = ::dup(regular.fd());
+  if (fd >= 0) ::lseek(fd, 0, SEEK_SET);
+  std::unique_ptr<gzFile_s, GzCloser> file(fd >= 0 ? gzdopen(fd, "rb") : nullptr);
+  if (file == nullptr && fd >= 0) ::close(fd);
   if (file == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
   gzbuffer(file.get(), 1 << 18);
   // The header first, then the array straight into its one allocation: the training images are 47 MB, and

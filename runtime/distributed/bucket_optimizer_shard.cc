@@ -20,7 +20,8 @@ BucketOptimizerShard::BucketOptimizerShard(ProcessGroup& group, const World& wor
   DDP_CHECK(parameters.count == plan_.total && parameters.dtype == DType::kFloat32,
             "BucketOptimizerShard: the flat parameter buffer must be the plan's " + std::to_string(plan_.total) +
                 " float32 elements");
-  DDP_MPI_CHECK(MPI_Comm_dup(mpi_comm(world), &comm_));
+  run_host_collective("MPI_Comm_idup (making the optimizer shard's communicator)", 0, DType::kUInt8,
+                      [&](MPI_Request* request) { return MPI_Comm_idup(mpi_comm(world), &comm_, request); });
   DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   owned_.resize(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) {

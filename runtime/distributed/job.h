@@ -16,14 +16,21 @@ enum class DeviceRequest { kAuto, kCpu, kCuda };
 // Parses "auto" | "cpu" | "cuda"; throws InvalidArgument naming the choices otherwise.
 DeviceRequest parse_device_request(const std::string& text);
 
+// What an error the ranks agree on says about a retry: most may pass (a full disk, a node that failed), one in the
+// job's input never does (a bad flag, a data set that does not fit the model) and is not restarted by ddprun.
+enum class AgreedError { kMayPassOnRetry, kInput };
+
 // An error every rank raised together (the ranks agreed on it): it is reported once, by rank 0.
 class CollectiveError : public Error {
  public:
-  CollectiveError(const std::string& message, int rank) : Error(message), rank_(rank) {}
+  CollectiveError(const std::string& message, int rank, AgreedError kind = AgreedError::kMayPassOnRetry)
+      : Error(message), rank_(rank), kind_(kind) {}
   int rank() const { return rank_; }  // the rank that raised this copy
+  AgreedError kind() const { return kind_; }
 
  private:
   int rank_;
+  AgreedError kind_;
 };
 
 // An application's MPI communicator, carried as its Fortran handle (MPI_Comm_c2f) so that no public header
@@ -38,8 +45,12 @@ struct ApplicationCommunicator {
 std::string mpi_thread_level_problem();
 
 // Runs `body`; an exception that escapes it is printed with the rank and ends the job on every rank
-// (MPI_Abort), unless all ranks raised it together, in which case rank 0 prints it and exits with 1, the others
-// with 0 once it has printed (so that mpirun, which ends the job at the first non-zero status, relays it whole).
+// (MPI_Abort), unless all ranks raised it together, in which case rank 0 prints it and exits with 1 (with
+// kInputErrorExitStatus for an AgreedError::kInput), the others with 0 once it has printed (so that mpirun, which
+// ends the job at the first non-zero status, relays it whole).
 int run_main(const std::function<int()>& body);
+// The status rank 0 exits with for an agreed error: kStopFailedExitStatus once a stop was asked for (a stop is
+// never restarted), kInputErrorExitStatus for AgreedError::kInput, else 1.
+int agreed_error_exit_status(const CollectiveError& e);
 
 }  // namespace ddp

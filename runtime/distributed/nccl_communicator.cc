@@ -7,6 +7,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/deadline.h"
+#include "runtime/distributed/world_mpi.h"
 
 namespace ddp {
 namespace {
@@ -35,7 +36,9 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm comm, const 
   } message;
   std::memset(&message, 0, sizeof(message));
   if (rank == 0) message.status = static_cast<int>(ncclGetUniqueId(&message.id));
-  DDP_MPI_CHECK(MPI_Bcast(&message, sizeof(message), MPI_BYTE, 0, comm));
+  run_host_collective("MPI_Bcast (NCCL's unique id)", sizeof(message), DType::kUInt8, [&](MPI_Request* request) {
+    return MPI_Ibcast(&message, sizeof(message), MPI_BYTE, 0, comm, request);
+  });
   if (message.status != ncclSuccess) {
     throw NcclError("NCCL", message.status, "ncclGetUniqueId (on rank 0)",
                     detail::nccl_error_string(message.status), __FILE__, __LINE__);

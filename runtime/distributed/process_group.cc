@@ -5,6 +5,7 @@
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
 #include "runtime/core/settings.h"
+#include "runtime/distributed/hang_diagnosis/collective_deadline.h"
 #include "runtime/distributed/hang_diagnosis/collective_mismatch.h"
 #include "runtime/distributed/hang_diagnosis/flight_recorder.h"
 #include "runtime/distributed/process_group_mpi.h"
@@ -20,7 +21,7 @@ std::string CollectiveContext::text() const {
 }
 
 std::string CollectiveDescription::text() const {
-  std::string s = "rank " + std::to_string(rank) + "'s " + operation;
+  std::string s = rank_name(rank) + "'s " + operation;
   if (seq > 0) s += " #" + std::to_string(seq);
   if (count > 0) s += " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements";
   s += " (" + backend_name(backend) + ")";

@@ -13,6 +13,7 @@
 #include "runtime/core/settings.h"
 #include "runtime/distributed/hang_diagnosis/flight_recorder.h"
 #include "runtime/distributed/mpi_nccl_errors.h"
+#include "runtime/distributed/world_mpi.h"
 #include "runtime/kernels/kernels.h"
 
 namespace ddp {
@@ -199,7 +200,10 @@ ProcessGroupMpi::ProcessGroupMpi(MPI_Comm comm, const Device& device, double tim
   DDP_CHECK(provided == MPI_THREAD_MULTIPLE,
             "the MPI backend runs collectives on its own thread and needs MPI_THREAD_MULTIPLE; this MPI provides "
             "level " + std::to_string(provided));
-  DDP_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  // Under the collective deadline: a rank that never makes its group (a C program calling ddp_model_distribute on
+  // some ranks only) ends the job with a report instead of leaving the others in MPI_Comm_dup for ever.
+  run_host_collective("MPI_Comm_idup (making the MPI process group)", 0, DType::kUInt8,
+                      [&](MPI_Request* request) { return MPI_Comm_idup(comm, &comm_, request); });
   DDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   DDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   DDP_MPI_CHECK(MPI_Comm_size(comm_, &size_));

@@ -107,8 +107,8 @@ const Device& Session::device() const { return world_->device(); }
 double Session::sum(double value) const { return world_->sum(value); }
 double Session::max(double value) const { return world_->max(value); }
 bool Session::any(bool flag) const { return world_->any(flag); }
-void Session::agree(const std::string& local_error, const std::string& what) const {
-  world_->agree(local_error, what);
+void Session::agree(const std::string& local_error, const std::string& what, AgreedError kind) const {
+  world_->agree(local_error, what, kind);
 }
 void Session::agree_same(const std::vector<std::pair<std::string, std::string>>& settings,
                          const std::string& what) const {

@@ -112,7 +112,10 @@ class Session {
   std::vector<double> sum(std::vector<double> values) const;
   // Every rank passes its own error ("" when fine); if any rank failed, every rank throws one CollectiveError
   // whose message is `what` followed by each failing rank's error ("ranks 0,2: ..."). run_main prints it once.
-  void agree(const std::string& local_error, const std::string& what) const;
+  // AgreedError::kInput for an error in the job's input (flags, data): the program then exits with
+  // kInputErrorExitStatus, which ddprun --max-restarts does not restart.
+  void agree(const std::string& local_error, const std::string& what,
+             AgreedError kind = AgreedError::kMayPassOnRetry) const;
   // Every rank passes its values of the same named settings (flags, a recipe); any that differ across ranks
   // end every rank with one message naming the setting and the ranks (World::agree_same). Call it right after
   // parsing the flags: a learning rate that differs on one rank trains silently wrong, an epoch count that

@@ -18,6 +18,7 @@
 
 #include "runtime/core/phase.h"
 #include "runtime/core/settings.h"
+#include "runtime/core/start_marker.h"
 #include "runtime/core/stop_request.h"
 #include "runtime/distributed/hang_diagnosis/collective_deadline.h"
 #include "runtime/distributed/hang_diagnosis/collective_mismatch.h"
@@ -114,8 +115,9 @@ void run_host_collective(const char* operation, std::int64_t count, DType dtype,
   MPI_Request request = MPI_REQUEST_NULL;
   DDP_MPI_CHECK(start(&request));
   wait_within_deadline(&request, [&] {
-    return "rank " + std::to_string(rank) + "'s " + operation + " #" + std::to_string(seq) + " of " +
-           std::to_string(count) + " " + dtype_name(dtype) + " elements (host)";
+    const std::string elements =
+        count > 0 ? " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements" : "";
+    return rank_name(rank) + "'s " + operation + " #" + std::to_string(seq) + elements + " (host)";
   });
   record_collective_completed(seq);
 }
@@ -173,7 +175,10 @@ World::World(int* argc, char*** argv, const WorldOptions& options)
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
+    // ddprun names a rank that never gets through MPI_Init, where the others would wait without a deadline.
+    tell_launcher_start(/*mpi_ready=*/false);
     DDP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    tell_launcher_start(/*mpi_ready=*/true);
     owns_mpi_ = true;
     if (provided < MPI_THREAD_SERIALIZED) {
       // The communication thread makes every MPI call, but the main thread still calls MPI for setup and
@@ -374,7 +379,7 @@ double World::max(double value) const {
   return value;
 }
 
-void World::agree(const std::string& local_error, const std::string& what) const {
+void World::agree(const std::string& local_error, const std::string& what, AgreedError kind) const {
   const MPI_Comm comm = mpi_->comm;
   int failed = local_error.empty() ? 0 : 1;
   int any_failed = 0;
@@ -412,7 +417,7 @@ void World::agree(const std::string& local_error, const std::string& what) const
   for (const auto& [ranks, text] : groups) {
     message += std::string("\n  rank") + (ranks.find(',') == std::string::npos ? " " : "s ") + ranks + ": " + text;
   }
-  throw CollectiveError(message, rank_);
+  throw CollectiveError(message, rank_, kind);
 }
 
 namespace {
@@ -506,6 +511,11 @@ void World::abort(const std::string& message, int exit_code) const {
   std::_Exit(exit_code);
 }
 
+int agreed_error_exit_status(const CollectiveError& e) {
+  if (stopping()) return kStopFailedExitStatus;
+  return e.kind() == AgreedError::kInput ? kInputErrorExitStatus : 1;
+}
+
 int run_main(const std::function<int()>& body) {
   // A write past a file-size limit (ulimit -f) then fails with EFBIG, which the writer reports by name, instead
   // of SIGXFSZ killing the rank without a word.
@@ -521,8 +531,7 @@ int run_main(const std::function<int()>& body) {
     // not restart it), so that the job's status is the error's. The others end with 0: mpirun ends the whole
     // job at a rank's first non-zero status, and rank 0, ended before mpirun had relayed its message, would
     // lose it; a rank's own output is relayed whole before its status is taken.
-    const int status = stopping() ? kStopFailedExitStatus : 1;
-    return e.rank() == 0 ? status : 0;
+    return e.rank() == 0 ? agreed_error_exit_status(e) : 0;
   } catch (const std::exception& e) {
     int rank = 0;
     int size = 1;

@@ -91,8 +91,9 @@ class World {
   const WorldStartup& startup() const { return startup_; }
 
   // Collective: every rank passes its own error (empty when fine). If any rank failed, every rank throws a
-  // CollectiveError whose message names each failing rank and its error, prefixed by `what`.
-  void agree(const std::string& local_error, const std::string& what) const;
+  // CollectiveError of `kind` whose message names each failing rank and its error, prefixed by `what`.
+  void agree(const std::string& local_error, const std::string& what,
+             AgreedError kind = AgreedError::kMayPassOnRetry) const;
 
   // Collective: every rank passes its own values of the same settings (a flag's name and its value as text, in
   // any order); if any setting differs across ranks (or is given on some ranks only), every rank throws a

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/core/check.h"
+#include "runtime/io/file_identity.h"
 
 namespace ddp {
 namespace io {
@@ -139,28 +140,22 @@ bool is_temporary_file(const std::string& file_name) {
 }
 
 std::string read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw InvalidArgument("cannot open " + path + ": " + errno_text());
-  struct stat info;
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    throw InvalidArgument("cannot read " + path + ": not a regular file");
-  }
+  std::string why;
+  const RegularFile file = RegularFile::open(path, &why);
+  if (!file.is_open()) throw InvalidArgument(path + ": " + why);
+  const int fd = file.fd();
   std::string bytes;
-  bytes.reserve(static_cast<size_t>(info.st_size));
+  bytes.reserve(static_cast<size_t>(file.size()));
   char chunk[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, chunk, sizeof chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
-      const std::string why = errno_text();
-      ::close(fd);
-      throw InvalidArgument("reading " + path + " failed: " + why);
+      throw InvalidArgument("reading " + path + " failed: " + errno_text());
     }
     if (n == 0) break;
     bytes.append(chunk, static_cast<size_t>(n));
   }
-  ::close(fd);
   return bytes;
 }
 

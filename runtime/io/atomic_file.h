@@ -40,7 +40,8 @@ void check_can_write_atomically(const std::string& path);
 // True for names made by write_file_atomically's temporary files (a base name, not a path).
 bool is_temporary_file(const std::string& file_name);
 
-// Reads a whole file; throws InvalidArgument naming it when it cannot be opened or read.
+// Reads a whole regular file (RegularFile::open, file_identity.h); throws InvalidArgument naming it when it is not
+// one or cannot be opened or read.
 std::string read_file(const std::string& path);
 
 // Directory and base name of a path ("a/b/c" -> "a/b", "c"; "c" -> ".", "c").

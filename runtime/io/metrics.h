@@ -2,13 +2,16 @@
 //
 // A line per record means a crash loses at most the record being written, `tail -f` and `jq` work on a live
 // run, and a resumed run can append to the same file. Records are nlohmann::json objects (non-finite numbers
-// become null, as JSON has no NaN).
+// become null, as JSON has no NaN). A write that fails (a full disk) neither ends the run nor leaves half a line:
+// the file is reported once and takes no more records (record_file.h).
 #pragma once
 
-#include <cstdio>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "runtime/io/record_file.h"
 
 namespace ddp {
 namespace io {
@@ -22,13 +25,16 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  // Writes one record (it must be a JSON object) and flushes it; safe from several threads.
+  // Writes one record (it must be a JSON object) straight to the file; safe from several threads. After a
+  // failed write (reported once on stderr) records are dropped: see failure().
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }
+  // Empty while records are written; else why the file stopped taking them.
+  std::string failure();
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<RecordFile> file_;
   std::mutex mutex_;
 };
 

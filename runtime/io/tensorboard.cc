@@ -69,13 +69,14 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, const std::string& 
   path_ = (std::filesystem::path(dir) /
            ("events.out.tfevents." + std::to_string(static_cast<long long>(now)) + "." + host_name() + suffix))
               .string();
-  // "x": never append to, or truncate, another writer's file.
-  file_ = std::fopen(path_.c_str(), "wbx");
-  if (file_ == nullptr) {
-    throw InvalidArgument("cannot create TensorBoard events file " + path_ + ": " + std::strerror(errno) +
-                          (errno == EEXIST ? "; another writer started in the same second in this directory: "
-                                             "give each writer its own directory or suffix"
-                                           : "; check that the directory is writable"));
+  // A new file: never append to, or truncate, another writer's.
+  try {
+    file_ = std::make_unique<RecordFile>(path_, RecordFile::Mode::kCreateNew, "TensorBoard events file");
+  } catch (const InvalidArgument& e) {
+    std::error_code ignored;
+    if (!std::filesystem::exists(path_, ignored)) throw;
+    throw InvalidArgument(std::string(e.what()) + "; another writer started in the same second in this directory: "
+                          "give each writer its own directory or suffix");
   }
   tensorboard::Event event;
   event.set_wall_time(now);
@@ -85,8 +86,11 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, const std::string& 
   write_record(event.SerializeAsString());
 }
 
-TensorBoardWriter::~TensorBoardWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+TensorBoardWriter::~TensorBoardWriter() = default;
+
+std::string TensorBoardWriter::failure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return file_->failure();
 }
 
 void TensorBoardWriter::scalar(const std::string& tag, double value, std::int64_t step) {
@@ -115,10 +119,7 @@ void TensorBoardWriter::write_record(const std::string& bytes) {
   put_le(record, masked_crc32c(record.data(), 8), 4);
   record += bytes;
   put_le(record, masked_crc32c(bytes.data(), bytes.size()), 4);
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() || std::fflush(file_) != 0) {
-    throw Error("writing TensorBoard events file " + path_ + " failed: " + std::strerror(errno) +
-                "; check the disk has space");
-  }
+  file_->append(record.data(), record.size());
 }
 
 }  // namespace io

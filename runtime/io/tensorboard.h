@@ -5,8 +5,9 @@
 //   uint64 length | uint32 masked CRC32C(length) | length bytes | uint32 masked CRC32C(bytes)
 // (little endian; CRC32C is Castagnoli's polynomial; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8), and each
 // record holds one `Event` protobuf (runtime/io/tensorboard_event.proto: the published field numbers). The first
-// event carries file_version "brain.Event:2". Every scalar is flushed as it is written, so TensorBoard shows a
-// live run and a crash loses at most the record being written.
+// event carries file_version "brain.Event:2". Every scalar is written straight to the file, so TensorBoard shows a
+// live run and a crash loses at most the record being written; a write that fails (a full disk) leaves no half
+// record: the file is reported once and takes no more events (record_file.h), and the run goes on.
 //
 //   io::TensorBoardWriter tb("runs/mnist");          // runs/mnist/events.out.tfevents.<unix time>.<host>
 //   tb.scalar("train/loss", loss, step);
@@ -15,11 +16,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "runtime/io/record_file.h"
 
 namespace ddp {
 namespace io {
@@ -34,19 +37,21 @@ class TensorBoardWriter {
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
-  // One event with one scalar (stored as float, as TensorBoard's simple_value is), flushed. Safe from several
-  // threads. Throws ddp::Error naming the file when the write fails (a full disk).
+  // One event with one scalar (stored as float, as TensorBoard's simple_value is), written. Safe from several
+  // threads. After a failed write (reported once on stderr) events are dropped: see failure().
   void scalar(const std::string& tag, double value, std::int64_t step);
-  // One event with several scalars of the same step, flushed.
+  // One event with several scalars of the same step, written.
   void scalars(const std::vector<std::pair<std::string, double>>& values, std::int64_t step);
 
   const std::string& path() const { return path_; }
+  // Empty while events are written; else why the file stopped taking them.
+  std::string failure();
 
  private:
   void write_record(const std::string& bytes);  // caller holds mutex_
 
   std::string path_;
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<RecordFile> file_;
   std::mutex mutex_;
 };
 

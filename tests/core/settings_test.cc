@@ -94,6 +94,17 @@ TEST(Settings, ReadsEachType) {
   EXPECT_EQ(environment_errors(), "");
 }
 
+// A job's first run with DDP_RESUME=1 is not called a ddprun restart; a relaunch says which one it is.
+TEST(Settings, TheResumeReasonSaysARestartOnlyOnARelaunch) {
+  ScopedEnv resume("DDP_RESUME", "1");
+  {
+    ScopedEnv first("DDP_RESTART", "");
+    EXPECT_EQ(resume_reason(), "DDP_RESUME=1");
+  }
+  ScopedEnv second("DDP_RESTART", "2");
+  EXPECT_EQ(resume_reason(), "DDP_RESUME=1, restart 2 of ddprun --max-restarts");
+}
+
 TEST(Settings, AMalformedValueIsRefusedNamingTheVariableAndWhatItTakes) {
   {
     ScopedEnv v("DDP_FLIGHT_RECORDER", "yes");

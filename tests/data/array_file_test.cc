@@ -5,6 +5,8 @@
 #include "runtime/data/array_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -78,6 +80,58 @@ TEST(Npy, NotWhatItClaimsIsRefusedWithTheFileAndTheReason) {
             std::string::npos);
 }
 
+// A version 1.0 .npy file of 2 float32 values 1 and 2 whose header dictionary is `dict`.
+std::string npy_with_header(const std::string& dict) {
+  std::string header = dict;
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  std::string out = std::string("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  const float values[2] = {1, 2};
+  out.append(reinterpret_cast<const char*>(values), sizeof values);
+  return out;
+}
+
+std::string npy_header_error(const std::string& dict) {
+  const std::string bytes = npy_with_header(dict);
+  return error_message<InvalidArgument>(
+      [&] { parse_npy(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x.npy"); });
+}
+
+// numpy.load reads the header with ast.literal_eval and wants exactly the keys descr, fortran_order and shape.
+TEST(Npy, TheHeaderIsReadAsNumpyReadsItAndAnythingElseIsRefused) {
+  for (const char* good : {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+                           "{\"shape\": (2,), \"descr\": \"<f4\", \"fortran_order\": False}",
+                           "{'descr':'<f4','fortran_order':False,'shape':(1, 2)}", "{'descr': '<f4', "
+                           "'fortran_order': False, 'shape': (2 , ) }"}) {
+    const std::string bytes = npy_with_header(good);
+    const HostArray a = parse_npy(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x.npy");
+    EXPECT_EQ(a.count(), 2) << good;
+  }
+  const std::string refusal = "x.npy: the .npy header is not a dictionary as numpy writes it (";
+  const std::pair<const char*, const char*> bad[] = {
+      // 'shape' taken from a nested value once gave this file the shape (2,).
+      {"{'descr': '<f4', 'fortran_order': False, 'extra': {'shape': (2,)}, 'shape': (9,)}",
+       "it has the key 'extra'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", "it has the key 'x'"},
+      {"{'descr': '<f4', 'fortran_order': False}", "it has no key 'shape'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'shape': (2,)}", "'shape' is given twice"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2)}", "'shape' is not a tuple of sizes"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': [2]}", "'shape' is not a tuple of sizes"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (-2,)}", "'shape' is not a tuple of sizes"},
+      {"{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}", "'fortran_order' is not True or False"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} x", "goes on after"},
+      {"'descr': '<f4'", "expected '{'"},
+  };
+  for (const auto& [header, why] : bad) {
+    const std::string message = npy_header_error(header);
+    EXPECT_EQ(message.rfind(refusal, 0), 0u) << header << ": " << message;
+    EXPECT_NE(message.find(why), std::string::npos) << header << ": " << message;
+  }
+}
+
 TEST(ArrayDataset, IntegerTargetsAreClassesAndFloatTargetsRegressionOfTheirWidth) {
   const HostArray x = array_of<double>(DType::kFloat64, {3, 2}, {1, 2, 3, 4, 5, 6});
   const Dataset classes = make_array_dataset(x, array_of<uint8_t>(DType::kUInt8, {3}, {2, 0, 4}), "mem");
@@ -102,11 +156,30 @@ TEST(ArrayDataset, MismatchedOrBadArraysAreRefusedNamingTheArray) {
               make_array_dataset(x, array_of<int32_t>(DType::kInt32, {3}, {0, -1, 2}), "d");
             }).find("label -1 at row 1"),
             std::string::npos);
-  const HostArray nan = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, NAN, 4, 5, 6});
-  EXPECT_NE(error_message<InvalidArgument>([&] {
+  // A value that is not finite is named by its row and column, as a person looks for it.
+  const HostArray nan = array_of<float>(DType::kFloat32, {3, 2}, {1, 2, 3, NAN, 5, 6});
+  EXPECT_EQ(error_message<InvalidArgument>([&] {
               make_array_dataset(nan, array_of<float>(DType::kFloat32, {3}, {1, 2, 3}), "d");
-            }).find("d: features: element 2"),
+            }),
+            "d: features: row 1, column 1 is nan, not a finite float32; clean the data first");
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              make_array_dataset(x, array_of<float>(DType::kFloat32, {3}, {1, INFINITY, 3}), "d");
+            }).find("d: targets: row 1 is inf"),
             std::string::npos);
+}
+
+// An outlandish label is refused with the number of classes it asks for, not met by an out-of-memory on every
+// rank when the model's output layer is built.
+TEST(ArrayDataset, ALabelAskingForMoreClassesThanAModelCanHaveIsRefusedWithTheCount) {
+  const HostArray x = array_of<float>(DType::kFloat32, {2, 1}, {1, 2});
+  EXPECT_EQ(error_message<InvalidArgument>([&] {
+              make_array_dataset(x, array_of<int32_t>(DType::kInt32, {2}, {0, 2000000000}), "d");
+            }),
+            "d: targets: label 2000000000 at row 1 asks for 2000000001 classes, more than 1048576 (the model's "
+            "output layer has a row of weights per class); class labels are 0 to C-1: renumber them, or store "
+            "float targets for regression");
+  EXPECT_EQ(make_array_dataset(x, array_of<int32_t>(DType::kInt32, {2}, {0, kMaxClasses - 1}), "d").num_classes,
+            kMaxClasses);
 }
 
 TEST(ArrayDataset, ReadFromANpyDirectoryOrASafetensorsFile) {
@@ -135,6 +208,51 @@ TEST(ArrayDataset, ReadFromANpyDirectoryOrASafetensorsFile) {
             std::string::npos);
   EXPECT_NE(error_message<InvalidArgument>([&] { load_array_dataset(dir + "/missing"); }).find("no such data set"),
             std::string::npos);
+}
+
+TEST(ArrayDataset, AFifoGivenAsDataIsRefusedWithinABoundNotOpened) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("array_dataset_fifo");
+  write_npy(dir + "/targets.npy", array_of<float>(DType::kFloat32, {2}, {1, 2}));
+  ASSERT_EQ(::mkfifo((dir + "/features.npy").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((dir + "/test.safetensors").c_str(), 0600), 0);
+  const std::string npy = ddp::testing::error_message_within<InvalidArgument>(5, [&] { load_array_dataset(dir); });
+  EXPECT_NE(npy.find(dir + "/features.npy: it is a FIFO (named pipe), not a regular file"), std::string::npos) << npy;
+  const std::string file = ddp::testing::error_message_within<InvalidArgument>(5, [&] {
+    load_array_dataset(dir + "/test.safetensors");
+  });
+  EXPECT_NE(file.find("test.safetensors: it is a FIFO (named pipe), not a regular file"), std::string::npos) << file;
+}
+
+// A mistyped path to one's own data is answered with what was looked for and what was found, never with how to
+// install Fashion-MNIST.
+TEST(LoadTrainTest, AMistypedPathSaysWhatWasLookedForAndWhatWasFound) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("data_paths");
+  auto message = [](const std::string& path) {
+    return error_message<InvalidArgument>([&] { load_train_test(path); });
+  };
+  const std::string forms = "name a directory with features.npy and targets.npy, a .safetensors file, or a "
+                            "directory with the four Fashion-MNIST .gz files";
+  EXPECT_EQ(message(""), "the data set's path is empty: " + forms);
+  EXPECT_EQ(message(dir + "/nowhere"), "data set " + dir + "/nowhere: no such file or directory; " + forms);
+  ASSERT_EQ(::symlink((dir + "/loop_a").c_str(), (dir + "/loop_b").c_str()), 0);
+  ASSERT_EQ(::symlink((dir + "/loop_b").c_str(), (dir + "/loop_a").c_str()), 0);
+  EXPECT_EQ(message(dir + "/loop_a"), "data set " + dir + "/loop_a: a loop of symbolic links; " + forms);
+  ::mkdir((dir + "/targets_only").c_str(), 0700);
+  write_npy(dir + "/targets_only/targets.npy", array_of<float>(DType::kFloat32, {2}, {1, 2}));
+  EXPECT_EQ(message(dir + "/targets_only"), "data set " + dir + "/targets_only: the directory has targets.npy but "
+            "no features.npy; a directory data set holds both (features [N, F], targets [N] or [N, W])");
+  ::mkdir((dir + "/empty").c_str(), 0700);
+  EXPECT_EQ(message(dir + "/empty"), "data set " + dir + "/empty: the directory holds neither features.npy and "
+            "targets.npy nor Fashion-MNIST's files (train-images-idx3-ubyte.gz, ...); " + forms);
+  write_bytes(dir + "/data.csv", "1,2\n");
+  EXPECT_EQ(message(dir + "/data.csv"), "data set " + dir + "/data.csv: it is a regular file, neither a "
+            ".safetensors file nor a directory; " + forms);
+  if (::geteuid() != 0) {  // root searches any directory
+    ::mkdir((dir + "/locked").c_str(), 0700);
+    ::chmod((dir + "/locked").c_str(), 0);
+    EXPECT_NE(message(dir + "/locked").find("the directory cannot be searched by this user"), std::string::npos);
+    ::chmod((dir + "/locked").c_str(), 0700);
+  }
 }
 
 // Rows 0..n-1 with features (i, -i) and targets (i/10, i/100, i/1000).

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -70,6 +71,14 @@ TEST(Idx, ReadsValidGzipFile) {
   const std::string plain = ddp::testing::scratch_path("valid-idx3");
   write_bytes(plain, idx_bytes({3, 2, 4}, seq(24)));
   EXPECT_EQ(read_idx_file(plain).values, seq(24));
+}
+
+TEST(Idx, RefusesAFifoWithinABoundNotOpened) {
+  const std::string fifo = ddp::testing::scratch_path("fifo-idx3-ubyte.gz");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string e = ddp::testing::error_message_within<InvalidArgument>(5, [&] { read_idx_file(fifo); });
+  EXPECT_NE(e.find(fifo + ": it is a FIFO (named pipe), not a regular file"), std::string::npos) << e;
 }
 
 TEST(Idx, RefusesBadMagic) {

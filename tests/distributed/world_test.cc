@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/core/device.h"
+#include "runtime/core/stop_request.h"
 #include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/test_world.h"
 
@@ -128,6 +129,25 @@ TEST(World, AgreeThrowsOnEveryRankNamingTheFailingRank) {
     EXPECT_NE(what.find("setup failed"), std::string::npos) << what;
     EXPECT_NE(what.find("rank " + std::to_string(last) + ": boom on the last rank"), std::string::npos) << what;
     EXPECT_EQ(e.rank(), world.rank());
+  }
+}
+
+// An error in the job's input is agreed as such, and rank 0 exits with the status ddprun does not restart.
+TEST(World, AnAgreedInputErrorEndsWithTheStatusThatIsNotRestarted) {
+  World& world = test_world();
+  try {
+    world.agree("a flag is wrong", "bad command line", AgreedError::kInput);
+    FAIL();
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(e.kind(), AgreedError::kInput);
+    EXPECT_EQ(agreed_error_exit_status(e), kInputErrorExitStatus);
+  }
+  try {
+    world.agree("the disk is full", "checkpoint write failed");
+    FAIL();
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(e.kind(), AgreedError::kMayPassOnRetry);
+    EXPECT_EQ(agreed_error_exit_status(e), 1);
   }
 }
 

@@ -114,7 +114,7 @@ expect_error "a flag's prefix" "unknown arguments '--batch' '32'; did you mean -
 expect_error "zero batch" "--batch-size" --batch-size 0
 expect_error "negative lr" "--lr" --lr -1
 expect_error "negative clip norm" "--clip-grad-norm" --clip-grad-norm -1
-expect_error "missing data" "install the data set" --data "$work/nowhere"
+expect_error "missing data" "data set $work/nowhere: no such file or directory" --data "$work/nowhere"
 expect_error "batch over shard" "larger than rank" --batch-size 40000
 expect_error "divergence" "training diverged" --optimizer sgd --lr 1e12 --momentum 0 --log-every 1 --max-steps 20
 # --skip-nonfinite skips such steps, and stops with a clear message once --skip-nonfinite-limit of them come in a
@@ -161,7 +161,7 @@ for np in 2 4; do
     "ddprun: job failed (rank 0 first, exit status 1) with exit status 1" >"$work/bogus.expected"
   expect_output "a bad flag on $np ranks" "$work/bogus.expected" "$ddprun" -np "$np" -- "$train" --bogus
   printf '%s\n' "[rank 0] error: cannot read the data set:" \
-    "[rank 0]   ranks $ranks: IDX file $work/nowhere/train-images-idx3-ubyte.gz: cannot open: No such file or directory; install the data set (apt-get install dataset-fashion-mnist, which fills /usr/share/datasets/fashion-mnist) or pass --data DIR naming a directory with the four Fashion-MNIST .gz files" \
+    "[rank 0]   ranks $ranks: data set $work/nowhere: no such file or directory; name a directory with features.npy and targets.npy, a .safetensors file, or a directory with the four Fashion-MNIST .gz files" \
     "ddprun: job failed (rank 0 first, exit status 1) with exit status 1" >"$work/nodata.expected"
   expect_output "no data on $np ranks" "$work/nodata.expected" "$ddprun" -np "$np" -- "$train" --device cpu --data "$work/nowhere"
   # A shape error: a test set whose samples are not the training set's.

@@ -52,6 +52,33 @@ TEST(Metrics, OneObjectPerLineFlushedAsWritten) {
   EXPECT_THROW(MetricsWriter("/nonexistent-dir-ddp/m.jsonl"), InvalidArgument);
 }
 
+// A full disk under the metrics file, made by a file size limit (RLIMIT_FSIZE: writes past it fail as they
+// would with ENOSPC, the one that crosses it partway through).
+TEST(Metrics, AFailedWriteIsReportedOnceAndLeavesOnlyWholeLines) {
+  const std::string path = ddp::testing::scratch_path("metrics_full.jsonl");
+  std::string warnings;
+  {
+    MetricsWriter w(path);
+    ddp::testing::FileSizeLimit limit(1000);  // above the warning's length: stderr's capture is a file too
+    ::testing::internal::CaptureStderr();
+    for (int step = 1; step <= 40; ++step) {
+      EXPECT_NO_THROW(w.write({{"step", step}, {"loss", 2.5}, {"samples_per_s", 1000.25}}));
+    }
+    warnings = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(w.failure(), "File too large");
+  }
+  const std::string bytes = read_file(path);
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_LE(bytes.size(), 1000u);
+  EXPECT_EQ(bytes.back(), '\n') << "a truncated last line: " << bytes;
+  const auto lines = read_lines(path);
+  ASSERT_GE(lines.size(), 2u);
+  for (std::size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i]["step"], static_cast<int>(i) + 1);
+  EXPECT_EQ(warnings, "ddp: warning: writing metrics file " + path + " failed: File too large; it keeps the "
+                      "records written before and takes no more in this run (training and checkpoints go on); free "
+                      "space on its disk or give another path\n");
+}
+
 TEST(Metrics, ThreadSafeLines) {
   const std::string path = ddp::testing::scratch_path("metrics-threads.jsonl");
   {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -86,6 +87,29 @@ TEST(TensorBoard, ScalarsReadBackWithTheirTagsStepsAndValuesAndEveryChecksumVeri
   EXPECT_EQ(events[3].summary().value(1).tag(), "test/accuracy");
   EXPECT_EQ(events[3].summary().value(1).simple_value(), 0.875f);
   EXPECT_GE(events[3].wall_time(), events[0].wall_time());
+}
+
+// A full disk under the events file (a file size limit): one warning, the file cut back to its whole records, and
+// no exception to end the run.
+TEST(TensorBoard, AFailedWriteIsReportedOnceAndLeavesOnlyWholeRecords) {
+  const std::string dir = testing::fresh_scratch_dir("tensorboard_full");
+  std::string path, warnings;
+  {
+    TensorBoardWriter writer(dir);
+    path = writer.path();
+    testing::FileSizeLimit limit(1000);  // above the warning's length: stderr's capture is a file too
+    ::testing::internal::CaptureStderr();
+    for (int step = 1; step <= 60; ++step) EXPECT_NO_THROW(writer.scalar("train/loss", 1.0 / step, step));
+    warnings = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(writer.failure(), "File too large");
+  }
+  EXPECT_LE(std::filesystem::file_size(path), 1000u);
+  const std::vector<tensorboard::Event> events = read_events(path);  // checks that no record is cut short
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back().step(), static_cast<std::int64_t>(events.size()) - 1);
+  EXPECT_EQ(warnings.rfind("ddp: warning: writing TensorBoard events file " + path + " failed: File too large;", 0),
+            0u) << warnings;
+  EXPECT_EQ(std::count(warnings.begin(), warnings.end(), '\n'), 1) << warnings;
 }
 
 TEST(TensorBoard, ASecondWriterWithTheSameNameIsRefusedRatherThanOverwritingTheFirst) {

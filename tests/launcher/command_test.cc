@@ -192,6 +192,24 @@ TEST(CommandLine, ParsesFlagsAndProgram) {
   EXPECT_EQ(parse({"--", "p"}).options->min_np, 0);
 }
 
+// A bad number is refused saying what is wanted, not with CLI11's 309-digit bound or "Could not convert".
+TEST(CommandLine, BadNumbersOfSecondsOrRestartsSayWhatIsWanted) {
+  for (const char* bad : {"0", "abc", "0.5", "-3", "86401", "99999999999999999999"}) {
+    std::string err;
+    const auto p = parse({"--stop-grace", bad, "--", "p"}, &err);
+    EXPECT_FALSE(p.options) << bad;
+    EXPECT_EQ(p.exit_code, 2) << bad;
+    EXPECT_NE(err.find("'" + std::string(bad) + "' is not a whole number of seconds from 1 to 86400"),
+              std::string::npos) << err;
+    EXPECT_EQ(err.find("Could not convert"), std::string::npos) << err;
+    EXPECT_EQ(err.find("1.79769"), std::string::npos) << err;
+  }
+  std::string err;
+  EXPECT_FALSE(parse({"--max-restarts", "-1", "--", "p"}, &err).options);
+  EXPECT_NE(err.find("'-1' is not a whole number of restarts from 0 to 1000"), std::string::npos) << err;
+  EXPECT_EQ(parse({"--stop-grace", "60", "--", "p"}).options->stop_grace_s, 60);
+}
+
 TEST(CommandLine, HelpExitsZero) {
   std::string text;
   const auto p = parse({"--help"}, &text);

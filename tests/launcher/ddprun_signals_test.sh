@@ -68,4 +68,51 @@ grep -q "its output was closed (broken pipe); the job was ended" "$session/err.P
   { fail "closed output: ddprun did not say why it ended the job"; cat "$session/err.PIPE"; }
 wait_for_job_gone "closed output" 10
 
+# A second SIGTERM after every rank has stopped as asked (exit status 75) is not a failure: the stop was finished.
+# Each rank leaves a process holding its output open for a few seconds, so mpirun is still there when it comes.
+dir="$work/second_term"
+mkdir -p "$dir"
+"${start[@]}" /bin/sh -c 'trap "(sleep 4) & touch '"$dir"'/stopped-\$OMPI_COMM_WORLD_RANK; exit 75" USR1
+  echo ready; while :; do sleep 0.1; done # '"$token" >"$dir/out" 2>&1 &
+pid=$!
+[ "$(for _ in $(seq 300); do [ "$(grep -c ready "$dir/out")" -ge 2 ] && echo ok && break; sleep 0.1; done)" = ok ] ||
+  fail "second SIGTERM: the ranks did not start"
+kill -TERM "$pid"
+for _ in $(seq 300); do [ -e "$dir/stopped-0" ] && [ -e "$dir/stopped-1" ] && break; sleep 0.05; done
+sleep 0.3  # the wrappers' exit markers reach ddprun
+kill -TERM "$pid" 2>/dev/null
+timeout 60 tail --pid="$pid" -f /dev/null
+wait "$pid"
+status=$?
+if [ "$status" -ne 75 ]; then
+  fail "a second SIGTERM after a finished graceful stop: exit status $status, not 75"
+  cat "$dir/out"
+fi
+wait_for_job_gone "second SIGTERM" 10
+
+# Slurm's requeue or time limit signals every process of the job at once, mpirun too, whose teardown then takes
+# about the stop grace (odls_base_sigkill_timeout): ddprun must report the graceful stop once every rank has ended,
+# not when mpirun is done (it took 22 s, with a checkpoint written 0.1 s after the signal). A fake allocation of
+# this node makes ddprun start the job as inside Slurm.
+dir="$work/requeue"
+mkdir -p "$dir"
+SLURM_JOB_ID=77 SLURM_JOB_NODELIST="$(hostname)" SLURM_TASKS_PER_NODE=2 SLURM_NTASKS=2 \
+  "${start[@]}" /bin/sh -c 'trap "exit 75" USR1; echo ready; while :; do sleep 0.1; done # '"$token" \
+  >"$dir/out" 2>&1 &
+pid=$!
+[ "$(for _ in $(seq 300); do [ "$(grep -c ready "$dir/out")" -ge 2 ] && echo ok && break; sleep 0.1; done)" = ok ] ||
+  fail "requeue: the ranks did not start"
+mpirun_pid=$(pgrep -P "$pid" -x mpirun)
+t0=$(date +%s.%N)
+kill -TERM "$pid" $mpirun_pid
+timeout 60 tail --pid="$pid" -f /dev/null
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+wait "$pid"
+status=$?
+echo "requeue: ddprun ended ${took} s after the signal to it and to mpirun, exit status $status"
+[ "$status" -eq 75 ] || { fail "requeue: exit status $status, not 75"; cat "$dir/out"; }
+awk -v t="$took" 'BEGIN { exit !(t < 6) }' ||
+  fail "requeue: ddprun took ${took} s to report a stop its ranks ended at once"
+wait_for_job_gone "requeue" 10
+
 finish ddprun_signals_test

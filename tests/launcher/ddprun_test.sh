@@ -77,9 +77,26 @@ status=$?
 [ "$status" -ne 0 ] || fail "-np 0 exited 0"
 check_contains bad-np "$out" "-np must be a positive number of ranks"
 
-out=$("$ddprun" -np 2 -- /nonexistent/program 2>&1)
+# A job whose ranks agreed that its input is wrong (exit status 65, ddp::kInputErrorExitStatus) is not restarted:
+# a retry would meet the same input.
+runs="${TEST_TMPDIR:-/tmp}/ddprun-test-runs-$$"
+rm -f "$runs"
+out=$(DDP_TEST_RUNS="$runs" "$ddprun" --max-restarts 3 -np 2 -- /bin/sh -c \
+  'echo run >>"$DDP_TEST_RUNS"; [ "$OMPI_COMM_WORLD_RANK" = 0 ] && exit 65; exit 0' 2>&1)
 status=$?
-[ "$status" -ne 0 ] || fail "missing program exited 0"
-check_contains missing-program "$out" "cannot run /nonexistent/program"
+[ "$status" -eq 65 ] || fail "an input error exited $status, not 65"
+[ "$(wc -l <"$runs")" -eq 2 ] || fail "an input error was restarted: $(wc -l <"$runs") runs of a rank"
+check_contains input-error "$out" "which a restart would meet again; not restarted"
+if grep -q "restart 1 of 3" <<<"$out"; then fail "an input error was restarted: $out"; fi
+
+# A program that is not there: one line, not one per rank, and a shell's status for it.
+out=$("$ddprun" -np 8 -- /nonexistent/program 2>&1)
+status=$?
+[ "$status" -eq 127 ] || fail "missing program exited $status, not 127"
+[ "$(grep -c "cannot run" <<<"$out")" -eq 1 ] || fail "missing program: not one message: $out"
+check_contains missing-program "$out" \
+  "ddprun: error: cannot run /nonexistent/program: No such file or directory; no rank was started"
+out=$("$ddprun" -np 2 -- no-such-program-ddp 2>&1)
+check_contains missing-program-on-path "$out" "cannot run no-such-program-ddp: no such program on PATH"
 
 finish ddprun_test

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "runtime/core/check.h"
+#include "tests/error_message.h"
 
 namespace ddp {
 namespace launcher {
@@ -89,14 +90,43 @@ TEST(SlurmAllocation, NodesTasksAndGpus) {
 
 TEST(SlurmAllocation, InconsistentVariablesAreRefusedNamingThem) {
   try {
-    slurm_allocation(batch_script("n[1-3]", "2(x2)", "4"));
+    slurm_allocation(batch_script("n[1-2]", "2(x3)", "6"));
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("names 3 nodes but SLURM_TASKS_PER_NODE '2(x2)' gives tasks for 2"),
+    EXPECT_NE(std::string(e.what()).find("names 2 nodes but SLURM_TASKS_PER_NODE '2(x3)' gives tasks for 3"),
               std::string::npos)
         << e.what();
   }
   EXPECT_THROW(slurm_allocation({{"SLURM_JOB_ID", "12"}}), InvalidArgument);
+}
+
+// An allocation of no task is refused: ddprun once announced "starting 0 ranks" and started 2.
+TEST(SlurmAllocation, NoTaskIsRefusedNamingTheVariable) {
+  std::string message;
+  try {
+    slurm_allocation(batch_script("vm", "2", "0"));
+  } catch (const InvalidArgument& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message.rfind("SLURM_NTASKS is 0: an allocation holds at least one task", 0), 0u) << message;
+  EXPECT_THROW(slurm_allocation(batch_script("vm", "0", "")), InvalidArgument);
+}
+
+// A host list that names more nodes than the tasks are for is refused as soon as it does (within the test's
+// bound of 5 s), however many it names: node[1-99999999] once took ddprun 7 GB and ten minutes.
+TEST(SlurmAllocation, AHostListLongerThanTheTasksIsRefusedWithoutExpandingIt) {
+  const std::string more = ::ddp::testing::error_message_within<InvalidArgument>(5, [] {
+    slurm_allocation(batch_script("node[1-99999999]", "1", "1"));
+  });
+  EXPECT_EQ(more.rfind("SLURM_JOB_NODELIST 'node[1-99999999]' names more than 1 node(s), more than the allocation "
+                       "has tasks for (SLURM_TASKS_PER_NODE)", 0), 0u) << more;
+  const std::string tasks = ::ddp::testing::error_message_within<InvalidArgument>(5, [] {
+    slurm_allocation(batch_script("node[1-99999999]", "1(x99999999)", "99999999"));
+  });
+  EXPECT_NE(tasks.find("SLURM_TASKS_PER_NODE '1(x99999999)' gives tasks for more than 1048576 nodes"),
+            std::string::npos) << tasks;
+  EXPECT_THROW(expand_slurm_hostlist("n[1-3]", 2), InvalidArgument);
+  EXPECT_EQ(joined(expand_slurm_hostlist("n[1-3]", 3)), "n1 n2 n3");
 }
 
 TEST(PlanInAllocation, OneNodeIsALocalJobOfTheAllocationsTasks) {

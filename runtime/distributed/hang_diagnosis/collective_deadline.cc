@@ -23,6 +23,15 @@ double default_collective_timeout_s() {
   return settings::seconds(settings::setting("DDP_COLLECTIVE_TIMEOUT_S"));
 }
 
+std::string rank_name(int session_rank) {
+  int running = 0, finalized = 0, world_rank = -1;
+  MPI_Initialized(&running);
+  MPI_Finalized(&finalized);
+  if (running && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (world_rank < 0 || world_rank == session_rank) return "rank " + std::to_string(session_rank);
+  return "session rank " + std::to_string(session_rank) + " (world rank " + std::to_string(world_rank) + ")";
+}
+
 void wait_within_deadline(MPI_Request* request, const std::function<std::string()>& describe) {
   static const double timeout_s = default_collective_timeout_s();
   const auto start = std::chrono::steady_clock::now();

@@ -19,6 +19,11 @@ std::string timeout_text(double seconds);
 // longer timeouts would overflow the clocks' arithmetic, and a collective that may take longer is a hang.
 double default_collective_timeout_s();
 
+// How this process's messages name it: "rank 1", or "session rank 1 (world rank 3)" when its rank in the session's
+// communicator is not its rank in MPI_COMM_WORLD (a session on a split communicator), since ddprun's and mpirun's
+// prefixes are world ranks.
+std::string rank_name(int session_rank);
+
 // Waits for `request` to complete. Past the deadline it ends the job (end_job_after_timeout, side_channel.h),
 // naming the collective with `describe()`: "rank 1's World::sum #815 of 3 float64 (host)".
 void wait_within_deadline(MPI_Request* request, const std::function<std::string()>& describe);

@@ -55,7 +55,8 @@ struct PhaseState {
 
 // What a rank reports about itself, or what is known about a rank that could not report.
 struct RankState {
-  int rank = -1;
+  int rank = -1;        // in the session's communicator
+  int world_rank = -1;  // in MPI_COMM_WORLD (ddprun's and mpirun's numbering), when known
   bool answered = false;
   std::string no_answer;  // why it did not, when it did not
   bool reporting = false;  // it is making the report of a hang (side_channel.h)

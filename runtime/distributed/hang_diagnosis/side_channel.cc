@@ -54,6 +54,7 @@ struct Endpoint {
   char boot_id[40];  // with the PID namespace, whether `pid` names the process in this machine's /proc
   std::uint64_t pid_namespace;
   std::int32_t pid;
+  std::int32_t world_rank;  // in MPI_COMM_WORLD: what ddprun's prefixes number (the session's may be a split)
   std::uint32_t addresses[kMaxAddresses];  // IPv4, network order
   std::uint64_t token;
   std::uint16_t port;  // 0: no listener
@@ -410,6 +411,9 @@ std::unique_ptr<SideChannel> SideChannel::start(MPI_Comm comm) {
   std::snprintf(mine.boot_id, sizeof mine.boot_id, "%s", boot.c_str());
   mine.pid_namespace = pid_namespace();
   mine.pid = static_cast<std::int32_t>(::getpid());
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  mine.world_rank = world_rank;
   // Without the pipe that stops it, the answering thread could not be joined: no listener then.
   if (::pipe2(channel->wake_, O_NONBLOCK | O_CLOEXEC) == 0) {
     channel->listener_ = open_listener(&mine.port);
@@ -430,6 +434,7 @@ std::unique_ptr<SideChannel> SideChannel::start(MPI_Comm comm) {
     Peer peer;
     peer.node.assign(e.node, strnlen(e.node, sizeof e.node));
     peer.port = e.port;
+    peer.world_rank = e.world_rank;
     if (!boot.empty() && mine.pid_namespace != 0 && std::strncmp(e.boot_id, mine.boot_id, sizeof mine.boot_id) == 0 &&
         e.pid_namespace == mine.pid_namespace) {
       peer.pid = e.pid;
@@ -576,6 +581,7 @@ std::vector<RankState> SideChannel::gather_states(double timeout_s) const {
     }
     s.rank = ranks[k];
   }
+  for (int r = 0; r < size(); ++r) states[r].world_rank = peers_[r].world_rank;
   return states;
 }
 

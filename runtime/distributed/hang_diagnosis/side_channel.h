@@ -69,6 +69,7 @@ class SideChannel {
     std::uint16_t port = 0;  // 0: it has no listener
     std::vector<std::uint32_t> addresses;  // IPv4, network order; loopback first for a peer on this node
     std::int32_t pid = 0;  // > 0: a process of this machine's PID namespace, seen in /proc under this pid
+    int world_rank = -1;   // its rank in MPI_COMM_WORLD
   };
   SideChannel() = default;
   void serve();

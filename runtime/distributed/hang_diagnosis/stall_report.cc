@@ -1,14 +1,43 @@
 #include "runtime/distributed/hang_diagnosis/stall_report.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 namespace ddp {
 namespace {
 
-std::string ranks_word(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + rank_list(ranks);
-}
+// How the report names ranks: by their number in the session's communicator, with their world rank beside it
+// when the two differ (a session on a split communicator), since ddprun's and mpirun's prefixes are world ranks.
+class RankNames {
+ public:
+  explicit RankNames(const std::vector<RankState>& ranks) {
+    for (const RankState& r : ranks) {
+      if (r.rank >= 0) world_[r.rank] = r.world_rank;
+      renumbered_ = renumbered_ || (r.world_rank >= 0 && r.world_rank != r.rank);
+    }
+  }
+  // "ranks 0,1,3", or "session ranks 0,1 (world ranks 2,3)".
+  std::string operator()(const std::vector<int>& ranks) const {
+    const std::string word = ranks.size() == 1 ? "rank " : "ranks ";
+    if (!renumbered_) return word + rank_list(ranks);
+    std::vector<int> sorted = ranks, world;
+    std::sort(sorted.begin(), sorted.end());
+    for (int r : sorted) {
+      const auto it = world_.find(r);
+      world.push_back(it == world_.end() ? -1 : it->second);
+    }
+    std::string world_text;
+    for (std::size_t i = 0; i < world.size(); ++i) {
+      world_text += (i ? "," : "") + (world[i] >= 0 ? std::to_string(world[i]) : std::string("?"));
+    }
+    return "session " + word + rank_list(sorted) + " (world " + word + world_text + ")";
+  }
+
+ private:
+  std::map<int, int> world_;
+  bool renumbered_ = false;
+};
 
 // Ranks grouped by a text (kept in order of first appearance), for clauses such as "ranks 0,1,3 wait in ...".
 class Groups {
@@ -47,7 +76,8 @@ std::string issued_text(const CollectiveState& c) {
 }
 
 // When the ranks issued different collectives under one sequence number: each side, the smaller first.
-std::string mismatch_clause(std::int64_t seq, const std::vector<const RankState*>& issued) {
+std::string mismatch_clause(std::int64_t seq, const std::vector<const RankState*>& issued,
+                            const RankNames& names) {
   std::vector<std::pair<const CollectiveState*, std::vector<int>>> sides;
   for (const RankState* r : issued) {
     const CollectiveState* c = r->find(seq);
@@ -63,7 +93,7 @@ std::string mismatch_clause(std::int64_t seq, const std::vector<const RankState*
   std::stable_sort(sides.begin(), sides.end(), [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
   std::string s = "the ranks differ in #" + std::to_string(seq) + ": ";
   for (std::size_t k = 0; k < sides.size(); ++k) {
-    s += (k ? ", " : "") + ranks_word(sides[k].second) + " issued " + issued_text(*sides[k].first);
+    s += (k ? ", " : "") + names(sides[k].second) + " issued " + issued_text(*sides[k].first);
   }
   return s + "; each waits in its own (DDP_DEBUG=collectives stops at the first difference, naming both sides)";
 }
@@ -88,6 +118,7 @@ std::string rank_list(std::vector<int> ranks) {
 }
 
 std::string explain_stall(const std::vector<RankState>& ranks) {
+  const RankNames names(ranks);
   std::vector<const RankState*> answered;
   Groups silent;
   for (const RankState& r : ranks) {
@@ -125,24 +156,24 @@ std::string explain_stall(const std::vector<RankState>& ranks) {
     }
   }
   for (const auto& [where, group] : behind.items()) {
-    clauses.push_back(ranks_word(group) + (group.size() == 1 ? " is" : " are") + " behind: " + where);
+    clauses.push_back(names(group) + (group.size() == 1 ? " is" : " are") + " behind: " + where);
   }
   for (const auto& [where, group] : ahead.items()) {
-    clauses.push_back(ranks_word(group) + (group.size() == 1 ? " is" : " are") + " past #" +
+    clauses.push_back(names(group) + (group.size() == 1 ? " is" : " are") + " past #" +
                       std::to_string(stuck_seq) + ": " + where);
   }
   for (const auto& [why, group] : silent.items()) {
-    clauses.push_back(ranks_word(group) + " did not answer (" + why + ")");
+    clauses.push_back(names(group) + " did not answer (" + why + ")");
   }
-  const std::string mismatch = stuck_seq > 0 ? mismatch_clause(stuck_seq, issued_it) : "";
+  const std::string mismatch = stuck_seq > 0 ? mismatch_clause(stuck_seq, issued_it, names) : "";
   if (!mismatch.empty()) clauses.push_back(mismatch);
   for (const auto& [what, group] : waiting.items()) {
     if (!mismatch.empty() && what.rfind("#" + std::to_string(stuck_seq) + " ", 0) == 0) continue;  // said above
-    clauses.push_back(ranks_word(group) + (group.size() == 1 ? " waits in " : " wait in ") + what);
+    clauses.push_back(names(group) + (group.size() == 1 ? " waits in " : " wait in ") + what);
   }
   if (stuck_seq == 0) {
     clauses.push_back("no rank that answered waits in a collective now (the late one may have completed)");
-    for (const RankState* r : answered) clauses.push_back("rank " + std::to_string(r->rank) + ": " + whereabouts(*r));
+    for (const RankState* r : answered) clauses.push_back(names({r->rank}) + ": " + whereabouts(*r));
   } else if (behind.items().empty() && silent.items().empty() && mismatch.empty()) {
     clauses.push_back("every rank issued #" + std::to_string(stuck_seq) +
                       " and none is behind: the collective itself is stuck (the network, NCCL, or a GPU that "

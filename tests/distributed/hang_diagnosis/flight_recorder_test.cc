@@ -54,6 +54,21 @@ TEST(StallReport, NamesTheRankBehindWhereItIsAndWhatTheOthersWaitIn) {
             "42)");
 }
 
+// A session on a split communicator: ddprun's and mpirun's prefixes are world ranks, so both numbers are given.
+TEST(StallReport, OnASplitCommunicatorNamesTheSessionRankAndTheWorldRank) {
+  std::vector<RankState> ranks = {at_812(0, true), at_812(1, false, Phase::kData, 5)};
+  ranks[0].world_rank = 1;
+  ranks[1].world_rank = 3;
+  EXPECT_EQ(explain_stall(ranks),
+            "session rank 1 (world rank 3) is behind: last collective #812 (MPI_Allreduce of 4160 float32, bucket "
+            "3 of 4, step 41), in data loading for 5.0 s; session rank 0 (world rank 1) waits in #813 "
+            "(MPI_Allreduce of 1000 float32, bucket 0 of 4, step 42)");
+  // The world itself: the numbers agree and are given once.
+  ranks[0].world_rank = 0;
+  ranks[1].world_rank = 1;
+  EXPECT_EQ(explain_stall(ranks).rfind("rank 1 is behind: ", 0), 0u);
+}
+
 TEST(StallReport, GroupsRanksBehindInTheSamePlaceAndNamesRanksThatDidNotAnswer) {
   std::vector<RankState> ranks;
   for (int r = 0; r < 8; ++r) ranks.push_back(at_812(r, r < 5));

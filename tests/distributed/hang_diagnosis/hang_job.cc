@@ -6,13 +6,15 @@
 //   - --mismatch R:S makes rank R issue a broadcast the others do not issue, before its backward at step S;
 //   - --step-ms M sleeps in every step, so that a dump can be asked for while the job runs;
 //   - --never-start R: every rank starts MPI itself, and rank R then never makes its World (the others wait in
-//     the World's first collective).
+//     the World's first collective);
+//   - --stop-before-mpi R: rank R stops itself (SIGSTOP) before its World starts MPI (the others wait in MPI_Init).
 //   mpirun -np 4 hang_job [--device cpu|cuda] [--backend mpi|nccl] [--steps N] [--checkpoint-dir D]
-//                         [--mismatch R:S] [--step-ms M] [--never-start R]
+//                         [--mismatch R:S] [--step-ms M] [--never-start R] [--stop-before-mpi R]
 // Rank 0 prints "step S" after each step and "done" at the end.
 #include <mpi.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -37,6 +39,7 @@ struct Flags {
   int mismatch_step = -1;
   int step_ms = 0;
   int late_rank = -1;  // never makes its World
+  int stopped_rank = -1;  // stops itself before its World starts MPI
 };
 
 Flags parse(int argc, char** argv) {
@@ -58,6 +61,8 @@ Flags parse(int argc, char** argv) {
       f.step_ms = std::stoi(value);
     } else if (flag == "--never-start") {
       f.late_rank = std::stoi(value);
+    } else if (flag == "--stop-before-mpi") {
+      f.stopped_rank = std::stoi(value);
     } else {
       throw ddp::InvalidArgument("unknown flag " + flag);
     }
@@ -80,6 +85,10 @@ ddp::data::Dataset make_data(std::int64_t rows) {
 
 int run(int argc, char** argv) {
   const Flags flags = parse(argc, argv);
+  const char* launched_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (launched_rank != nullptr && std::atoi(launched_rank) == flags.stopped_rank) {
+    std::raise(SIGSTOP);  // before its World starts MPI: the others wait inside MPI_Init
+  }
   if (flags.late_rank >= 0) {
     // As an application that starts MPI itself and then makes a session on every rank but one.
     int provided = 0;

@@ -11,6 +11,8 @@
 #             once (long before the timeout) naming both sides;
 #   dump      `ddprun --dump PID` while the job runs: every rank prints its flight recorder, the job goes on;
 #   never_start rank 2 never makes its session: the others end the job from the start's first collective;
+#   stopped_before_mpi rank 2 stops itself before it starts MPI, the others wait in MPI_Init: ddprun names it
+#             after the start's deadline (DDP_COLLECTIVE_TIMEOUT_S, at least 10 s) and ends the job;
 #   suspended Ctrl-Z (SIGTSTP) on ddprun for twice the timeout, then SIGCONT: the whole job stops and goes on,
 #             and ends well, with no hang report.
 # Usage: hang_report_test.sh CASE HANG_JOB DDPRUN [ARGS...]  (ARGS go to hang_job, e.g. --device cuda; DDPRUN "-"
@@ -185,6 +187,19 @@ case "$case_name" in
     [ "$status" -ne 124 ] || fail "the job hung (killed after 60 s)"
     grep -qE "^rank 0: fatal: rank 0's MPI_Comm_idup at the session's start \(every rank makes its session together\) did not complete within $timeout_s s \(DDP_COLLECTIVE_TIMEOUT_S\); another rank has probably died or stalled before it; aborting the job$" <<<"$out" ||
       fail "rank 0 did not say which collective did not complete"
+    took=$(seconds_since "^")
+    echo "the job ended ${took} s after its first line"
+    ;;
+  stopped_before_mpi)
+    [ "$ddprun" != - ] || fail "this case needs ddprun"
+    run timeout 60 "$ddprun" -np 4 -- "$job" "${job_args[@]}" --stop-before-mpi 2
+    [ "$status" -ne 0 ] || fail "the job exited 0"
+    [ "$status" -ne 124 ] || fail "the job hung (killed after 60 s)"
+    [ "$(grep -c "did not start within" <<<"$out")" -eq 1 ] || fail "not exactly one message of the start"
+    grep -qE "^ddprun: error: the job did not start within 10 s \(the start's deadline: DDP_COLLECTIVE_TIMEOUT_S, at least 10 s\) of rank [013] starting MPI: rank 2 never began MPI_Init \(stopped, or stuck before its session\); ranks 0,1,3 wait in it; ending the job$" <<<"$out" ||
+      fail "ddprun did not name rank 2 as the one that never began MPI_Init"
+    grep -q "^ddprun: job failed (rank 2 first" <<<"$out" || fail "ddprun did not name rank 2 as the first failure"
+    grep -q "ddprun-start:" <<<"$out" && fail "ddprun relayed the ranks' start markers"
     took=$(seconds_since "^")
     echo "the job ended ${took} s after its first line"
     ;;

@@ -12,9 +12,9 @@ elapsed=$(( $(date +%s) - start ))
 echo "$out"
 echo "exit status $status after ${elapsed}s"
 [ "$status" -ne 0 ] || { echo "FAIL: the job exited 0"; exit 1; }
-grep -qE "^error: rank [01]'s MPI_Allreduce #3 of 4160 float32 elements \(mpi\) for bucket 0 of 1 \(16 KiB\) in backward 1 did not complete within 2 s \(DDP_COLLECTIVE_TIMEOUT_S\); the job is ended. Where the ranks are:$" <<<"$out" \
+grep -qE "^error: rank [01]'s MPI_Allreduce #4 of 4160 float32 elements \(mpi\) for bucket 0 of 1 \(16 KiB\) in backward 1 did not complete within 2 s \(DDP_COLLECTIVE_TIMEOUT_S\); the job is ended. Where the ranks are:$" <<<"$out" \
   || { echo "FAIL: no watchdog message naming rank, collective, bucket and step"; exit 1; }
-grep -qE "^  rank 2 is behind: last collective #2 \(World::agree of 1 int32, step 0\), in user code for [0-9.]+ s; ranks 0,1 wait in #3 \(MPI_Allreduce of 4160 float32, bucket 0 of 1, step 1\)$" <<<"$out" \
+grep -qE "^  rank 2 is behind: last collective #3 \(MPI_Comm_idup \(making the MPI process group\), step 0\), in user code for [0-9.]+ s; ranks 0,1 wait in #4 \(MPI_Allreduce of 4160 float32, bucket 0 of 1, step 1\)$" <<<"$out" \
   || { echo "FAIL: the report does not say that rank 2 is behind and where"; exit 1; }
 [ "$elapsed" -lt 30 ] || { echo "FAIL: the job took ${elapsed}s to end after a 2 s deadline"; exit 1; }
 echo "stalled collective: job ended in ${elapsed}s"
