@@ -357,14 +357,18 @@ Dataset load_array_dataset(const std::string& path) {
                               "'targets' ([N] integer class labels, or [N] / [N, W] float targets)");
       }
     }
-    return make_array_dataset(safetensors_array(file, "features"), safetensors_array(file, "targets"), path);
+    Dataset d = make_array_dataset(safetensors_array(file, "features"), safetensors_array(file, "targets"), path);
+    d.files = {path};
+    return d;
   }
   if (!is_directory(path)) {
     throw InvalidArgument(path + ": no such data set; pass a directory with features.npy and targets.npy, a " +
                           ".safetensors file, or a directory with the Fashion-MNIST IDX files");
   }
   const std::string features = path + "/features.npy", targets = path + "/targets.npy";
-  return make_array_dataset(read_npy(features), read_npy(targets), features + " and " + targets);
+  Dataset d = make_array_dataset(read_npy(features), read_npy(targets), features + " and " + targets);
+  d.files = {features, targets};
+  return d;
 }
 
 namespace {

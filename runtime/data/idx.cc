@@ -341,7 +341,7 @@ Dataset make_image_dataset(const IdxArray& images, const std::string& images_sou
 Dataset load_fashion_mnist(const std::string& dir, Split split) {
   const std::string hint =
       "; install the data set (apt-get install dataset-fashion-mnist, which fills " +
-      std::string(kDefaultFashionMnistDir) + ") or pass --data DIR naming a directory with the four " +
+      std::string(kDefaultFashionMnistDir) + ") or name a directory with the four " +
       "Fashion-MNIST .gz files";
   const std::string images_path = dir + "/" + fashion_mnist_images_file(split);
   const std::string labels_path = dir + "/" + fashion_mnist_labels_file(split);
@@ -359,8 +359,10 @@ Dataset load_fashion_mnist(const std::string& dir, Split split) {
     if (images.dims.size() != 3 || images.dims[1] != 28 || images.dims[2] != 28) {
       fail(images_path, "expected Fashion-MNIST images [N, 28, 28], got dimensions " + dims_text(images.dims));
     }
-    return image_dataset(images, images_path, labels, labels_path, kFashionMnistClasses, kFashionMnistMean,
-                         kFashionMnistStd, std::move(features));
+    Dataset d = image_dataset(images, images_path, labels, labels_path, kFashionMnistClasses, kFashionMnistMean,
+                              kFashionMnistStd, std::move(features));
+    d.files = {images_path, labels_path};
+    return d;
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(e.what() + hint);
   }

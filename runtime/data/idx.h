@@ -46,6 +46,8 @@ struct Dataset {
   int num_classes = 0;
   std::vector<float> targets;
   int64_t target_width = 0;
+  // The files it was read from (empty for data made in memory): a program's outputs must not overwrite them.
+  std::vector<std::string> files;
   bool regression() const { return target_width > 0; }
 };
 

@@ -59,9 +59,9 @@ int64_t per_replica_batch_size(int64_t global_batch_size, int num_replicas) {
       if (more <= global_batch_size) ranks += (ranks.empty() ? "" : " or ") + std::to_string(more);
       ranks = "start " + ranks + " ranks, which divide it (a resumed run keeps its global batch), or for a new run ";
     }
-    throw InvalidArgument("--global-batch-size " + std::to_string(global_batch_size) + " does not split evenly over " +
+    throw InvalidArgument("a global batch of " + std::to_string(global_batch_size) + " does not split evenly over " +
                           std::to_string(r) + " ranks; " + ranks + "pass a multiple of " + std::to_string(r) + " (" +
-                          nearest + std::to_string(below + r) + ") or a per-rank --batch-size");
+                          nearest + std::to_string(below + r) + ") or a per-rank batch size");
   }
   return global_batch_size / r;
 }
@@ -155,7 +155,7 @@ void DistributedSampler::check_batch_size(int64_t batch_size) const {
     throw InvalidArgument("batch size " + std::to_string(batch_size) + " is larger than rank " +
                           std::to_string(options_.rank) + "'s shard of " + std::to_string(whole_epoch_samples()) +
                           " samples (" + std::to_string(options_.dataset_size) + " samples over " +
-                          std::to_string(options_.num_replicas) + " ranks); lower --batch-size or use fewer ranks");
+                          std::to_string(options_.num_replicas) + " ranks); lower the batch size or use fewer ranks");
   }
 }
 

@@ -91,7 +91,7 @@ bool is_own_slice(const CommBuffer& part, const CommBuffer& whole, int rank, con
 std::unique_ptr<ProcessGroup> make_process_group(World& world, const Device& device, Backend backend) {
   if (backend == Backend::kNccl) {
     DDP_CHECK(device.is_cuda(), "the NCCL backend communicates CUDA buffers; this rank runs on " + device.str() +
-                                    ": use the MPI backend (--backend mpi)");
+                                    ": use the MPI backend (SessionOptions::backend \"mpi\", or DDP_BACKEND=mpi)");
     DDP_CHECK(world.has_nccl(),
               "the NCCL backend needs the world's NCCL communicator, but the world was created without one "
               "(WorldOptions.nccl = false, or DDP_BACKEND=mpi)");

@@ -63,7 +63,8 @@ void Session::start(const SessionOptions& options) {
   backend_ = requested.value_or(device().is_cuda() ? Backend::kNccl : Backend::kMpi);
   if (error.empty() && wants_group_ && backend_ == Backend::kNccl && !device().is_cuda()) {
     error = "the NCCL backend needs CUDA devices, but this rank runs on " + device().str() +
-            " (use the MPI backend, --backend mpi, or --device cuda)";
+            " (use the MPI backend: SessionOptions::backend \"mpi\" or DDP_BACKEND=mpi; or ask for the GPU: " +
+            "SessionOptions::device kCuda)";
   }
   world_->agree(error, "bad backend");
 

@@ -306,7 +306,7 @@ void World::bind_device(const WorldOptions& options) {
       use_cuda = all_have_gpu == 1;
       if (!use_cuda && rank_ == 0) {
         // One short line: the driver's own words are what --device cuda reports.
-        std::fprintf(stderr, "ddp: running on the CPU (%s; --device cuda says why)\n",
+        std::fprintf(stderr, "ddp: running on the CPU (%s; asking for the GPU, DeviceRequest::kCuda, says why)\n",
                      gpus == 0 ? "no usable GPU" : "not every rank has a GPU");
       }
       break;
@@ -314,7 +314,7 @@ void World::bind_device(const WorldOptions& options) {
       use_cuda = true;
       if (gpus == 0) {
         error = "CUDA was asked for, but node " + node_name_ + " has " + cuda.reason +
-                ". Use --device cpu (or auto) on this machine.";
+                ". Ask for the CPU (DeviceRequest::kCpu, or kAuto) on this machine.";
       }
       break;
   }
@@ -325,7 +325,7 @@ void World::bind_device(const WorldOptions& options) {
   if (use_cuda && error.empty() && options.nccl && options.cuda_device < 0 && local_size_ > gpus) {
     error = std::to_string(local_size_) + " ranks share node " + node_name_ + ", which has " +
             std::to_string(gpus) + " GPU(s); NCCL needs one GPU per rank. Start at most " +
-            std::to_string(gpus) + " ranks per node, or use the MPI backend (--backend mpi) to share GPUs.";
+            std::to_string(gpus) + " ranks per node, or use the MPI backend (DDP_BACKEND=mpi) to share GPUs.";
   }
   if (use_cuda && error.empty()) {
     const int ordinal = options.cuda_device >= 0 ? options.cuda_device : local_rank_ % gpus;

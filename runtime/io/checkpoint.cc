@@ -244,7 +244,7 @@ CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& dir) {
     if (dir_fd_ >= 0) ::close(dir_fd_);
     fd_ = dir_fd_ = -1;
     throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + why +
-                          "; choose a writable --checkpoint-dir");
+                          "; choose a writable checkpoint directory");
   }
   if (::flock(dir_fd_, LOCK_EX | LOCK_NB) != 0 || ::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(dir_fd_);
@@ -255,7 +255,7 @@ CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& dir) {
     fd_ = -1;
     throw InvalidArgument("checkpoint directory " + dir + " is in use by another job (" +
                           (holder.empty() ? std::string("holder unknown") : holder) +
-                          "); give this run its own --checkpoint-dir, or wait for that job to end");
+                          "); give this run its own checkpoint directory, or wait for that job to end");
   }
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
@@ -270,7 +270,7 @@ CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& dir) {
     ::close(dir_fd_);
     fd_ = dir_fd_ = -1;
     throw InvalidArgument("cannot write to checkpoint directory " + dir + ": " + why +
-                          "; choose a writable --checkpoint-dir");
+                          "; choose a writable checkpoint directory");
   }
 }
 

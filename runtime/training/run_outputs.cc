@@ -9,6 +9,8 @@
 
 #include "runtime/distributed/process_group.h"
 #include "runtime/io/atomic_file.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/file_identity.h"
 #include "runtime/models/layers.h"
 #include "runtime/training/onnx_export.h"
 
@@ -23,15 +25,33 @@ double wall_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Why two of the run's outputs would overwrite each other, or "".
-std::string same_output_twice(const TrainerOptions& o) {
-  const std::vector<std::pair<std::string, std::string>> files = {
-      {"metrics_file", o.metrics_file}, {"trace_file", o.trace_file}, {"onnx_file", o.onnx_file}};
-  for (std::size_t a = 0; a < files.size(); ++a) {
-    for (std::size_t b = a + 1; b < files.size(); ++b) {
-      if (!files[a].second.empty() && files[a].second == files[b].second) {
-        return option_text(o, files[a].first) + " and " + option_text(o, files[b].first) + " name the same file " +
-               files[a].second + "; give each its own";
+// Why one of this rank's outputs would overwrite another, one of `inputs` (the data's files) or a checkpoint, or
+// "": files compared by identity (io::same_file), so that "out/./m.jsonl", "out/m.jsonl" and a link are one file.
+std::string output_problem(const TrainerOptions& o, int rank, const std::vector<std::string>& inputs) {
+  std::vector<std::pair<std::string, std::string>> outputs;  // (option, path)
+  if (!o.metrics_file.empty()) outputs.emplace_back("metrics_file", o.metrics_file);
+  if (!o.trace_file.empty()) outputs.emplace_back("trace_file", trace_path(o, rank));
+  if (!o.onnx_file.empty()) outputs.emplace_back("onnx_file", o.onnx_file);
+  for (std::size_t a = 0; a < outputs.size(); ++a) {
+    const auto& [option, path] = outputs[a];
+    for (std::size_t b = a + 1; b < outputs.size(); ++b) {
+      if (io::same_file(path, outputs[b].second)) {
+        return option_text(o, option) + " and " + option_text(o, outputs[b].first) + " name the same file " + path +
+               "; give each its own";
+      }
+    }
+    for (const std::string& input : inputs) {
+      if (io::same_file(path, input)) {
+        return option_text(o, option, path) + " is the data file " + input +
+               ", which the run would overwrite; give the output another path";
+      }
+    }
+    const std::string name = io::basename_of(path);
+    for (const std::string* dir : {&o.checkpoint_dir, &o.resume_dir}) {
+      if (dir->empty() || !io::same_file(io::dirname_of(path), *dir)) continue;
+      if (io::parse_checkpoint_file_name(name) || name == ".lock") {
+        return option_text(o, option, path) + " is a checkpoint directory's own file, which the run would " +
+               "overwrite; give the output another path";
       }
     }
   }
@@ -64,10 +84,11 @@ RunOutputs::RunOutputs(const TrainerOptions& o, Session& session) : o_(o), sessi
   if (!o_.trace_file.empty()) trace_ = std::make_unique<io::TraceRecorder>(session_.rank());
 }
 
-void RunOutputs::open(const Module& model, bool resumed, long long total_steps, long long first_step) {
+void RunOutputs::open(const Module& model, const std::vector<std::string>& inputs, bool resumed,
+                      long long total_steps, long long first_step) {
   std::string error;
   try {
-    error = same_output_twice(o_);
+    error = output_problem(o_, session_.rank(), inputs);
     if (error.empty()) {
       if (session_.is_lead() && !o_.metrics_file.empty()) {
         metrics_ = std::make_unique<io::MetricsWriter>(o_.metrics_file, resumed);

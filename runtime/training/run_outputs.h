@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/distributed/session.h"
 #include "runtime/distributed/world.h"
@@ -34,10 +35,12 @@ class RunOutputs {
   RunOutputs(const TrainerOptions& o, Session& session);
   io::TraceRecorder* trace() const { return trace_.get(); }
 
-  // Checks every output can be written and opens rank 0's (the metrics file appended to when `resumed`), then
-  // prints the run's first line; collective: a problem on any rank ends every rank with one message. The ONNX
-  // export of `model` is tried here too, so a model it cannot express is refused before training, not after.
-  void open(const Module& model, bool resumed, long long total_steps, long long first_step);
+  // Checks every output can be written and is none of `inputs` (the data's files), another output or a
+  // checkpoint, and opens rank 0's (the metrics file appended to when `resumed`); collective: a problem on any
+  // rank ends every rank with one message. The ONNX export of `model` is tried here too, so that a model it
+  // cannot express is refused before training, not after.
+  void open(const Module& model, const std::vector<std::string>& inputs, bool resumed, long long total_steps,
+            long long first_step);
 
   // Rank 0's first line: the ranks, the device, the backend, the model, the batch, the optimizer, the precision
   // and whether the step is a CUDA graph (else `eager_reason`).

@@ -60,6 +60,8 @@ class Trainer::Run {
 
   void load_data(const data::Dataset& train_set, const data::Dataset& test_set) {
     data_ = training::load_run_data(o_, session_, model_, train_set, test_set);
+    inputs_ = train_set.files;
+    inputs_.insert(inputs_.end(), test_set.files.begin(), test_set.files.end());
     features_ = train_set.feature_count;
   }
 
@@ -116,7 +118,7 @@ class Trainer::Run {
     total_steps_ = steps_at_end(data_.sampler_options, start_, o_, data_.steps_per_epoch);
     if (o_.max_steps > 0) total_steps_ = std::min<long long>(total_steps_, o_.max_steps);
     done_ = step_count_ >= total_steps_;
-    outputs_.open(model_, start_.resumed, total_steps_, step_count_);
+    outputs_.open(model_, inputs_, start_.resumed, total_steps_, step_count_);
     outputs_.first_line(model_, data_.steps_per_epoch, step_->eager_reason());
     if (total_steps_ > step_count_) step_->plan(*schedule_, total_steps_ - step_count_);
   }
@@ -290,6 +292,7 @@ class Trainer::Run {
   training::PhaseTimes times_;
   training::RunData data_;
   std::int64_t features_ = 0;
+  std::vector<std::string> inputs_;  // the data's files, which no output may be
   std::vector<std::int64_t> rows_;
   std::unique_ptr<training::PrecisionModel> precision_;
   std::unique_ptr<DistributedDataParallel> ddp_;

@@ -292,9 +292,9 @@ TEST(PerReplicaBatchSize, SplitsOrSaysWhatWould) {
     per_replica_batch_size(256, 3);
     ADD_FAILURE() << "256 over 3 ranks was not refused";
   } catch (const InvalidArgument& e) {
-    EXPECT_STREQ(e.what(), "--global-batch-size 256 does not split evenly over 3 ranks; start 2 or 4 ranks, which "
+    EXPECT_STREQ(e.what(), "a global batch of 256 does not split evenly over 3 ranks; start 2 or 4 ranks, which "
                            "divide it (a resumed run keeps its global batch), or for a new run pass a multiple of 3 "
-                           "(255 or 258) or a per-rank --batch-size");
+                           "(255 or 258) or a per-rank batch size");
   }
   // The case of issue 40: 385, the hint for a new run, is what a resume refuses; 4 or 6 ranks resume.
   try {

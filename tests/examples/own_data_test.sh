@@ -104,6 +104,7 @@ done
   "$work/model.onnx" || fail "ONNX's checker refuses the exported model"
 
 # 4. Refusals.
+cp "$work/train/features.npy" "$work/refused_features.npy"
 expect_error "truncated" "truncated/features.npy" 2 --data "$work/truncated" --max-steps 1
 expect_error "mismatched rows" "targets have shape [100, 2]; expected [4096] or [4096, W]" 2 --data "$work/mismatched" --max-steps 1
 expect_error "loss that does not fit" "the loss is cross-entropy but the training set has float targets" 2 \
@@ -115,5 +116,17 @@ expect_error "another model" "does not match the model's" 2 "${reg[@]}" --hidden
 expect_error "seed past 2^64" "must be at most 18446744073709551615" 2 "${reg[@]}" --seed 99999999999999999999999
 expect_error "one file for two outputs" "--metrics-file and --trace-file name the same file" 2 "${reg[@]}" \
   --max-steps 1 --metrics-file "$work/same.out" --trace-file "$work/same.out"
+# Outputs are files, not strings: the same file however it is written, the data's own files, a checkpoint.
+expect_error "one file written two ways" "--metrics-file and --onnx name the same file" 2 "${reg[@]}" \
+  --max-steps 1 --metrics-file "$work/m.jsonl" --onnx "$work/./m.jsonl"
+expect_error "ONNX over the training data" "--onnx $work/train/./features.npy is the data file" 2 "${reg[@]}" \
+  --max-steps 1 --onnx "$work/train/./features.npy"
+expect_error "metrics over the test targets" "is the data file $work/test/targets.npy" 2 "${reg[@]}" \
+  --max-steps 1 --metrics-file "$work/test/targets.npy"
+saved=$(ls "$work/ckpt" | grep '^ckpt-' | head -1)
+expect_error "metrics over a checkpoint" "is a checkpoint directory's own file" 2 "${reg[@]}" --max-steps 70 \
+  --resume "$work/ckpt" --checkpoint-dir "$work/ckpt" --metrics-file "$work/ckpt/$saved"
+[ -f "$work/train/features.npy" ] && cmp -s "$work/train/features.npy" "$work/refused_features.npy" ||
+  fail "a refused run changed the training data"
 
 finish own_data

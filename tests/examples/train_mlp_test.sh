@@ -102,7 +102,7 @@ paste <(losses "$work/g_full.jsonl") <(losses "$work/g_part.jsonl") | sed 's/"lo
   END { if (n != 6 || bad != "") { print "losses differ after 2 -> 3 ranks (" n " lines):" bad; exit 1 } }' \
   || fail "a --global-batch-size run resumed on 3 ranks does not follow the uninterrupted one"
 expect_error "global batch that does not split" \
-  "--global-batch-size 97 does not split evenly over 2 ranks; start 1 or 97 ranks, which divide it (a resumed run keeps its global batch), or for a new run pass a multiple of 2 (96 or 98) or a per-rank --batch-size" \
+  "a global batch of 97 does not split evenly over 2 ranks; start 1 or 97 ranks, which divide it (a resumed run keeps its global batch), or for a new run pass a multiple of 2 (96 or 98) or a per-rank batch size" \
   --global-batch-size 97
 expect_error "both batch sizes" "--batch-size excludes --global-batch-size" --global-batch-size 96 --batch-size 48
 expect_error "resume with another global batch" "was written with --global-batch-size 96, this run has --global-batch-size 64" \

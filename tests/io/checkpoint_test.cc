@@ -266,7 +266,7 @@ TEST(CheckpointDirectoryLock, ASecondJobIsRefusedNamingTheFirstUntilItEnds) {
       const std::string what = e.what();
       EXPECT_NE(what.find("is in use by another job (pid " + std::to_string(::getpid()) + " on "), std::string::npos)
           << what;
-      EXPECT_NE(what.find("its own --checkpoint-dir"), std::string::npos) << what;
+      EXPECT_NE(what.find("its own checkpoint directory"), std::string::npos) << what;
     }
   }
   CheckpointDirectoryLock again(dir);  // released with the first
