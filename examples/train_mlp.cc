@@ -256,7 +256,7 @@ int train(int argc, char** argv) {
       flag_error = e.what();
     }
   }
-  session.agree(flag_error, "bad command line");
+  session.agree(flag_error, "bad command line", ddp::AgreedError::kInput);
   session.agree_same(recipe_settings(argc, argv), "the ranks were started with different flags");
   ddp::TrainerOptions options = trainer_options(flags);
   const ddp::Activation activation = ddp::parse_activation(flags.activation);
@@ -271,7 +271,7 @@ int train(int argc, char** argv) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  session.agree(error, "cannot read the data set");
+  session.agree(error, "cannot read the data set", ddp::AgreedError::kInput);
   const auto& [train_set, test_set] = sets;
   const bool regression = train_set.regression();
   options.loss = !flags.loss.empty() ? ddp::parse_loss(flags.loss)

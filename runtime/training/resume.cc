@@ -148,16 +148,17 @@ std::unique_ptr<io::CheckpointDirectoryLock> claim_checkpoint_dir(const TrainerO
 ResumePoint resume_run(const ResumeFrom& from, const TrainerOptions& o, Session& session, Module& model,
                        Optimizer& optimizer, std::int64_t dataset_size) {
   if (from.dir.empty()) return {};
-  session.agree(from.required ? resume_path_problem(o, from.dir) : "", "cannot resume");
+  session.agree(from.required ? resume_path_problem(o, from.dir) : "", "cannot resume", AgreedError::kInput);
   const auto restored = restore_latest_training_checkpoint(
       session, from.dir, model, optimizer,
       [&](const io::LoadedCheckpoint& checkpoint) { return recipe_mismatch(checkpoint, o, model, session.size()); },
       dataset_size);
-  session.agree(!restored && from.required ? "no complete checkpoint in " + from.dir : "", "cannot resume");
+  session.agree(!restored && from.required ? "no complete checkpoint in " + from.dir : "", "cannot resume",
+                AgreedError::kInput);
   if (!restored) {
     if (session.is_lead()) {
-      std::printf("no complete checkpoint in %s yet (DDP_RESUME=1, a ddprun restart): starting from scratch\n",
-                  from.dir.c_str());
+      std::printf("no complete checkpoint in %s yet (%s): starting from scratch\n", from.dir.c_str(),
+                  settings::resume_reason().c_str());
     }
     return {};
   }

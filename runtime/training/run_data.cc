@@ -129,7 +129,7 @@ RunData load_run_data(const TrainerOptions& o, Session& session, Module& model, 
   } catch (const std::exception& e) {
     problem = e.what();
   }
-  session.agree(problem, "the data does not fit the model");
+  session.agree(problem, "the data does not fit the model", AgreedError::kInput);
   RunData d;
   d.sampler_options = data::SamplerOptions{
       .dataset_size = train_set.size, .num_replicas = session.size(), .rank = session.rank(), .seed = o.seed};
@@ -140,7 +140,7 @@ RunData load_run_data(const TrainerOptions& o, Session& session, Module& model, 
   } catch (const std::exception& e) {
     error = e.what();
   }
-  session.agree(error, "bad batch size");
+  session.agree(error, "bad batch size", AgreedError::kInput);
   d.steps_per_epoch = d.sampler->batches_per_epoch(o.batch_size);
   if (train_from_host(o, session, train_set)) {
     d.train = std::make_unique<data::HostBatches>(data::view(train_set), d.sampler_options, o.batch_size,

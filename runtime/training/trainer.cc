@@ -321,7 +321,7 @@ Trainer::Trainer(Session& session, Module& model, TrainerOptions options, Traine
   } catch (const std::exception& e) {
     error = e.what();
   }
-  session_.agree(error, "bad batch size");
+  session_.agree(error, "bad batch size", AgreedError::kInput);
 }
 
 Trainer::~Trainer() = default;

@@ -158,16 +158,16 @@ for name, rows, features in (('train', 64, 5), ('test', 16, 3)):
 for np in 2 4; do
   ranks=$(seq -s, 0 $((np - 1)))
   printf '%s\n' "[rank 0] error: bad command line:" "[rank 0]   ranks $ranks: unknown argument '--bogus' (see --help)" \
-    "ddprun: job failed (rank 0 first, exit status 1) with exit status 1" >"$work/bogus.expected"
+    "ddprun: job failed (rank 0 first, exit status 65) with exit status 65" >"$work/bogus.expected"
   expect_output "a bad flag on $np ranks" "$work/bogus.expected" "$ddprun" -np "$np" -- "$train" --bogus
   printf '%s\n' "[rank 0] error: cannot read the data set:" \
     "[rank 0]   ranks $ranks: data set $work/nowhere: no such file or directory; name a directory with features.npy and targets.npy, a .safetensors file, or a directory with the four Fashion-MNIST .gz files" \
-    "ddprun: job failed (rank 0 first, exit status 1) with exit status 1" >"$work/nodata.expected"
+    "ddprun: job failed (rank 0 first, exit status 65) with exit status 65" >"$work/nodata.expected"
   expect_output "no data on $np ranks" "$work/nodata.expected" "$ddprun" -np "$np" -- "$train" --device cpu --data "$work/nowhere"
   # A shape error: a test set whose samples are not the training set's.
   printf '%s\n' "[rank 0] error: the data does not fit the model:" \
     "[rank 0]   ranks $ranks: the test set has 3 features per sample, the model's input has 5 as the training set has; give a test set of the training set's features" \
-    "ddprun: job failed (rank 0 first, exit status 1) with exit status 1" >"$work/shape.expected"
+    "ddprun: job failed (rank 0 first, exit status 65) with exit status 65" >"$work/shape.expected"
   expect_output "a shape error on $np ranks" "$work/shape.expected" "$ddprun" -np "$np" -- "$train" --device cpu \
     --data "$work/shape/train" --test-data "$work/shape/test"
   # One rank's error alone (stderr only: rank 0's start line goes to stdout).
