@@ -190,7 +190,7 @@ TEST(Idx, MissingFileSaysWhatToDo) {
   const std::string e = error_message<InvalidArgument>([&] { load_fashion_mnist(dir, Split::kTrain); });
   EXPECT_NE(e.find(dir + "/train-images-idx3-ubyte.gz"), std::string::npos) << e;
   EXPECT_NE(e.find("apt-get install dataset-fashion-mnist"), std::string::npos) << e;
-  EXPECT_NE(e.find("--data DIR"), std::string::npos) << e;
+  EXPECT_NE(e.find("or name a directory with the four Fashion-MNIST .gz files"), std::string::npos) << e;
 }
 
 // A miniature Fashion-MNIST directory written by the test: normalisation, counts and label checks.
