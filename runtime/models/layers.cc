@@ -195,6 +195,7 @@ CategoricalFeatures::CategoricalFeatures(std::vector<std::int64_t> cardinalities
                                          std::uint64_t seed, const Device& device, const Stream& stream)
     : cardinalities_(std::move(cardinalities)), dim_(dim), embeddings_(std::make_shared<ModuleList>()) {
   DDP_CHECK(!cardinalities_.empty(), "CategoricalFeatures: no categorical columns; give one cardinality per column");
+  register_module("embeddings", embeddings_);
   set_device(device);
   std::uint64_t offset = 0;
   for (std::int64_t cardinality : cardinalities_) {
@@ -202,7 +203,6 @@ CategoricalFeatures::CategoricalFeatures(std::vector<std::int64_t> cardinalities
     offset += table->init_counters();
     embeddings_->add(std::move(table));
   }
-  register_module("embeddings", embeddings_);
 }
 
 std::int64_t CategoricalFeatures::out_features(std::int64_t in_features) const {

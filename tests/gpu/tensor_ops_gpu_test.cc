@@ -554,6 +554,21 @@ TEST_F(Gpu, MlpBf16MixedPrecisionStepMatchesCpu) {
 // ---- The MLP family's ops (runtime/ops/layers.h, SiLU) and modules: the GPU against the CPU, eagerly and from a
 // CUDA graph, as a captured training step runs them. ----
 
+// The stream every test below runs its CUDA graphs on, one for the whole process. Why not each test's own: the
+// caching allocator (runtime/core/allocator.cc) records the event of a block freed during a capture into the
+// graph, and cudaEventQuery of such an event fails (cudaErrorInvalidValue) when an allocation on another stream
+// later considers the block; on the stream that captured, the allocator reuses the block without asking. Never
+// destroyed: the CUDA runtime may be gone when static objects are.
+const Stream& graph_stream() {
+  static const Stream* stream = new Stream(Stream::create(Device::cuda(0)));
+  return *stream;
+}
+
+// Host values of a tensor on the CPU or on graph_stream().
+std::vector<float> on_host(const Tensor& t) {
+  return t.to_vector<float>(t.device().is_cuda() ? graph_stream() : cpu_stream());
+}
+
 // One op's forward and the backward of an MSE loss over it: `inputs` makes the op's inputs on a device (the same
 // values on each), `step` runs forward and backward on them and returns the output and the inputs' gradients.
 struct LayerCase {
@@ -650,16 +665,17 @@ std::vector<LayerCase> layer_cases() {
 }
 
 TEST_F(Gpu, LayerOpsMatchTheCpuEagerlyAndFromACudaGraph) {
+  const Stream& gs = graph_stream();
   for (const LayerCase& c : layer_cases()) {
     const std::vector<Tensor> cpu_in = c.inputs(Device::cpu(), cpu_stream());
     std::vector<std::vector<float>> expected;
-    for (const Tensor& t : c.step(cpu_in, cpu_stream())) expected.push_back(host(t));
+    for (const Tensor& t : c.step(cpu_in, cpu_stream())) expected.push_back(on_host(t));
 
-    const std::vector<Tensor> in = c.inputs(Device::cuda(0), s());
-    std::vector<Tensor> eager = c.step(in, s());
+    const std::vector<Tensor> in = c.inputs(Device::cuda(0), gs);
+    std::vector<Tensor> eager = c.step(in, gs);
     ASSERT_EQ(eager.size(), expected.size()) << c.name;
     for (std::size_t k = 0; k < eager.size(); ++k)
-      expect_close(host(eager[k]), expected[k], c.bound, c.name + (k == 0 ? " forward" : " gradient") + " eager");
+      expect_close(on_host(eager[k]), expected[k], c.bound, c.name + (k == 0 ? " forward" : " gradient") + " eager");
 
     // The same step captured (after the eager one filled the allocator's cache, which it gives back here so that
     // the capture allocates nothing new), its results overwritten with NaN, then replayed: the graph alone must
@@ -668,49 +684,51 @@ TEST_F(Gpu, LayerOpsMatchTheCpuEagerlyAndFromACudaGraph) {
     for (const Tensor& t : in)
       if (t.requires_grad()) autograd::zero_grad({t});
     std::vector<Tensor> graphed;
-    CudaGraph graph = CudaGraph::capture(s(), [&] { graphed = c.step(in, s()); });
+    CudaGraph graph = CudaGraph::capture(gs, [&] { graphed = c.step(in, gs); });
     ASSERT_TRUE(graph.captured()) << c.name << ": " << graph.error();
-    for (Tensor& t : graphed) t.fill_(NAN, s());
-    graph.replay(s());
+    for (Tensor& t : graphed) t.fill_(NAN, gs);
+    graph.replay(gs);
     for (std::size_t k = 0; k < graphed.size(); ++k)
-      expect_close(host(graphed[k]), expected[k], c.bound, c.name + (k == 0 ? " forward" : " gradient") + " graph");
+      expect_close(on_host(graphed[k]), expected[k], c.bound, c.name + (k == 0 ? " forward" : " gradient") + " graph");
   }
 }
 
 // Dropout in a captured step: every replay draws the mask of the counter's next value (the CPU's mask for that
 // draw, bit for bit), so no two replays share a mask, and the counter moves on with no host work.
 TEST_F(Gpu, DropoutDrawsANewMaskAtEachReplay) {
+  const Stream& gs = graph_stream();
   const Tensor x_cpu = Tensor::uniform({64, 40}, 0.5f, 1.5f, 10, 0, Device::cpu(), cpu_stream());
-  const Tensor x = x_cpu.copy_to(Device::cuda(0), s());
-  Dropout on_gpu(0.5, 21, Device::cuda(0), s());
+  const Tensor x = x_cpu.copy_to(Device::cuda(0), gs);
+  Dropout on_gpu(0.5, 21, Device::cuda(0), gs);
   Dropout on_cpu(0.5, 21, Device::cpu(), cpu_stream());
-  EXPECT_EQ(host(on_gpu.forward(x, s())), host(on_cpu.forward(x_cpu, cpu_stream()))) << "eager draw 0";
+  EXPECT_EQ(on_host(on_gpu.forward(x, gs)), on_host(on_cpu.forward(x_cpu, cpu_stream()))) << "eager draw 0";
   Tensor y;
-  CudaGraph graph = CudaGraph::capture(s(), [&] { y = on_gpu.forward(x, s()); });
+  CudaGraph graph = CudaGraph::capture(gs, [&] { y = on_gpu.forward(x, gs); });
   ASSERT_TRUE(graph.captured()) << graph.error();
-  EXPECT_EQ(on_gpu.draw().to_vector<std::int64_t>(s())[0], 1) << "capturing ran nothing";
+  EXPECT_EQ(on_gpu.draw().to_vector<std::int64_t>(gs)[0], 1) << "capturing ran nothing";
   std::vector<std::vector<float>> masks;
   for (int replay = 0; replay < 4; ++replay) {
-    graph.replay(s());
-    masks.push_back(host(y));
-    EXPECT_EQ(masks.back(), host(on_cpu.forward(x_cpu, cpu_stream()))) << "replay " << replay;
+    graph.replay(gs);
+    masks.push_back(on_host(y));
+    EXPECT_EQ(masks.back(), on_host(on_cpu.forward(x_cpu, cpu_stream()))) << "replay " << replay;
     for (int earlier = 0; earlier < replay; ++earlier) EXPECT_NE(masks[earlier], masks.back()) << replay;
   }
-  EXPECT_EQ(on_gpu.draw().to_vector<std::int64_t>(s())[0], 5);
+  EXPECT_EQ(on_gpu.draw().to_vector<std::int64_t>(gs)[0], 5);
   on_gpu.eval();
-  EXPECT_TRUE(on_gpu.forward(x, s()).same(x));
+  EXPECT_TRUE(on_gpu.forward(x, gs).same(x));
   // to() moves the counter with the module, its value kept.
-  on_cpu.to(Device::cuda(0), s());
+  on_cpu.to(Device::cuda(0), gs);
   EXPECT_EQ(on_cpu.draw().device(), Device::cuda(0));
-  EXPECT_EQ(on_cpu.draw().to_vector<std::int64_t>(s())[0], 5);
+  EXPECT_EQ(on_cpu.draw().to_vector<std::int64_t>(gs)[0], 5);
   const Tensor draw5 = Tensor::full({1}, 5.0, DType::kInt64, Device::cpu(), cpu_stream());
-  EXPECT_EQ(host(on_cpu.forward(x, s())), host(ops::dropout(x_cpu, 0.5, 21, draw5, cpu_stream())));
+  EXPECT_EQ(on_host(on_cpu.forward(x, gs)), on_host(ops::dropout(x_cpu, 0.5, 21, draw5, cpu_stream())));
 }
 
 // The modules together on the GPU: the residual LayerNorm GELU model behind categorical features and a frequency
 // encoding, a training step's forward and backward eagerly and from a graph against the CPU; and an id out of
 // range on the GPU embeds as zeros instead of reading out of bounds.
 TEST_F(Gpu, LayerModulesMatchTheCpuEagerlyAndFromACudaGraph) {
+  const Stream& gs = graph_stream();
   struct Net {
     std::shared_ptr<CategoricalFeatures> categorical;
     std::shared_ptr<FrequencyEncoding> encoding;
@@ -732,9 +750,9 @@ TEST_F(Gpu, LayerModulesMatchTheCpuEagerlyAndFromACudaGraph) {
                              std::sin(0.3f * static_cast<float>(r)), std::cos(0.2f * static_cast<float>(r))});
   }
   const Tensor x_cpu = Tensor::from_vector(rows, {48, 4}, Device::cpu(), cpu_stream());
-  const Tensor x = x_cpu.copy_to(Device::cuda(0), s());
+  const Tensor x = x_cpu.copy_to(Device::cuda(0), gs);
   const Net cpu_net = build(Device::cpu(), cpu_stream());
-  const Net gpu_net = build(Device::cuda(0), s());
+  const Net gpu_net = build(Device::cuda(0), gs);
   auto params = [](const Net& n) {
     std::vector<Tensor> out = n.categorical->parameters();
     for (const Tensor& p : n.body->parameters()) out.push_back(p);
@@ -745,24 +763,24 @@ TEST_F(Gpu, LayerModulesMatchTheCpuEagerlyAndFromACudaGraph) {
     return with_grads(mse_backward(n.forward(input, st), st), params(n));
   };
   std::vector<std::vector<float>> expected;
-  for (const Tensor& t : step(cpu_net, x_cpu, cpu_stream())) expected.push_back(host(t));
+  for (const Tensor& t : step(cpu_net, x_cpu, cpu_stream())) expected.push_back(on_host(t));
   const Bound bound{2e-5, 1e-4};
-  std::vector<Tensor> eager = step(gpu_net, x, s());
+  std::vector<Tensor> eager = step(gpu_net, x, gs);
   for (std::size_t k = 0; k < eager.size(); ++k)
-    expect_close(host(eager[k]), expected[k], bound, "modules eager " + std::to_string(k));
+    expect_close(on_host(eager[k]), expected[k], bound, "modules eager " + std::to_string(k));
   eager.clear();  // its memory back to the allocator's cache, for the capture
   std::vector<Tensor> graphed;
-  CudaGraph graph = CudaGraph::capture(s(), [&] { graphed = step(gpu_net, x, s()); });
+  CudaGraph graph = CudaGraph::capture(gs, [&] { graphed = step(gpu_net, x, gs); });
   ASSERT_TRUE(graph.captured()) << graph.error();
-  for (Tensor& t : graphed) t.fill_(NAN, s());
-  graph.replay(s());
+  for (Tensor& t : graphed) t.fill_(NAN, gs);
+  graph.replay(gs);
   for (std::size_t k = 0; k < graphed.size(); ++k)
-    expect_close(host(graphed[k]), expected[k], bound, "modules graph " + std::to_string(k));
+    expect_close(on_host(graphed[k]), expected[k], bound, "modules graph " + std::to_string(k));
 
   autograd::NoGradGuard no_grad;
   const Tensor bad = Tensor::from_vector({7, 1, 0.5f, 0.25f, 2.5f, 0, 0, 0}, {2, 4}, Device::cpu(), cpu_stream());
-  const std::vector<float> y = host(gpu_net.categorical->forward(bad.copy_to(Device::cuda(0), s()), s()));
-  const std::vector<float> e1 = host(gpu_net.categorical->embeddings()[1].state_dict()[0].second);
+  const std::vector<float> y = on_host(gpu_net.categorical->forward(bad.copy_to(Device::cuda(0), gs), gs));
+  const std::vector<float> e1 = on_host(gpu_net.categorical->embeddings()[1].state_dict()[0].second);
   EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 2), std::vector<float>(2, 0.0f)) << "id 7 of 5 categories";
   EXPECT_EQ(std::vector<float>(y.begin() + 2, y.begin() + 4), std::vector<float>(e1.begin() + 2, e1.begin() + 4));
   EXPECT_EQ(std::vector<float>(y.begin() + 6, y.begin() + 8), std::vector<float>(2, 0.0f)) << "id 2.5";
