@@ -26,7 +26,9 @@ arm() {  # name, command...: one whole run, its wall time and final test loss in
   out=$("$@" 2>&1) || { echo "$name failed: $out" >&2; exit 1; }
   end=$(date +%s.%N)
   echo "$out" | grep -E "^(residual_regression:|time:)" | cut -c1-200 >&2
-  echo "$name $(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }') $(sed -n 's/^final step=[0-9]* test_loss=\([0-9.]*\).*/\1/p' <<<"$out" | tail -1)" >>"$runs"
+  local loss
+  loss=$(sed -n 's/^final step=[0-9]* test_loss=\([0-9.]*\).*/\1/p' <<<"$out" | tail -1)
+  echo "$name $(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }') $loss" >>"$runs"
 }
 for ((r = 0; r < ROUNDS; r++)); do
   arm ours mpirun -np 1 --bind-to none "$B/residual_regression" "$data/train" "$data/test" "$EPOCHS" 512 4 512
@@ -36,7 +38,8 @@ done
 python3 - "$runs" "$EPOCHS" "$ROWS" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-wall = {a: statistics.median(float(r[1]) for r in rows if r[0] == a) for a in ("ours", "pytorch_eager", "pytorch_graph")}
+arms = ("ours", "pytorch_eager", "pytorch_graph")
+wall = {a: statistics.median(float(r[1]) for r in rows if r[0] == a) for a in arms}
 loss = {a: [r[2] for r in rows if r[0] == a] for a in wall}
 print(f"| arm | wall (median, s) | final test loss | ours faster by |  ({sys.argv[2]} epochs of {sys.argv[3]} rows)")
 print("| --- | --- | --- | --- |")
