@@ -96,7 +96,10 @@ void RunOutputs::open(const Module& model, const std::vector<std::string>& input
       if (!o_.trace_file.empty()) io::check_can_write_atomically(trace_path(o_, session_.rank()));
       if (!o_.onnx_file.empty()) io::check_can_write_atomically(o_.onnx_file);
       if (session_.is_lead() && !o_.tensorboard_dir.empty()) {
-        tensorboard_ = std::make_unique<io::TensorBoardWriter>(o_.tensorboard_dir);
+        // A resumed run writes a file of its own beside the stopped one's, which may carry the same second in
+        // its name (a restart at once); TensorBoard reads every events file of the directory.
+        tensorboard_ = std::make_unique<io::TensorBoardWriter>(
+            o_.tensorboard_dir, resumed ? ".resumed-at-step-" + std::to_string(first_step) : "");
       }
     }
   } catch (const std::exception& e) {

@@ -12,10 +12,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "ddp.h"
+#include "tests/models/residual_model.h"
 #include "tests/scratch.h"
 
 namespace ddp {
@@ -44,7 +46,7 @@ TrainerOptions quiet_options() {
                         .name = "trainer_test"};
 }
 
-std::vector<float> parameters(const MLP& model) {
+std::vector<float> parameters(const Module& model) {
   std::vector<float> all;
   for (const auto& [name, t] : model.state_dict()) {
     const std::vector<float> v = t.to_vector<float>(g_session->stream());
@@ -104,6 +106,46 @@ TEST(Trainer, AStopFromAHookCheckpointsThereAndTheResumedRunEndsAsOneNeverStoppe
   Trainer again(s, resumed, o);
   ASSERT_EQ(again.fit(train, test), 0);
   EXPECT_EQ(parameters(resumed), parameters(straight));
+}
+
+// A model of one's own through what the MLP gets: ZeRO-1, a Dropout drawing from its counter, TensorBoard, metrics
+// and ONNX outputs, a stop and a resume ending with the bits of a run never stopped.
+TEST(Trainer, AResidualDropoutModelShardedStopsAndResumesAsOneNeverStopped) {
+  Session& s = *g_session;
+  const data::Dataset train = regression_set(200, 9), test = regression_set(64, 900);
+  const std::string name = "trainer_residual_" + std::to_string(s.size());
+  const std::string dir = testing::scratch_path(name);
+  if (s.is_lead()) testing::fresh_scratch_dir(name);
+  s.agree("", "scratch");
+  auto make = [&](std::uint64_t seed) {
+    auto model = std::make_shared<Sequential>();
+    model->add(test::residual_layer_norm_gelu_model(seed, s.device(), s.stream(), 3, 16, 2));
+    model->add(std::make_shared<Dropout>(0.1, 5, s.device(), s.stream()));
+    return model;
+  };
+  TrainerOptions o = quiet_options();
+  o.shard_optimizer = true;
+  const auto straight = make(4);
+  ASSERT_EQ(Trainer(s, *straight, o).fit(train, test), 0);
+
+  o.checkpoint_dir = dir + "/ckpt";
+  o.metrics_file = dir + "/metrics.jsonl";
+  o.tensorboard_dir = dir + "/tb";
+  o.onnx_file = dir + "/model.onnx";
+  const auto stopped = make(4);
+  TrainerHooks stop_at_7{.on_step_end = [](const StepEnd& e) {
+    if (e.step == 7) request_stop();
+  }};
+  ASSERT_EQ(Trainer(s, *stopped, o, stop_at_7).fit(train, test), kStoppedExitStatus);
+  clear_stop_request();
+  const auto resumed = make(77);  // another init: the checkpoint wins, the Dropout's draw count included
+  o.resume_dir = o.checkpoint_dir;
+  ASSERT_EQ(Trainer(s, *resumed, o).fit(train, test), 0);
+  EXPECT_EQ(parameters(*resumed), parameters(*straight));
+  if (s.is_lead()) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/model.onnx"));
+    EXPECT_FALSE(std::filesystem::is_empty(dir + "/tb"));
+  }
 }
 
 TEST(Trainer, ATrainingSetInHostMemoryTrainsTheBitsOfOneOnTheDevice) {
