@@ -90,7 +90,7 @@ int ddp_session_mean(const ddp_session* session, double value, double* mean);
 int ddp_session_destroy(ddp_session* session);
 
 /* ---- Model: a multi-layer perceptron ---- */
-/* sizes[0] inputs, sizes[count-1] outputs, count >= 2; activation "relu", "tanh", "gelu" or "sigmoid"
+/* sizes[0] inputs, sizes[count-1] outputs, count >= 2; activation "relu", "tanh", "gelu", "sigmoid" or "silu"
  * between layers (NULL: "relu"); the same seed on every rank gives the same initial weights. */
 int ddp_mlp_create(ddp_session* session, int count, const int64_t* sizes, const char* activation, uint64_t seed,
                    ddp_model** out);

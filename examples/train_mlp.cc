@@ -73,9 +73,9 @@ Flags parse_flags(int argc, char** argv, int rank) {
       ->check(CLI::IsMember({"cross-entropy", "mse"}));
   app.add_option("--hidden", f.hidden, "units per hidden layer")->capture_default_str()->check(kPositiveInteger);
   app.add_option("--layers", f.layers, "hidden layers")->capture_default_str()->check(kNonNegativeInteger);
-  app.add_option("--activation", f.activation, "relu, gelu, tanh or sigmoid")
+  app.add_option("--activation", f.activation, "relu, gelu, tanh, sigmoid or silu")
       ->capture_default_str()
-      ->check(CLI::IsMember({"relu", "gelu", "tanh", "sigmoid"}));
+      ->check(CLI::IsMember({"relu", "gelu", "tanh", "sigmoid", "silu"}));
   CLI::Option* per_rank = app.add_option("--batch-size", f.run.batch_size, "samples per rank per step")
                               ->capture_default_str()
                               ->check(kPositiveInteger);
@@ -155,7 +155,7 @@ Flags parse_flags(int argc, char** argv, int rank) {
   examples::group_help(
       app, {{"Data", {{"--data", "DIR or FILE"}, {"--test-data", "DIR or FILE"}, {"--batch-size", "N"},
                       {"--global-batch-size", "N"}, {"--seed", "N"}, {"--data-placement", "auto|device|host"}}},
-            {"Model", {{"--hidden", "N"}, {"--layers", "N"}, {"--activation", "relu|gelu|tanh|sigmoid"},
+            {"Model", {{"--hidden", "N"}, {"--layers", "N"}, {"--activation", "relu|gelu|tanh|sigmoid|silu"},
                        {"--loss", "cross-entropy|mse"}}},
             {"Optimization", {{"--optimizer", "sgd|adamw"}, {"--lr", "X"}, {"--schedule", "constant|cosine"},
                               {"--warmup-epochs", "X"}, {"--weight-decay", "X"}, {"--momentum", "X in [0, 0.9999]"},
