@@ -179,7 +179,7 @@ struct DecompressorFree {
 
 // The fast path of read_idx: a file of one gzip member whose trailer's size matches its IDX header, inflated by
 // libdeflate in one call into one allocation (about twice zlib's speed: the training images' inflate was most of
-// the main job's start-up). Anything else (no gzip magic, several members, a size that does not match, a corrupt
+// a training run's start-up). Anything else (no gzip magic, several members, a size that does not match, a corrupt
 // or truncated stream) returns nothing, and the streaming zlib path reads the file and says what is wrong.
 std::optional<IdxArray> read_single_member_gzip(const std::string& path, const io::RegularFile& file,
                                                 const std::function<void(const IdxHeader&)>& on_header) {
@@ -314,7 +314,7 @@ Dataset image_dataset(const IdxArray& images, const std::string& images_source, 
   d.features = std::move(features);
   const size_t n = images.values.size();
   d.features.resize(n);
-  // In four slices at once for a large set (the training images' 47 M values were a fifth of the main job's
+  // In four slices at once for a large set (the training images' 47 M values were a fifth of a training run's
   // start-up on one thread); each value is the table's either way.
   const uint8_t* in = images.values.data();
   float* out = d.features.data();

@@ -1,7 +1,7 @@
 // The gradient reducer: launches each bucket's all-reduce (or, sharded, reduce-scatter) the moment its last
-// gradient is final, while
-// backward is still running, strictly in bucket order on every rank (so all ranks issue the same sequence of
-// collectives), and makes the compute stream wait for them before the optimizer — device-side on GPUs.
+// gradient is final, while backward is still running, strictly in bucket order on every rank (so all ranks issue
+// the same sequence of collectives), and makes the compute stream wait for them before the optimizer —
+// device-side on GPUs.
 //
 // Data model (after PyTorch's c10d reducer): one flat float32 gradient buffer laid out by a BucketPlan; a
 // bucket is a slice of it; a pending count per bucket; a cursor to the next bucket to launch.

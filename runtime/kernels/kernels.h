@@ -43,10 +43,10 @@ struct LinearShape {
   std::int64_t out;    // features out
 };
 
-// Hyperparameters are double, as PyTorch's (Python floats): derived constants such as 1 − β₂ are formed in
-// double before they are rounded to float, so the update matches torch.optim to float rounding.
-// The values a fused step kernel uses, derived from the hyperparameters in double and rounded to float once
-// (sgd_scalars / adamw_scalars below, shared by both implementations so that they compute the same update).
+// The values a fused step kernel uses. The hyperparameters are double, as PyTorch's (Python floats): derived
+// constants such as 1 − β₂ are formed in double and rounded to float once (sgd_scalars / adamw_scalars below,
+// shared by both implementations), so the update matches torch.optim to float rounding and the CPU and the GPU
+// compute the same one.
 struct SgdScalars {
   float lr, momentum, one_minus_dampening, weight_decay;
   bool nesterov, first_step, use_momentum;

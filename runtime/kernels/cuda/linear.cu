@@ -27,7 +27,7 @@
 //     parts in extra kernels.
 //   * The algorithm is cuBLASLt's first heuristic for the configuration, so a run's arithmetic is repeatable.
 //     dx and dw run one after the other on the caller's stream: on two streams their split-K kernels compete for
-//     the SMs and the main job's step is slower.
+//     the SMs and a small model's step is slower.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
