@@ -2,6 +2,7 @@
 // failure attribution.
 #include "launcher/command.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -91,6 +92,12 @@ std::vector<HostSlots> parse_hosts(const std::string& spec) {
 }
 
 std::vector<HostSlots> parse_hostfile(const std::string& path) {
+  // Only a regular file is opened: a FIFO given as the host file would block the open for ever.
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    throw InvalidArgument("--hostfile " + path + " is not a regular file (a FIFO, a directory or a device); give " +
+                          "the path of a file that lists the hosts");
+  }
   std::ifstream in(path);
   if (!in) throw InvalidArgument("--hostfile " + path + ": cannot be read (does it exist?)");
   std::vector<HostSlots> hosts;

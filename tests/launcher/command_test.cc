@@ -3,6 +3,8 @@
 #include "launcher/command.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -141,6 +143,17 @@ TEST(Command, HostsAndHostfile) {
   f.hostfile = path;
   cmd = build_mpirun_command(f, machine(0, 8, false));
   EXPECT_TRUE(contains(cmd, {"mpirun", "-np", "6", "--hostfile", path})) << joined(cmd);
+
+  // A FIFO as the host file is refused before it is opened (opening it would block until a writer came).
+  const std::string fifo = ddp::testing::scratch_path("hosts.fifo");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    parse_hostfile(fifo);
+    ADD_FAILURE() << "a FIFO was read as a host file";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+  }
 
   EXPECT_EQ(parse_hosts("a,b:3").size(), 2u);
   EXPECT_EQ(parse_hosts("a,b:3")[1].slots, 3);
