@@ -87,23 +87,20 @@ StepResult TrainStep::run(const Tensor& x, const Tensor& y, bool full, bool read
   // A replay takes the update's scalars from device memory, which prepare_step fills (or a plan holds).
   if (!optimizer_.device_scalars()) optimizer_.use_device_scalars(stream_);
   optimizer_.prepare_step(stream_);
-  if (!graph_.captured() && !capture(x, y)) {
-    // Every rank goes on eagerly, from the step prepared above.
-    const Tensor loss = forward_backward(x, y);
-    optimizer_.apply_step(stream_);
-    StepResult result;
-    if (read_loss) {
-      result.loss_read = true;
-      result.mean_loss = session_.mean(loss.item(stream_));
-    }
-    return result;
-  }
-  graph_.replay(stream_);
   StepResult result;
-  result.replayed = true;
+  Tensor loss;
+  if (graph_.captured() || capture(x, y)) {
+    graph_.replay(stream_);
+    loss = graph_loss_;
+    result.replayed = true;
+  } else {
+    // Every rank goes on eagerly, from the step prepared above.
+    loss = forward_backward(x, y);
+    optimizer_.apply_step(stream_);
+  }
   if (!read_loss) return result;
   // Reading the loss waits for the step: only when asked. The update is done; a non-finite loss ends the run.
-  const double value = graph_loss_.item(stream_);
+  const double value = loss.item(stream_);
   if (session_.any(!std::isfinite(value))) return reject_nonfinite("loss", value);
   result.loss_read = true;
   result.mean_loss = session_.mean(value);
