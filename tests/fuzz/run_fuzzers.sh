@@ -28,8 +28,8 @@ flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
 libs=(-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lz -ldeflate)
 
 declare -A sources=(
-  [safetensors]="tests/fuzz/safetensors_fuzzer.cc runtime/io/safetensors.cc runtime/io/atomic_file.cc"
-  [idx]="tests/fuzz/idx_fuzzer.cc runtime/data/idx.cc"
+  [safetensors]="tests/fuzz/safetensors_fuzzer.cc runtime/io/safetensors.cc runtime/io/atomic_file.cc runtime/io/file_identity.cc"
+  [idx]="tests/fuzz/idx_fuzzer.cc runtime/data/idx.cc runtime/io/file_identity.cc runtime/io/atomic_file.cc"
 )
 
 status=0
