@@ -65,7 +65,9 @@ TEST(TrainStep, GivesTheBitsOfTheHandWrittenEagerLoopAcrossAShorterLastBatch) {
     const StepResult r = step(x, y, /*read_loss=*/k % 4 == 3);
     EXPECT_TRUE(r.taken);
     EXPECT_EQ(r.replayed, graphs_possible() && k >= 2 && k != 7) << "step " << k;
-    if (k % 4 == 3) EXPECT_TRUE(std::isfinite(r.mean_loss));
+    if (k % 4 == 3) {
+      EXPECT_TRUE(std::isfinite(r.mean_loss));
+    }
   }
   EXPECT_EQ(step.captured(), graphs_possible());
   EXPECT_EQ(parameters(stepped.model), parameters(eager.model));
@@ -108,7 +110,9 @@ TEST(TrainStep, SaysWhyItRunsEagerly) {
   TrainStep clipped(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
                     {.clip_grad_norm = 1.0});
   EXPECT_NE(clipped.eager_reason(), "");
-  if (!g_session->device().is_cuda()) EXPECT_EQ(clipped.eager_reason(), "the CPU has no graphs");
+  if (!g_session->device().is_cuda()) {
+    EXPECT_EQ(clipped.eager_reason(), "the CPU has no graphs");
+  }
   TrainStep off(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
                 {.cuda_graph = false});
   EXPECT_EQ(off.eager_reason(), "TrainStepOptions::cuda_graph = false");
