@@ -69,6 +69,12 @@ class CudaEventBackend : public MemoryBackend {
   void synchronize_event(void* event) override {
     DDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   }
+  bool capturing(StreamHandle stream) override {
+    if (stream == nullptr) return false;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    DDP_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
 
  private:
   Device event_device_;
@@ -128,6 +134,7 @@ class AlignedHostBackend : public MemoryBackend {
   void record_event(void*, StreamHandle) override {}
   bool event_done(void*) override { return true; }
   void synchronize_event(void*) override {}
+  bool capturing(StreamHandle) override { return false; }
 };
 
 }  // namespace
@@ -166,10 +173,13 @@ void CachingAllocator::release_events(Block& block) {
   block.extra_events.clear();
 }
 
-bool CachingAllocator::reusable_on(Block& block, StreamHandle stream) {
+bool CachingAllocator::reusable_on(Block& block, StreamHandle stream, bool capturing) {
+  const bool same = block.stream == stream && options_.reuse_on_same_stream_without_event;
+  if (block.graph_owned) return same;
+  // While capturing, an event may not be queried: only what needs no query is reusable.
+  if (capturing) return same && block.extra_events.empty();
   for (void* e : block.extra_events)
     if (!backend_->event_done(e)) return false;
-  const bool same = block.stream == stream && options_.reuse_on_same_stream_without_event;
   if (!same && block.own_event != nullptr && !backend_->event_done(block.own_event)) return false;
   return true;
 }
@@ -179,6 +189,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamHandle stream) {
   const std::size_t size = round_size(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.num_allocations;
+  const bool capturing = backend_->capturing(stream);
   // The smallest cached block of this class or of a larger one up to 25% above the request (the slack the
   // classes themselves allow below 8 MiB), so a slightly smaller request reuses a block instead of a new one.
   const std::size_t largest = size + size / 4;
@@ -189,11 +200,11 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamHandle stream) {
       for (std::size_t i = list.size(); i-- > 0;) {
         Block& b = list[i];
         if (pass == 0 && b.stream != stream) continue;
-        if (!reusable_on(b, stream)) continue;
+        if (!reusable_on(b, stream, capturing)) continue;
         Block block = std::move(b);
         list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
         release_events(block);
-        block.stream = stream;
+        if (!block.graph_owned) block.stream = stream;
         block.extra_streams.clear();
         void* ptr = block.ptr;
         in_use_.emplace(ptr, std::move(block));
@@ -204,7 +215,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamHandle stream) {
     }
   }
   void* ptr = backend_->raw_allocate(size);
-  if (ptr == nullptr) {
+  if (ptr == nullptr && !capturing) {
     // Out of memory: give back every cached block (waiting for their pending work) and try once more.
     release_cached_locked(/*wait_for_pending=*/true);
     ptr = backend_->raw_allocate(size);
@@ -241,6 +252,13 @@ void CachingAllocator::free(void* ptr) {
   DDP_ASSERT(it != in_use_.end(), backend_->name() + ": free of a pointer this allocator does not own");
   Block block = std::move(it->second);
   in_use_.erase(it);
+  stats_.count_use(-static_cast<std::int64_t>(block.size));
+  if (block.graph_owned || backend_->capturing(block.stream)) {
+    block.graph_owned = true;
+    block.extra_streams.clear();
+    free_[block.size].push_back(std::move(block));
+    return;
+  }
   block.own_event = acquire_event();
   backend_->record_event(block.own_event, block.stream);
   for (StreamHandle s : block.extra_streams) {
@@ -248,7 +266,6 @@ void CachingAllocator::free(void* ptr) {
     backend_->record_event(e, s);
     block.extra_events.push_back(e);
   }
-  stats_.count_use(-static_cast<std::int64_t>(block.size));
   free_[block.size].push_back(std::move(block));
 }
 
@@ -256,6 +273,7 @@ void CachingAllocator::release_cached_locked(bool wait_for_pending) {
   for (auto& [size, list] : free_) {
     for (std::size_t i = list.size(); i-- > 0;) {
       Block& b = list[i];
+      if (b.graph_owned) continue;  // a graph may still replay its address
       bool done = true;
       if (b.own_event != nullptr) done = done && backend_->event_done(b.own_event);
       for (void* e : b.extra_events) done = done && backend_->event_done(e);

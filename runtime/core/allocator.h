@@ -10,6 +10,11 @@
 // (and on every stream named through record_stream) has completed. Pinned host memory is written by the host
 // itself (staging copies), so there even same-stream reuse waits for the event.
 //
+// Why a block freed while its stream is being captured into a CUDA graph is kept apart: the graph replays the
+// block's address, so only work ordered with the replays (the same stream) may reuse it, and the cache never
+// hands it back to the backend. No event is recorded or queried while a stream captures (either would be
+// captured into, or break, the graph); during a capture a block is reused only from its own stream.
+//
 // The caching logic talks to a MemoryBackend, so the policy is the same code for device memory, pinned memory
 // and the fake backend the CPU tests drive.
 #pragma once
@@ -57,6 +62,8 @@ class MemoryBackend {
   virtual void record_event(void* event, StreamHandle stream) = 0;
   virtual bool event_done(void* event) = 0;
   virtual void synchronize_event(void* event) = 0;
+  // True while `stream` is being captured into a CUDA graph.
+  virtual bool capturing(StreamHandle stream) = 0;
 };
 
 struct CachingAllocatorOptions {
@@ -96,9 +103,10 @@ class CachingAllocator {
     std::vector<StreamHandle> extra_streams;
     void* own_event = nullptr;               // recorded on `stream` at free
     std::vector<void*> extra_events;         // recorded on each extra stream at free
+    bool graph_owned = false;                // freed while `stream` was captured: see the file comment
   };
 
-  bool reusable_on(Block& block, StreamHandle stream);
+  bool reusable_on(Block& block, StreamHandle stream, bool capturing);
   void release_events(Block& block);
   void* acquire_event();
   void release_cached_locked(bool wait_for_pending);

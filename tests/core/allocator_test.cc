@@ -1,6 +1,7 @@
 // The caching allocator's policy, driven through a fake backend so it runs without a GPU: size classes, reuse
 // on the same stream at once, cross-stream reuse only after the freeing stream's event completes,
-// record_stream, statistics, empty_cache and the out-of-memory retry. Plus the CPU allocator's alignment.
+// record_stream, statistics, empty_cache, the out-of-memory retry, and blocks freed while a stream is being
+// captured into a CUDA graph. Plus the CPU allocator's alignment.
 #include "runtime/core/allocator.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,8 @@ struct FakeState {
   int mallocs = 0, frees = 0;
   std::size_t capacity = SIZE_MAX, used = 0;
   std::map<void*, std::size_t> sizes;
+  StreamHandle capturing = nullptr;  // the stream being captured, if any
+  int queries_while_capturing = 0, records_while_capturing = 0;
   void complete(StreamHandle s) {
     for (auto& [e, done] : events)
       if (recorded_on[e] == s) done = true;
@@ -56,10 +59,15 @@ class FakeBackend : public MemoryBackend {
     delete static_cast<int*>(e);
   }
   void record_event(void* e, StreamHandle s) override {
+    if (s_->capturing != nullptr) ++s_->records_while_capturing;
     s_->events[e] = false;
     s_->recorded_on[e] = s;
   }
-  bool event_done(void* e) override { return s_->events[e]; }
+  bool event_done(void* e) override {
+    if (s_->capturing != nullptr) ++s_->queries_while_capturing;
+    return s_->events[e];
+  }
+  bool capturing(StreamHandle s) override { return s != nullptr && s == s_->capturing; }
   void synchronize_event(void* e) override { s_->events[e] = true; }
 
  private:
@@ -135,6 +143,35 @@ TEST(CachingAllocator, CrossStreamReuseWaitsForEvent) {
   EXPECT_EQ(r, p);
   EXPECT_EQ(st.mallocs, 2);
   a.free(r);
+}
+
+// A capture may neither query nor record an event; a block freed during it keeps the graph's address, so it is
+// reused only on the captured stream and never handed back to the backend.
+TEST(CachingAllocator, ABlockFreedDuringACaptureBelongsToTheGraphsStream) {
+  FakeState s;
+  CachingAllocator a(std::make_unique<FakeBackend>(&s));
+  void* other = a.allocate(1000, stream(2));
+  a.free(other);  // pending on stream 2: a query would be needed to reuse it elsewhere
+  s.capturing = stream(1);
+  void* t = a.allocate(1000, stream(1));
+  EXPECT_NE(t, other);  // not taken from another stream during the capture
+  a.free(t);
+  void* again = a.allocate(1000, stream(1));
+  EXPECT_EQ(again, t);  // the captured stream's own block, in order within the graph
+  a.free(again);
+  EXPECT_EQ(s.queries_while_capturing, 0);
+  EXPECT_EQ(s.records_while_capturing, 0);
+  s.capturing = nullptr;
+  s.complete(stream(2));
+  void* elsewhere = a.allocate(1000, stream(3));
+  EXPECT_EQ(elsewhere, other);  // stream 2's block, its work done; the graph's block never on another stream
+  a.free(elsewhere);
+  EXPECT_EQ(a.allocate(1000, stream(1)), t);  // its own stream, eagerly between replays, may
+  a.free(t);
+  s.complete(stream(3));
+  const int frees = s.frees;
+  a.empty_cache();
+  EXPECT_EQ(s.frees, frees + 1);  // the ordinary block, not the graph's
 }
 
 TEST(CachingAllocator, RecordStreamDelaysEvenSameStreamReuse) {
