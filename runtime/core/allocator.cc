@@ -87,7 +87,12 @@ class CudaDeviceBackend : public CudaEventBackend {
   void* raw_allocate(std::size_t bytes) override {
     CudaDeviceGuard guard(Device::cuda(device_));
     void* ptr = nullptr;
+    // A capture (thread-local mode) forbids this thread's cudaMalloc; relaxed mode allows it, and a block
+    // obtained during a capture is kept for the graph (see free()), so the capture may grow the cache.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    DDP_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t status = cudaMalloc(&ptr, bytes);
+    DDP_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky: clear it so the retry starts clean
       return nullptr;

@@ -3,9 +3,9 @@
 // Why: a small training step is bound by kernel launches (tens of them, a few microseconds of host time each);
 // replaying a captured graph costs one launch for the whole step. What a capture may hold: kernels, copies
 // between device buffers, event records and waits (other streams that wait on an event of the capturing stream
-// join the capture), NCCL collectives. What it may not: a host synchronisation, an allocation that reaches
-// cudaMalloc, a copy to pageable host memory; each makes the capture fail, and capture() says why instead of
-// throwing, so the caller can fall back to running the same work eagerly.
+// join the capture), NCCL collectives, allocations (runtime/core/allocator.h keeps them for the graph). What it
+// may not: a host synchronisation, a copy to pageable host memory; each makes the capture fail, and capture()
+// says why instead of throwing, so the caller can fall back to running the same work eagerly.
 //
 // The graph replays the same device addresses: buffers the captured work reads or writes must stay allocated
 // (and, when the caller changes them between replays, be changed in place on the same stream). Code that keeps
