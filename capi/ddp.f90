@@ -26,6 +26,7 @@ module ddp
       DDP_ERROR_MPI = 3, DDP_ERROR_COLLECTIVE = 4, DDP_ERROR_OUT_OF_MEMORY = 5, DDP_ERROR_RUNTIME = 6, &
       DDP_ERROR_INTERNAL = 7
   integer, parameter, public :: DDP_MEMORY_HOST = 0, DDP_MEMORY_DEVICE = 1
+  integer, parameter, public :: DDP_NONFINITE_REFUSE = 0, DDP_NONFINITE_SKIP = 1
 
   type, public :: ddp_session
     type(c_ptr) :: handle = c_null_ptr
@@ -45,6 +46,8 @@ module ddp
       ddp_optimizer_create_sgd, ddp_optimizer_set_lr, ddp_optimizer_destroy, ddp_train_step, ddp_predict, &
       ddp_checkpoint_save, ddp_checkpoint_load, ddp_replay_buffer_create, ddp_replay_buffer_add, &
       ddp_replay_buffer_size, ddp_replay_buffer_destroy, ddp_train_step_replay
+  public :: ddp_model_set_nonfinite, ddp_model_nonfinite_skipped, ddp_replay_buffer_set_nonfinite, &
+      ddp_replay_buffer_nonfinite_skipped
 
   interface
     subroutine c_last_error_copy(buffer, size) bind(C, name="ddp_last_error_copy")
@@ -149,6 +152,28 @@ module ddp
       import :: c_int, c_ptr, c_int64_t
       type(c_ptr), value :: buffer
       integer(c_int64_t), intent(out) :: size, added
+    end function
+    integer(c_int) function c_model_set_nonfinite(model, policy) bind(C, name="ddp_model_set_nonfinite")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int), value :: policy
+    end function
+    integer(c_int) function c_model_nonfinite_skipped(model, skipped) bind(C, name="ddp_model_nonfinite_skipped")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: model
+      integer(c_int64_t), intent(out) :: skipped
+    end function
+    integer(c_int) function c_replay_buffer_set_nonfinite(buffer, policy) &
+        bind(C, name="ddp_replay_buffer_set_nonfinite")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: buffer
+      integer(c_int), value :: policy
+    end function
+    integer(c_int) function c_replay_buffer_nonfinite_skipped(buffer, skipped) &
+        bind(C, name="ddp_replay_buffer_nonfinite_skipped")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: buffer
+      integer(c_int64_t), intent(out) :: skipped
     end function
     integer(c_int) function c_replay_buffer_destroy(buffer) bind(C, name="ddp_replay_buffer_destroy")
       import :: c_int, c_ptr
@@ -289,6 +314,20 @@ contains
         int(DDP_MEMORY_HOST, c_int), loss)
   end function
 
+  ! What ddp_train_step does with samples holding a NaN or an infinity: DDP_NONFINITE_REFUSE (the default) or
+  ! DDP_NONFINITE_SKIP (left out, and counted by ddp_model_nonfinite_skipped).
+  integer function ddp_model_set_nonfinite(model, policy) result(status)
+    type(ddp_model), intent(in) :: model
+    integer, intent(in) :: policy
+    status = c_model_set_nonfinite(model%handle, int(policy, c_int))
+  end function
+
+  integer function ddp_model_nonfinite_skipped(model, skipped) result(status)
+    type(ddp_model), intent(in) :: model
+    integer(c_int64_t), intent(out) :: skipped
+    status = c_model_nonfinite_skipped(model%handle, skipped)
+  end function
+
   ! y(output_size, samples) = model(x(input_size, samples)).
   integer function ddp_predict(model, x, y) result(status)
     type(ddp_model), intent(in) :: model
@@ -312,6 +351,19 @@ contains
     real(c_float), intent(in), target, contiguous :: x(:, :), y(:, :)
     status = c_replay_buffer_add(buffer%handle, c_loc(x), int(size(x, 2), c_int64_t), int(size(x, 1), c_int64_t), &
         c_loc(y), int(size(y, 2), c_int64_t), int(size(y, 1), c_int64_t), int(DDP_MEMORY_HOST, c_int))
+  end function
+
+  ! The same for ddp_replay_buffer_add (skipped samples are counted by ddp_replay_buffer_nonfinite_skipped).
+  integer function ddp_replay_buffer_set_nonfinite(buffer, policy) result(status)
+    type(ddp_replay_buffer), intent(in) :: buffer
+    integer, intent(in) :: policy
+    status = c_replay_buffer_set_nonfinite(buffer%handle, int(policy, c_int))
+  end function
+
+  integer function ddp_replay_buffer_nonfinite_skipped(buffer, skipped) result(status)
+    type(ddp_replay_buffer), intent(in) :: buffer
+    integer(c_int64_t), intent(out) :: skipped
+    status = c_replay_buffer_nonfinite_skipped(buffer%handle, skipped)
   end function
 
   ! Samples held (at most the capacity) and ever added.

@@ -11,6 +11,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -29,7 +30,10 @@ struct ddp_model {
   std::unique_ptr<ddp::DistributedDataParallel> data_parallel;
   std::int64_t in = 0;
   std::int64_t out = 0;
+  std::string architecture;  // what a checkpoint records, and what a checkpoint to load must match
   int optimizers = 0;
+  ddp::data::NonFinitePolicy nonfinite = ddp::data::NonFinitePolicy::kRefuse;  // of ddp_train_step's samples
+  std::int64_t nonfinite_skipped = 0;
 };
 
 struct ddp_optimizer {
@@ -49,12 +53,22 @@ namespace {
 
 thread_local std::string t_last_error;
 
-// Every live handle and its kind, so that a destroyed or foreign pointer is refused instead of dereferenced.
+// Every handle made here, live or destroyed, with its kind and the thread that made it, so that a destroyed,
+// foreign or borrowed pointer is refused instead of dereferenced. A destroyed handle frees what it holds but
+// keeps its own few bytes, so no later handle can land at its address: a stale pointer stays recognisably
+// destroyed (had the memory been freed, the allocator could give it to the next handle of the same kind, which
+// the stale pointer would then reach).
 enum class Kind { kSession, kModel, kOptimizer, kReplayBuffer };
+
+struct Entry {
+  Kind kind;
+  bool live;
+  std::thread::id thread;  // the runtime's state (streams, the CUDA device, MPI's ordering) is per thread
+};
 
 struct Registry {
   std::mutex mutex;
-  std::unordered_map<const void*, Kind> live;
+  std::unordered_map<const void*, Entry> handles;
 };
 
 Registry& registry() {
@@ -64,12 +78,19 @@ Registry& registry() {
 
 void add(const void* handle, Kind kind) {
   std::lock_guard<std::mutex> lock(registry().mutex);
-  registry().live[handle] = kind;
+  registry().handles[handle] = Entry{kind, true, std::this_thread::get_id()};
 }
 
-void remove(const void* handle) {
-  std::lock_guard<std::mutex> lock(registry().mutex);
-  registry().live.erase(handle);
+// Frees what `handle` holds (its members in the order its destructor takes) and marks it destroyed; its memory
+// is kept, as the registry's note says.
+template <typename Handle>
+void retire(Handle* handle) {
+  {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    registry().handles.at(handle).live = false;
+  }
+  std::destroy_at(handle);
+  std::construct_at(handle);
 }
 
 const char* kind_name(Kind kind) {
@@ -81,6 +102,9 @@ const char* kind_name(Kind kind) {
   }
   return "handle";
 }
+
+// The checkpoint's metadata key for the model's architecture (ddp_model::architecture).
+constexpr const char* kArchitectureKey = "capi.architecture";
 
 // A failure to report: its code and message.
 struct Failure {
@@ -94,14 +118,25 @@ void check_handle(const void* handle, Kind kind, const char* argument) {
                                                 " made by its create call"};
   }
   std::lock_guard<std::mutex> lock(registry().mutex);
-  const auto it = registry().live.find(handle);
-  if (it == registry().live.end()) {
-    throw Failure{DDP_ERROR_INVALID_HANDLE, std::string(argument) + " is not a live " + kind_name(kind) +
-                                                " (destroyed already, or never made by this library)"};
+  const auto it = registry().handles.find(handle);
+  if (it == registry().handles.end()) {
+    throw Failure{DDP_ERROR_INVALID_HANDLE, std::string(argument) + " is not a " + kind_name(kind) +
+                                                " made by this library: pass the handle its create call gave"};
   }
-  if (it->second != kind) {
-    throw Failure{DDP_ERROR_INVALID_HANDLE, std::string(argument) + " is a " + kind_name(it->second) + ", not a " +
+  const Entry& entry = it->second;
+  if (entry.kind != kind) {
+    throw Failure{DDP_ERROR_INVALID_HANDLE, std::string(argument) + " is a " + kind_name(entry.kind) + ", not a " +
                                                 kind_name(kind)};
+  }
+  if (!entry.live) {
+    throw Failure{DDP_ERROR_INVALID_HANDLE, std::string(argument) + " was destroyed already: make a new " +
+                                                kind_name(kind) + " (a destroyed handle is refused for good)"};
+  }
+  if (entry.thread != std::this_thread::get_id()) {
+    throw Failure{DDP_ERROR_INVALID_HANDLE,
+                  std::string(argument) + " belongs to the thread that created it, and this is another: make every "
+                                          "call on a handle (and on its session's models, optimizers and buffers) "
+                                          "from the thread that created the session"};
   }
 }
 
@@ -125,6 +160,19 @@ void require_mpi(const char* call) {
   }
 }
 
+// cudaErrorMemoryAllocation, without the CUDA headers here.
+constexpr int kCudaOutOfMemory = 2;
+
+int status_of(const ddp::Error& e) {
+  if (dynamic_cast<const ddp::CollectiveError*>(&e) != nullptr) return DDP_ERROR_COLLECTIVE;
+  if (dynamic_cast<const ddp::InvalidArgument*>(&e) != nullptr) return DDP_ERROR_INVALID_ARGUMENT;
+  if (dynamic_cast<const ddp::InternalError*>(&e) != nullptr) return DDP_ERROR_INTERNAL;
+  if (dynamic_cast<const ddp::OutOfMemory*>(&e) != nullptr) return DDP_ERROR_OUT_OF_MEMORY;
+  const auto* cuda = dynamic_cast<const ddp::CudaError*>(&e);
+  if (cuda != nullptr && cuda->code() == kCudaOutOfMemory) return DDP_ERROR_OUT_OF_MEMORY;
+  return std::strstr(e.what(), "MPI") != nullptr ? DDP_ERROR_MPI : DDP_ERROR_RUNTIME;
+}
+
 // Runs `body`, mapping anything it throws to a status and this thread's message.
 template <typename Body>
 int guarded(const char* call, Body&& body) {
@@ -135,20 +183,12 @@ int guarded(const char* call, Body&& body) {
   } catch (const Failure& f) {
     t_last_error = std::string(call) + ": " + f.message;
     return f.status;
-  } catch (const ddp::CollectiveError& e) {
-    t_last_error = std::string(call) + ": " + e.what();
-    return DDP_ERROR_COLLECTIVE;
-  } catch (const ddp::InvalidArgument& e) {
-    t_last_error = std::string(call) + ": " + e.what();
-    return DDP_ERROR_INVALID_ARGUMENT;
-  } catch (const ddp::InternalError& e) {
-    t_last_error = std::string(call) + ": " + e.what();
-    return DDP_ERROR_INTERNAL;
   } catch (const ddp::Error& e) {
-    t_last_error = std::string(call) + ": " + e.what();
-    return std::strstr(e.what(), "MPI") != nullptr ? DDP_ERROR_MPI : DDP_ERROR_RUNTIME;
+    // The user's half of the message: the runtime's source locations and check text are for its developers.
+    t_last_error = std::string(call) + ": " + e.user_message();
+    return status_of(e);
   } catch (const std::bad_alloc&) {
-    t_last_error = std::string(call) + ": out of memory";
+    t_last_error = std::string(call) + ": out of memory: ask for less (a smaller batch, buffer or model)";
     return DDP_ERROR_OUT_OF_MEMORY;
   } catch (const std::exception& e) {
     t_last_error = std::string(call) + ": " + e.what();
@@ -186,13 +226,22 @@ ddp::ApplicationCommunicator handle_of(MPI_Comm comm) {
   return initialized && !finalized ? ddp::communicator(comm) : ddp::ApplicationCommunicator{};
 }
 
-// A tensor over the caller's array: in place where it lives on the session's device, else a copy to it.
-ddp::Tensor wrap(const float* data, std::int64_t rows, std::int64_t cols, int memory, const ddp::Session& session) {
-  const ddp::Shape shape{rows, cols};
-  if (memory == DDP_MEMORY_DEVICE || session.device().is_cpu()) {
-    return ddp::Tensor::from_blob(const_cast<float*>(data), shape, ddp::DType::kFloat32, session.device());
-  }
-  return ddp::Tensor::from_host(data, shape, ddp::DType::kFloat32, session.device(), session.stream());
+// A tensor over the caller's array where it is: host memory, or the session's GPU.
+ddp::Tensor caller_array(const float* data, std::int64_t rows, std::int64_t cols, int memory,
+                         const ddp::Session& session) {
+  const ddp::Device where = memory == DDP_MEMORY_DEVICE ? session.device() : ddp::Device::cpu();
+  return ddp::Tensor::from_blob(const_cast<float*>(data), {rows, cols}, ddp::DType::kFloat32, where);
+}
+
+// `t` on the session's device: itself when it is there (in place), else a copy.
+ddp::Tensor on_device(const ddp::Tensor& t, const ddp::Session& session) {
+  return t.device() == session.device() ? t : t.copy_to(session.device(), session.stream());
+}
+
+ddp::data::NonFinitePolicy nonfinite_policy(int policy) {
+  require(policy == DDP_NONFINITE_REFUSE || policy == DDP_NONFINITE_SKIP,
+          "policy is " + std::to_string(policy) + ": pass DDP_NONFINITE_REFUSE (0) or DDP_NONFINITE_SKIP (1)");
+  return policy == DDP_NONFINITE_SKIP ? ddp::data::NonFinitePolicy::kSkip : ddp::data::NonFinitePolicy::kRefuse;
 }
 
 // x (rows x `in`) and y (rows x `out`) in `memory`, for `owner` ("the model", "the buffer") of a session on `session`.
@@ -361,8 +410,7 @@ int ddp_session_destroy(ddp_session* session) {
     // After MPI_Finalize its communicators cannot be freed: the session is left allocated and stays live, so
     // that the call is refused again rather than crashing.
     require_mpi("ddp_session_destroy");
-    remove(session);
-    delete session;
+    retire(session);
   });
 }
 
@@ -384,6 +432,11 @@ int ddp_mlp_create(ddp_session* session, int count, const int64_t* sizes, const 
     m->owner = session;
     m->in = widths.front();
     m->out = widths.back();
+    m->architecture = "an MLP of sizes";
+    for (std::size_t i = 0; i < widths.size(); ++i) {
+      m->architecture += (i == 0 ? " " : "-") + std::to_string(widths[i]);
+    }
+    m->architecture += std::string(" with ") + ddp::activation_name(act);
     const ddp::Session& s = *session->session;
     m->mlp = std::make_unique<ddp::MLP>(widths, act, seed, s.device(), s.stream());
     *out = m.release();
@@ -423,9 +476,8 @@ int ddp_model_destroy(ddp_model* model) {
     require(model->optimizers == 0, std::to_string(model->optimizers) +
                                         " optimizer(s) of this model still exist: destroy them first");
     if (model->data_parallel != nullptr) require_mpi("ddp_model_destroy");
-    remove(model);
     --model->owner->models;
-    delete model;
+    retire(model);
   });
 }
 
@@ -458,9 +510,8 @@ int ddp_optimizer_set_lr(ddp_optimizer* optimizer, double lr) {
 int ddp_optimizer_destroy(ddp_optimizer* optimizer) {
   return guarded("ddp_optimizer_destroy", [&] {
     check_handle(optimizer, Kind::kOptimizer, "optimizer");
-    remove(optimizer);
     --optimizer->owner->optimizers;
-    delete optimizer;
+    retire(optimizer);
   });
 }
 
@@ -471,7 +522,41 @@ int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, i
     check_arrays(model, x, x_rows, x_cols, y, y_rows, y_cols, memory);
     if (model->data_parallel != nullptr) require_mpi("ddp_train_step");
     const ddp::Session& s = *model->owner->session;
-    train_on(model, optimizer, wrap(x, x_rows, model->in, memory, s), wrap(y, x_rows, model->out, memory, s), loss);
+    // Checked where the caller's arrays are, before any copy.
+    const ddp::data::FiniteSamples finite = ddp::data::finite_samples(
+        caller_array(x, x_rows, x_cols, memory, s), caller_array(y, y_rows, y_cols, memory, s), model->nonfinite,
+        s.stream());
+    model->nonfinite_skipped += finite.skipped;
+    if (finite.x.size(0) > 0) {
+      train_on(model, optimizer, on_device(finite.x, s), on_device(finite.y, s), loss);
+    } else if (model->data_parallel != nullptr) {
+      // Every sample skipped, but the other ranks step and average with this one: it adds a gradient of zero,
+      // from one sample of zeros whose target is the model's own output for it (the loss is then exactly 0).
+      const ddp::Tensor zeros = ddp::Tensor::zeros({1, model->in}, ddp::DType::kFloat32, s.device(), s.stream());
+      ddp::Tensor target;
+      {
+        ddp::autograd::NoGradGuard no_grad;
+        target = model->mlp->forward(zeros, s.stream());
+      }
+      train_on(model, optimizer, zeros, target, loss);
+    } else if (loss != nullptr) {
+      *loss = 0;  // no step taken
+    }
+  });
+}
+
+int ddp_model_set_nonfinite(ddp_model* model, int policy) {
+  return guarded("ddp_model_set_nonfinite", [&] {
+    check_handle(model, Kind::kModel, "model");
+    model->nonfinite = nonfinite_policy(policy);
+  });
+}
+
+int ddp_model_nonfinite_skipped(const ddp_model* model, int64_t* skipped) {
+  return guarded("ddp_model_nonfinite_skipped", [&] {
+    check_handle(model, Kind::kModel, "model");
+    require(skipped != nullptr, "skipped is NULL: pass the address of an int64_t");
+    *skipped = model->nonfinite_skipped;
   });
 }
 
@@ -506,11 +591,24 @@ int ddp_replay_buffer_add(ddp_replay_buffer* buffer, const float* x, int64_t x_r
     const ddp::Session& s = *buffer->owner->session;
     check_arrays("the buffer", b.inputs(), b.targets(), s, x, x_rows, x_cols, y, y_rows, y_cols, memory);
     // The caller's arrays where they are: the buffer copies from either device.
-    const ddp::Device where = memory == DDP_MEMORY_DEVICE ? s.device() : ddp::Device::cpu();
-    const ddp::Tensor tx = ddp::Tensor::from_blob(const_cast<float*>(x), {x_rows, x_cols}, ddp::DType::kFloat32, where);
-    const ddp::Tensor ty = ddp::Tensor::from_blob(const_cast<float*>(y), {y_rows, y_cols}, ddp::DType::kFloat32, where);
-    buffer->buffer->add(tx, ty, s.stream());
+    buffer->buffer->add(caller_array(x, x_rows, x_cols, memory, s), caller_array(y, y_rows, y_cols, memory, s),
+                        s.stream());
     s.stream().synchronize();
+  });
+}
+
+int ddp_replay_buffer_set_nonfinite(ddp_replay_buffer* buffer, int policy) {
+  return guarded("ddp_replay_buffer_set_nonfinite", [&] {
+    check_handle(buffer, Kind::kReplayBuffer, "buffer");
+    buffer->buffer->set_nonfinite(nonfinite_policy(policy));
+  });
+}
+
+int ddp_replay_buffer_nonfinite_skipped(const ddp_replay_buffer* buffer, int64_t* skipped) {
+  return guarded("ddp_replay_buffer_nonfinite_skipped", [&] {
+    check_handle(buffer, Kind::kReplayBuffer, "buffer");
+    require(skipped != nullptr, "skipped is NULL: pass the address of an int64_t");
+    *skipped = buffer->buffer->skipped();
   });
 }
 
@@ -525,9 +623,8 @@ int ddp_replay_buffer_size(const ddp_replay_buffer* buffer, int64_t* size, int64
 int ddp_replay_buffer_destroy(ddp_replay_buffer* buffer) {
   return guarded("ddp_replay_buffer_destroy", [&] {
     check_handle(buffer, Kind::kReplayBuffer, "buffer");
-    remove(buffer);
     --buffer->owner->buffers;
-    delete buffer;
+    retire(buffer);
   });
 }
 
@@ -564,7 +661,7 @@ int ddp_predict(ddp_model* model, const float* x, int64_t x_rows, int64_t x_cols
     const ddp::Session& s = *model->owner->session;
     const ddp::Stream& stream = s.stream();
     ddp::autograd::NoGradGuard no_grad;
-    const ddp::Tensor outputs = model->mlp->forward(wrap(x, batch, model->in, memory, s), stream);
+    const ddp::Tensor outputs = model->mlp->forward(on_device(caller_array(x, batch, model->in, memory, s), s), stream);
     ddp::Tensor destination =
         memory == DDP_MEMORY_DEVICE
             ? ddp::Tensor::from_blob(y, {batch, model->out}, ddp::DType::kFloat32, s.device())
@@ -582,6 +679,7 @@ int ddp_checkpoint_save(ddp_model* model, ddp_optimizer* optimizer, const char* 
     require_mpi("ddp_checkpoint_save");
     ddp::io::CheckpointMetadata where;
     where.step = step;
+    where.extra[kArchitectureKey] = model->architecture;
     ddp::training::save_training_checkpoint(*model->owner->session, dir, *model->mlp, *optimizer->optimizer, where);
   });
 }
@@ -592,9 +690,16 @@ int ddp_checkpoint_load(ddp_model* model, ddp_optimizer* optimizer, const char* 
     require(dir != nullptr && dir[0] != '\0', "dir is NULL or empty: pass the checkpoint directory");
     require(step != nullptr, "step is NULL: pass the address of an int64_t");
     require_mpi("ddp_checkpoint_load");
+    // Refused before anything loads: tensors of the same shapes (another activation) would load without a word.
+    const auto other_architecture = [&](const ddp::io::LoadedCheckpoint& c) -> std::string {
+      const auto it = c.metadata.extra.find(kArchitectureKey);
+      if (it == c.metadata.extra.end() || it->second == model->architecture) return "";
+      return c.path + " holds " + it->second + ", but the model is " + model->architecture +
+             ": load it into a model made as the checkpoint's was, or save to another directory";
+    };
     const std::optional<ddp::training::RestoredCheckpoint> restored =
         ddp::training::restore_latest_training_checkpoint(*model->owner->session, dir, *model->mlp,
-                                                          *optimizer->optimizer);
+                                                          *optimizer->optimizer, other_architecture);
     *step = restored ? restored->metadata.step : -1;
   });
 }

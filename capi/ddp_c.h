@@ -28,7 +28,15 @@
  *     may reuse the arrays once the call returns (the call completes its reads before returning).
  *   - Handles: a model and a replay buffer belong to their session, an optimizer to its model; destroying one
  *     that still has children is refused (destroy the children first). A handle used after it was destroyed is
- *     refused with DDP_ERROR_INVALID_HANDLE. Handles are for the thread that made them.
+ *     refused with DDP_ERROR_INVALID_HANDLE, for good: no later handle ever has its value (a destroyed handle
+ *     keeps a few bytes for this). Handles are for the thread that made them: a call from another thread is
+ *     refused with DDP_ERROR_INVALID_HANDLE, saying so.
+ *   - Samples (rows of x and y) holding a NaN or an infinity are refused by ddp_train_step and
+ *     ddp_replay_buffer_add with DDP_ERROR_INVALID_ARGUMENT, naming the first one's row and column; nothing is
+ *     trained on or added then. ddp_model_set_nonfinite / ddp_replay_buffer_set_nonfinite with
+ *     DDP_NONFINITE_SKIP have them left out instead, and counted (ddp_model_nonfinite_skipped,
+ *     ddp_replay_buffer_nonfinite_skipped). The check reads the arrays once (for device arrays, a kernel on
+ *     the GPU whose result is read back).
  */
 #ifndef DDP_C_H_
 #define DDP_C_H_
@@ -46,7 +54,7 @@ typedef enum ddp_status {
   DDP_ERROR_INVALID_HANDLE = 2,   /* a handle that is null, destroyed, or of another kind */
   DDP_ERROR_MPI = 3,              /* MPI not running (not initialised, or finalised), or an MPI call failed */
   DDP_ERROR_COLLECTIVE = 4,       /* a failure every rank of the session agreed on (the message names ranks) */
-  DDP_ERROR_OUT_OF_MEMORY = 5,
+  DDP_ERROR_OUT_OF_MEMORY = 5,   /* host or GPU memory ran out: ask for less (a smaller buffer, batch or model) */
   DDP_ERROR_RUNTIME = 6,          /* any other failure of the runtime (CUDA, a file, a checkpoint) */
   DDP_ERROR_INTERNAL = 7          /* a bug in the runtime: please report it with the message */
 } ddp_status;
@@ -55,6 +63,12 @@ typedef enum ddp_memory {
   DDP_MEMORY_HOST = 0,
   DDP_MEMORY_DEVICE = 1 /* memory of the session's GPU (cudaMalloc'd by the application) */
 } ddp_memory;
+
+/* What a train step or a replay buffer does with samples holding a NaN or an infinity. */
+typedef enum ddp_nonfinite {
+  DDP_NONFINITE_REFUSE = 0, /* the default: DDP_ERROR_INVALID_ARGUMENT naming the first one's row and column */
+  DDP_NONFINITE_SKIP = 1    /* left out, and counted */
+} ddp_nonfinite;
 
 typedef struct ddp_session ddp_session;
 typedef struct ddp_model ddp_model;
@@ -117,6 +131,14 @@ int ddp_optimizer_destroy(ddp_optimizer* optimizer);
  * the host; NULL skips the read (the step still completes before the call returns). */
 int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
                    const float* y, int64_t y_rows, int64_t y_cols, int memory, double* loss);
+/* What ddp_train_step does with samples holding a NaN or an infinity (ddp_nonfinite). Refused (the default),
+ * the step does nothing and returns DDP_ERROR_INVALID_ARGUMENT; on a distributed model the other ranks' step
+ * then waits for this rank's, and the job ends after DDP_COLLECTIVE_TIMEOUT_S with a report naming this rank
+ * unless the application ends it first (as after any refused collective call). Skipped, the step trains on the other samples; when none is left it takes no step and *loss is 0 (on a
+ * distributed model the rank still steps with the others, adding a gradient of zero to their average). */
+int ddp_model_set_nonfinite(ddp_model* model, int policy);
+/* Samples ddp_train_step left out as not finite, since the model was made. */
+int ddp_model_nonfinite_skipped(const ddp_model* model, int64_t* skipped);
 /* The model's outputs for x (x_rows x input_size) into y (y_rows = x_rows, y_cols = output_size), both in
  * `memory`; no gradients, no communication. Complete when the call returns. */
 int ddp_predict(ddp_model* model, const float* x, int64_t x_rows, int64_t x_cols, int memory, float* y,
@@ -133,6 +155,11 @@ int ddp_replay_buffer_create(ddp_session* session, int64_t capacity, int64_t inp
  * (device to device for arrays on the session's GPU). Complete when the call returns: the arrays may be reused. */
 int ddp_replay_buffer_add(ddp_replay_buffer* buffer, const float* x, int64_t x_rows, int64_t x_cols, const float* y,
                           int64_t y_rows, int64_t y_cols, int memory);
+/* What ddp_replay_buffer_add does with samples holding a NaN or an infinity (ddp_nonfinite): refused (the
+ * default), nothing of the call is added; skipped, the others are. */
+int ddp_replay_buffer_set_nonfinite(ddp_replay_buffer* buffer, int policy);
+/* Samples ddp_replay_buffer_add left out as not finite (not counted in `added`). */
+int ddp_replay_buffer_nonfinite_skipped(const ddp_replay_buffer* buffer, int64_t* skipped);
 /* Samples held (at most the capacity) and ever added; either pointer may be NULL. */
 int ddp_replay_buffer_size(const ddp_replay_buffer* buffer, int64_t* size, int64_t* added);
 int ddp_replay_buffer_destroy(ddp_replay_buffer* buffer);
@@ -144,10 +171,11 @@ int ddp_train_step_replay(ddp_model* model, ddp_optimizer* optimizer, ddp_replay
 
 /* ---- Checkpoints ---- */
 /* Collective: rank 0 writes DIR/ckpt-<step>.safetensors atomically (model and optimizer state, PyTorch's
- * state_dict names), keeping the 3 newest. */
+ * state_dict names, and the model's architecture: its sizes and activation), keeping the 3 newest. */
 int ddp_checkpoint_save(ddp_model* model, ddp_optimizer* optimizer, const char* dir, int64_t step);
 /* Collective: loads the newest checkpoint of DIR into the model and optimizer; *step is its step, or -1 when
- * DIR holds none (nothing is loaded then). */
+ * DIR holds none (nothing is loaded then). A checkpoint of another architecture (other sizes, or another
+ * activation) is refused before anything loads, with DDP_ERROR_COLLECTIVE and a message naming both. */
 int ddp_checkpoint_load(ddp_model* model, ddp_optimizer* optimizer, const char* dir, int64_t* step);
 
 #ifdef __cplusplus

@@ -102,7 +102,14 @@ foreach(_ddp_language CXX C Fortran)
     list(APPEND _ddp_mpi_components \${_ddp_language})
   endif()
 endforeach()
-find_dependency(Threads)
+# FindThreads compiles a C or C++ test, which a Fortran-only project cannot: there the thread library is named
+# as the pkg-config file names it.
+if("C" IN_LIST _ddp_languages OR "CXX" IN_LIST _ddp_languages)
+  find_dependency(Threads)
+  set(_ddp_threads Threads::Threads)
+else()
+  set(_ddp_threads -lpthread)
+endif()
 find_dependency(ZLIB)
 set(MPI_CXX_SKIP_MPICXX ON)  # Open MPI's C++ bindings are not used (and break the link)
 find_dependency(MPI COMPONENTS \${_ddp_mpi_components})
@@ -122,7 +129,7 @@ if(NOT DDP_openblas_LIBRARY)
   set(ddp_NOT_FOUND_MESSAGE "ddp: OpenBLAS not found (apt-get install libopenblas-dev)")
   return()
 endif()
-set(_ddp_link "\${_ddp_libraries};\${DDP_openblas_LIBRARY};ZLIB::ZLIB;Threads::Threads")
+set(_ddp_link "\${_ddp_libraries};\${DDP_openblas_LIBRARY};ZLIB::ZLIB;\${_ddp_threads}")
 if("C" IN_LIST _ddp_languages AND NOT TARGET ddp::ddp_c)
   # The C API: ddp_c.h (it includes mpi.h) and the same library.
   add_library(ddp::ddp_c SHARED IMPORTED)
@@ -148,7 +155,7 @@ if("CXX" IN_LIST _ddp_languages AND NOT TARGET ddp::ddp)
     INTERFACE_INCLUDE_DIRECTORIES "\${_ddp_prefix}/include;\${_ddp_prefix}/include/ddp;\${_ddp_cuda}/include"
     INTERFACE_COMPILE_DEFINITIONS "OMPI_SKIP_MPICXX=1"
     INTERFACE_COMPILE_FEATURES "cxx_std_20"
-    INTERFACE_LINK_LIBRARIES "MPI::MPI_CXX;\${_ddp_libraries};\${DDP_openblas_LIBRARY};ZLIB::ZLIB;Threads::Threads")
+    INTERFACE_LINK_LIBRARIES "MPI::MPI_CXX;\${_ddp_link}")
 endif()
 EOF
 cat >"$prefix/lib/cmake/ddp/ddpConfigVersion.cmake" <<EOF

@@ -226,7 +226,7 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamHandle stream) {
     ptr = backend_->raw_allocate(size);
   }
   if (ptr == nullptr) {
-    throw Error(backend_->name() + ": out of memory allocating " + std::to_string(bytes) + " bytes (" +
+    throw OutOfMemory(backend_->name() + ": out of memory allocating " + std::to_string(bytes) + " bytes (" +
                 std::to_string(stats_.bytes_in_use) + " bytes in use, " + std::to_string(stats_.bytes_reserved) +
                 " reserved); reduce the batch size or the model");
   }
@@ -375,7 +375,10 @@ void* CpuAllocator::allocate(std::size_t bytes) {
     empty_cache();
     ptr = ::operator new(bytes, std::align_val_t{kAlignment}, std::nothrow);
   }
-  if (ptr == nullptr) throw Error("cpu: out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (ptr == nullptr) {
+    throw OutOfMemory("cpu: out of memory allocating " + std::to_string(bytes) +
+                      " bytes: ask for less (a smaller batch, buffer or model)");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.count_backend_allocation(bytes);
   return ptr;

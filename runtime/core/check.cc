@@ -19,13 +19,16 @@ std::string location(const char* file, int line) {
 using detail::location;
 
 Error::Error(const std::string& message, const char* file, int line)
-    : std::runtime_error(message), file_(file ? file : ""), line_(line) {}
+    : std::runtime_error(message), file_(file ? file : ""), line_(line), user_message_(message) {}
+
+Error::Error(const std::string& message, const std::string& user_message, const char* file, int line)
+    : std::runtime_error(message), file_(file ? file : ""), line_(line), user_message_(user_message) {}
 
 LibraryError::LibraryError(const std::string& library, int code, const std::string& call,
                            const std::string& detail, const char* file, int line)
     : Error(location(file, line) + library + " call `" + call + "` failed with status " +
                 std::to_string(code) + ": " + detail,
-            file, line),
+            library + " failed with status " + std::to_string(code) + ": " + detail, file, line),
       code_(code),
       call_(call) {}
 
@@ -41,13 +44,12 @@ void throw_cuda(int code, const char* call, const char* file, int line) {
 }
 
 void throw_check(const char* condition, const std::string& message, const char* file, int line) {
-  throw InvalidArgument(location(file, line) + message + " (check `" + condition + "` failed)", file, line);
+  throw InvalidArgument(location(file, line) + message + " (check `" + condition + "` failed)", message, file, line);
 }
 
 void throw_assert(const char* condition, const std::string& message, const char* file, int line) {
-  throw InternalError(location(file, line) + "internal error (a bug in the runtime; please report it): " + message +
-                          " (`" + condition + "` does not hold)",
-                      file, line);
+  const std::string what = "internal error (a bug in the runtime; please report it): " + message;
+  throw InternalError(location(file, line) + what + " (`" + condition + "` does not hold)", what, file, line);
 }
 
 void warn_cuda(int code, const char* call, const char* file, int line) noexcept {

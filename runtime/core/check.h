@@ -18,12 +18,18 @@ namespace ddp {
 class Error : public std::runtime_error {
  public:
   Error(const std::string& message, const char* file = "", int line = 0);
+  // `user_message`: the same without what only the runtime's developers read (the source location, the text of
+  // the failed check or call).
+  Error(const std::string& message, const std::string& user_message, const char* file, int line);
   const std::string& file() const { return file_; }
   int line() const { return line_; }
+  // What an API for users (the C API) shows: what() less the source location and the checked code.
+  const std::string& user_message() const { return user_message_; }
 
  private:
   std::string file_;
   int line_;
+  std::string user_message_;
 };
 
 // A library call returned a failure status. `code()` is the library's own status value.
@@ -46,6 +52,11 @@ class CudaError : public LibraryError {
 // Bad input from a user (flags, files, shapes, calls in an order that cannot work): the message says what was
 // wrong and what to do.
 class InvalidArgument : public Error {
+  using Error::Error;
+};
+
+// Memory the runtime asked for (host or device) was not there: the allocator's message says how much.
+class OutOfMemory : public Error {
   using Error::Error;
 };
 

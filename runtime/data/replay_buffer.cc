@@ -43,9 +43,14 @@ std::int64_t ReplayBuffer::rows_of(const Tensor& x, const Tensor& y, bool here, 
   return x.size(0);
 }
 
-void ReplayBuffer::add(const Tensor& x, const Tensor& y, const Stream& stream) {
+void ReplayBuffer::add(const Tensor& given_x, const Tensor& given_y, const Stream& stream) {
   PhaseGuard phase(Phase::kData);
-  const std::int64_t count = rows_of(x, y, /*here=*/false, "add");
+  rows_of(given_x, given_y, /*here=*/false, "add");
+  const FiniteSamples finite = finite_samples(given_x, given_y, nonfinite_, stream);
+  skipped_ += finite.skipped;
+  const Tensor& x = finite.x;
+  const Tensor& y = finite.y;
+  const std::int64_t count = x.size(0);
   // Only the newest `capacity` of a large batch would survive: skip the rest.
   const std::int64_t skip = std::max<std::int64_t>(0, count - capacity_);
   std::int64_t from = skip;

@@ -10,6 +10,7 @@
 
 #include "runtime/core/device.h"
 #include "runtime/core/stream.h"
+#include "runtime/data/finite_samples.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp::data {
@@ -25,8 +26,13 @@ class ReplayBuffer {
   // application's own arrays seen through Tensor::from_blob. Copied in on `stream`: device to device on the
   // buffer's GPU, through pinned staging from host memory (which may then be reused at once). Device memory
   // of the caller's must stay unwritten until `stream` has done the copy. Throws InvalidArgument for other
-  // shapes or types.
+  // shapes or types. The samples are checked first (finite_samples.h, under nonfinite(); on a GPU the check is
+  // read back, synchronising `stream`): a sample refused leaves the buffer as it was; skipped ones are counted
+  // in skipped(), not in added().
   void add(const Tensor& x, const Tensor& y, const Stream& stream = current_stream());
+  // What add does with samples holding a NaN or an infinity: refuse them (the default) or skip them.
+  void set_nonfinite(NonFinitePolicy policy) { nonfinite_ = policy; }
+  NonFinitePolicy nonfinite() const { return nonfinite_; }
   // Fills x [batch, inputs] and y [batch, targets] (float32, on the buffer's device) with samples drawn
   // uniformly, with replacement, from those held; draw d of seed s is the same rows on every run and every
   // device. Queued on `stream`: the batch's row numbers go up (batch int64s) and one gather launch reads the
@@ -37,6 +43,7 @@ class ReplayBuffer {
   std::int64_t size() const { return size_; }          // samples held, at most capacity()
   std::int64_t capacity() const { return capacity_; }
   std::int64_t added() const { return added_; }        // samples ever added
+  std::int64_t skipped() const { return skipped_; }    // samples add skipped as not finite
   std::int64_t inputs() const { return inputs_; }
   std::int64_t targets() const { return targets_; }
   const Device& device() const { return device_; }
@@ -48,7 +55,8 @@ class ReplayBuffer {
 
   std::int64_t capacity_, inputs_, targets_;
   Device device_;
-  std::int64_t size_ = 0, next_ = 0, added_ = 0;
+  std::int64_t size_ = 0, next_ = 0, added_ = 0, skipped_ = 0;
+  NonFinitePolicy nonfinite_ = NonFinitePolicy::kRefuse;
   Tensor x_, y_;  // [capacity, inputs] and [capacity, targets]
 };
 

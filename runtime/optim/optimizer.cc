@@ -91,7 +91,7 @@ void Optimizer::take_planned_scalars(const Stream& stream) {
 
 Sgd::Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream)
     : Optimizer(store), options_(options) {
-  DDP_CHECK(options.lr >= 0.0f, "SGD: learning rate must be >= 0, got " + std::to_string(options.lr));
+  DDP_CHECK(options.lr >= 0.0f, "SGD: the learning rate (lr) must be >= 0, got " + std::to_string(options.lr));
   DDP_CHECK(options.momentum >= 0.0f, "SGD: momentum must be >= 0, got " + std::to_string(options.momentum));
   DDP_CHECK(options.weight_decay >= 0.0f, "SGD: weight_decay must be >= 0");
   DDP_CHECK(!options.nesterov || (options.momentum > 0.0f && options.dampening == 0.0f),
@@ -247,7 +247,7 @@ std::vector<std::pair<std::string, Tensor>> Sgd::state() const {
 
 AdamW::AdamW(ParameterStore& store, const AdamWOptions& options, const Stream& stream)
     : Optimizer(store), options_(options) {
-  DDP_CHECK(options.lr >= 0.0f, "AdamW: learning rate must be >= 0");
+  DDP_CHECK(options.lr >= 0.0f, "AdamW: the learning rate (lr) must be >= 0, got " + std::to_string(options.lr));
   DDP_CHECK(options.beta1 >= 0.0f && options.beta1 < 1.0f && options.beta2 >= 0.0f && options.beta2 < 1.0f,
             "AdamW: betas must be in [0, 1), got (" + std::to_string(options.beta1) + ", " +
                 std::to_string(options.beta2) + ")");

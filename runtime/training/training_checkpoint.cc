@@ -284,6 +284,8 @@ std::string save_training_checkpoint(Session& session, const std::string& dir, c
       io::CheckpointMetadata m = metadata;
       m.world_size = session.size();
       path = save_training_checkpoint(dir, model, optimizer, m, session.stream(), keep_last);
+    } catch (const Error& e) {  // what the user can act on, without the runtime's source locations
+      error = e.user_message();
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -304,6 +306,8 @@ std::optional<RestoredCheckpoint> restore_latest_training_checkpoint(Session& se
     });
     if (checkpoint && refuse) error = refuse(*checkpoint);
     if (checkpoint && error.empty()) restore_training_checkpoint(*checkpoint, model, optimizer, session.stream());
+  } catch (const Error& e) {
+    error = e.user_message();
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -43,7 +43,7 @@ grep -q '^\[rank 0\] ring: ranks=2 device=cpu sum 3.0 OK$' <<<"$out" || fail "Ma
 echo "make consumer ($(($(date +%s) - begin)) s): $(grep 'ring:' <<<"$out")"
 # The C and Fortran programs of an MPI application (examples/embedded) through CMake and through pkg-config,
 # each at 2 and 3 ranks under plain mpirun: a surrogate trained on a split communicator while the program keeps
-# using its own communicators.
+# using its own communicators. Then docs/embedding.md's pkg-config lines and Fortran-only CMake project, as printed.
 run_embedded() {  # DIR LABEL
   for ranks in 2 3; do
     for program in surrogate surrogate_f; do
@@ -64,4 +64,36 @@ PKG_CONFIG_PATH="$prefix/lib/pkgconfig" make -C "$work/embedded-make" >"$work/em
   { cat "$work/embedded-make.log"; fail "the pkg-config C and Fortran consumers did not build"; }
 run_embedded "$work/embedded-make" pkg-config
 echo "C and Fortran consumers ($(($(date +%s) - begin)) s)"
+
+# docs/embedding.md's build lines, run as printed there: the fenced block after each `<!-- install_test: NAME -->`,
+# in a folder holding the embedded programs as prog.c and prog.f90.
+doc_block() {
+  awk -v marker="<!-- install_test: $1 -->" '$0 == marker { found = 1; next }
+    found && /^```/ { if (inside) exit; inside = 1; next }
+    found && inside { print }' "$root/docs/embedding.md"
+}
+run_prog() {  # DIR PROGRAM NAME_IT_PRINTS LABEL
+  out=$(cd "$1" && mpirun -np 2 --oversubscribe --bind-to none "./$2" "$TEST_TMPDIR/ckpt-docs-$4-$2" 2>&1) ||
+    fail "$4 $2: $out"
+  grep -q "^$3: OK$" <<<"$out" || fail "$4 $2: $out"
+  echo "docs $4 $2: $(grep "^$3: ranks" <<<"$out")"
+}
+for block in pkg-config cmake-fortran; do
+  dir="$work/docs-$block"
+  mkdir -p "$dir" && cp -L "$root/examples/embedded/surrogate.c" "$dir/prog.c" &&
+    cp -L "$root/examples/embedded/surrogate.f90" "$dir/prog.f90"
+  lines=$(doc_block "$block")
+  [ -n "$lines" ] || fail "docs/embedding.md has no block marked install_test: $block"
+  echo "docs/embedding.md, $block:"
+  echo "$lines"
+done
+(cd "$work/docs-pkg-config" && PKG_CONFIG_PATH="$prefix/lib/pkgconfig" bash -euo pipefail -c "$(doc_block pkg-config)") \
+  >"$work/docs-pkg-config.log" 2>&1 || { cat "$work/docs-pkg-config.log"; fail "the docs' pkg-config lines failed"; }
+run_prog "$work/docs-pkg-config" prog surrogate pkg-config
+run_prog "$work/docs-pkg-config" prog_f surrogate_f pkg-config
+doc_block cmake-fortran >"$work/docs-cmake-fortran/CMakeLists.txt"
+cmake -S "$work/docs-cmake-fortran" -B "$work/docs-cmake-fortran/build" -DCMAKE_PREFIX_PATH="$prefix" \
+  >"$work/docs-cmake-fortran.log" 2>&1 && cmake --build "$work/docs-cmake-fortran/build" >>"$work/docs-cmake-fortran.log" 2>&1 ||
+  { tail -30 "$work/docs-cmake-fortran.log"; fail "the docs' Fortran-only CMake project did not build"; }
+run_prog "$work/docs-cmake-fortran/build" prog_f surrogate_f cmake-fortran
 echo "install: all checks passed"

@@ -1,8 +1,12 @@
 /* Bad input through the C API gets an error code and a message, never a crash (the test also runs under
- * --config=asan): null pointers and handles, wrong sizes, a destroyed handle, a handle of another kind, an empty
- * replay buffer or one of other widths, a communicator this rank is not in, MPI started at too low a thread
- * level, calls before MPI_Init and after MPI_Finalize. Run as `bad_input` (2 ranks) or `bad_input single`
- * (MPI_Init, no thread support). */
+ * --config=asan): null pointers and handles, wrong sizes, a destroyed handle (also once new handles were made
+ * after it), a handle of another kind or used from another thread, an empty replay buffer or one of other
+ * widths, samples that are not finite (refused, or skipped and counted), a buffer larger than memory, a
+ * checkpoint of another architecture, a communicator this rank is not in, MPI started at too low a thread level, calls before MPI_Init and after MPI_Finalize. No message carries
+ * the runtime's source locations or check text. Run as `bad_input` (2 ranks) or `bad_input single` (MPI_Init,
+ * no thread support). */
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,19 +15,50 @@
 
 #include "capi/ddp_c.h"
 
+/* Under AddressSanitizer an allocation larger than memory fails as it does without (the allocator returns
+ * NULL, which the runtime reports as DDP_ERROR_OUT_OF_MEMORY) instead of ending the program. */
+const char* __asan_default_options(void);
+const char* __asan_default_options(void) { return "allocator_may_return_null=1"; }
+
 static int failures = 0;
 static int rank = 0;
 
-/* The call must return `expected` with a message that contains `words`. */
-static void expect(const char* what, int status, int expected, const char* words) {
-  const char* message = ddp_last_error();
-  if (status != expected || strstr(message, words) == NULL || strlen(message) < 20) {
-    fprintf(stderr, "rank %d: FAIL %s: got %s \"%s\", wanted %s with \"%s\"\n", rank, what, ddp_status_name(status),
-            message, ddp_status_name(expected), words);
+/* `status` and `message` must be `expected` and contain `words`, without the runtime's internals (a source
+ * location, the text of a failed check). */
+static void check(const char* what, int status, const char* message, int expected, const char* words) {
+  const int internal = strstr(message, ".cc:") != NULL || strstr(message, ".h:") != NULL ||
+                       strstr(message, "check `") != NULL || strstr(message, "does not hold") != NULL;
+  if (status != expected || strstr(message, words) == NULL || strlen(message) < 20 || internal) {
+    fprintf(stderr, "rank %d: FAIL %s: got %s \"%s\", wanted %s with \"%s\"%s\n", rank, what,
+            ddp_status_name(status), message, ddp_status_name(expected), words,
+            internal ? " and no internal text" : "");
     ++failures;
   } else if (rank == 0) {
     printf("ok %s: %s\n", what, message);
   }
+}
+
+/* The call must return `expected` with a message that contains `words`. */
+static void expect(const char* what, int status, int expected, const char* words) {
+  check(what, status, ddp_last_error(), expected, words);
+}
+
+/* Calls from a thread other than the one that made the handles. */
+struct foreign_call {
+  ddp_session* session;
+  ddp_optimizer* optimizer;
+  int rank_status, lr_status;
+  char rank_message[512], lr_message[512];
+};
+
+static void* call_from_another_thread(void* argument) {
+  struct foreign_call* call = (struct foreign_call*)argument;
+  int value = 0;
+  call->rank_status = ddp_session_rank(call->session, &value);
+  ddp_last_error_copy(call->rank_message, sizeof call->rank_message);
+  call->lr_status = ddp_optimizer_set_lr(call->optimizer, 0.5);
+  ddp_last_error_copy(call->lr_message, sizeof call->lr_message);
+  return NULL;
 }
 
 int main(int argc, char** argv) {
@@ -122,6 +157,98 @@ int main(int argc, char** argv) {
     ++failures;
   }
 
+  /* Samples that are not finite: refused by default, naming the first one's row and column; skipped and counted
+   * on request, the model staying finite. */
+  float bad_x[4 * 3] = {0}, bad_y[4 * 2] = {0};
+  bad_x[2 * 3 + 1] = NAN;
+  expect("a NaN input", ddp_train_step(model, optimizer, bad_x, 4, 3, bad_y, 4, 2, DDP_MEMORY_HOST, &loss),
+         DDP_ERROR_INVALID_ARGUMENT, "x row 2, column 1 (counting from 0; in Fortran x(2, 3)) is NaN or infinite");
+  bad_x[2 * 3 + 1] = 0;
+  bad_y[3 * 2 + 1] = -INFINITY;
+  expect("an infinite target", ddp_train_step(model, optimizer, bad_x, 4, 3, bad_y, 4, 2, DDP_MEMORY_HOST, &loss),
+         DDP_ERROR_INVALID_ARGUMENT, "y row 3, column 1");
+  expect("a bad non-finite policy", ddp_model_set_nonfinite(model, 7), DDP_ERROR_INVALID_ARGUMENT, "policy is 7");
+  int64_t skipped = -1;
+  expect("a null skipped count", ddp_model_nonfinite_skipped(model, NULL), DDP_ERROR_INVALID_ARGUMENT,
+         "skipped is NULL");
+  if (ddp_model_set_nonfinite(model, DDP_NONFINITE_SKIP) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  bad_x[0] = INFINITY;
+  const int skip_some = ddp_train_step(model, optimizer, bad_x, 4, 3, bad_y, 4, 2, DDP_MEMORY_HOST, &loss);
+  ddp_model_nonfinite_skipped(model, &skipped);
+  if (skip_some != DDP_OK || skipped != 2 || !isfinite(loss)) {
+    fprintf(stderr, "rank %d: FAIL a step skipping 2 samples: %s, skipped %lld, loss %g: %s\n", rank,
+            ddp_status_name(skip_some), (long long)skipped, loss, ddp_last_error());
+    ++failures;
+  }
+  for (int i = 0; i < 4; ++i) bad_x[i * 3] = NAN;
+  const int skip_all = ddp_train_step(model, optimizer, bad_x, 4, 3, bad_y, 4, 2, DDP_MEMORY_HOST, &loss);
+  ddp_model_nonfinite_skipped(model, &skipped);
+  if (skip_all != DDP_OK || skipped != 6 || loss != 0) {
+    fprintf(stderr, "rank %d: FAIL a step skipping every sample: %s, skipped %lld, loss %g: %s\n", rank,
+            ddp_status_name(skip_all), (long long)skipped, loss, ddp_last_error());
+    ++failures;
+  }
+  float prediction[4 * 2];
+  if (ddp_predict(model, x, 4, 3, DDP_MEMORY_HOST, prediction, 4, 2) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  for (int i = 0; i < 8; ++i) {
+    if (!isfinite(prediction[i])) {
+      fprintf(stderr, "rank %d: FAIL the model is no longer finite after skipped samples\n", rank);
+      ++failures;
+      break;
+    }
+  }
+  if (ddp_model_set_nonfinite(model, DDP_NONFINITE_REFUSE) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+
+  /* Handles used from another thread: refused, naming the reason. */
+  struct foreign_call call;
+  memset(&call, 0, sizeof call);
+  call.session = session;
+  call.optimizer = optimizer;
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, call_from_another_thread, &call) != 0) MPI_Abort(MPI_COMM_WORLD, 1);
+  pthread_join(thread, NULL);
+  check("a session from another thread", call.rank_status, call.rank_message, DDP_ERROR_INVALID_HANDLE,
+        "belongs to the thread that created it");
+  check("an optimizer from another thread", call.lr_status, call.lr_message, DDP_ERROR_INVALID_HANDLE,
+        "belongs to the thread that created it");
+
+  /* A checkpoint records the architecture: a model of the same tensor shapes but another activation, or of other
+   * sizes, is refused before anything loads, and the message names both. */
+  char dir[1024];
+  const char* tmp = getenv("TEST_TMPDIR");
+  snprintf(dir, sizeof dir, "%s/bad_input_checkpoints", tmp != NULL ? tmp : "/tmp");
+  if (ddp_checkpoint_save(model, optimizer, dir, 1) != DDP_OK) {
+    fprintf(stderr, "rank %d: FAIL a checkpoint save: %s\n", rank, ddp_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int64_t step = -2;
+  ddp_model* other = NULL;
+  ddp_optimizer* other_optimizer = NULL;
+  if (ddp_mlp_create(session, 3, sizes, "tanh", 0, &other) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (ddp_optimizer_create_adamw(other, 1e-3, 0.0, &other_optimizer) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  expect("a checkpoint of another activation", ddp_checkpoint_load(other, other_optimizer, dir, &step),
+         DDP_ERROR_COLLECTIVE, "holds an MLP of sizes 3-8-2 with relu, but the model is an MLP of sizes 3-8-2 with tanh");
+  ddp_optimizer_destroy(other_optimizer);
+  ddp_model_destroy(other);
+  const int64_t wider[] = {3, 16, 2};
+  if (ddp_mlp_create(session, 3, wider, "relu", 0, &other) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (ddp_optimizer_create_adamw(other, 1e-3, 0.0, &other_optimizer) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  expect("a checkpoint of other sizes", ddp_checkpoint_load(other, other_optimizer, dir, &step), DDP_ERROR_COLLECTIVE,
+         "holds an MLP of sizes 3-8-2 with relu, but the model is an MLP of sizes 3-16-2 with relu");
+  ddp_optimizer_destroy(other_optimizer);
+  ddp_model_destroy(other);
+  if (ddp_checkpoint_load(model, optimizer, dir, &step) != DDP_OK || step != 1) {
+    fprintf(stderr, "rank %d: FAIL the checkpoint into its own model: step %lld, %s\n", rank, (long long)step,
+            ddp_last_error());
+    ++failures;
+  }
+
+  /* Out of memory: a status of its own, and the program goes on. */
+  ddp_replay_buffer* huge = NULL;
+  expect("a buffer larger than memory",
+         ddp_replay_buffer_create(session, (int64_t)1 << 34, 1 << 24, 1 << 24, 0, &huge), DDP_ERROR_OUT_OF_MEMORY,
+         "out of memory");
+
   /* The replay buffer: bad sizes and arrays, a draw from an empty buffer, widths that are not the model's. */
   ddp_replay_buffer* replay = NULL;
   expect("a buffer of capacity 0", ddp_replay_buffer_create(session, 0, 3, 2, 0, &replay), DDP_ERROR_INVALID_ARGUMENT,
@@ -135,6 +262,26 @@ int main(int argc, char** argv) {
   if (ddp_replay_buffer_create(session, 16, 3, 2, 0, &replay) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
   expect("a draw from an empty buffer", ddp_train_step_replay(model, optimizer, replay, 4, &loss),
          DDP_ERROR_INVALID_ARGUMENT, "the buffer is empty");
+  bad_x[0] = 0;
+  expect("a NaN sample for the buffer", ddp_replay_buffer_add(replay, bad_x, 4, 3, bad_y, 4, 2, DDP_MEMORY_HOST),
+         DDP_ERROR_INVALID_ARGUMENT, "x row 1, column 0");
+  expect("a draw after a refused add", ddp_train_step_replay(model, optimizer, replay, 4, &loss),
+         DDP_ERROR_INVALID_ARGUMENT, "the buffer is empty");
+  expect("a bad buffer policy", ddp_replay_buffer_set_nonfinite(replay, -1), DDP_ERROR_INVALID_ARGUMENT,
+         "policy is -1");
+  if (ddp_replay_buffer_set_nonfinite(replay, DDP_NONFINITE_SKIP) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  bad_x[1 * 3] = 0;  /* rows 0..2 finite now, row 3's target infinite */
+  bad_x[2 * 3] = 0;
+  bad_x[3 * 3] = 0;
+  int64_t held_now = 0, added_now = 0;
+  if (ddp_replay_buffer_add(replay, bad_x, 4, 3, bad_y, 4, 2, DDP_MEMORY_HOST) != DDP_OK ||
+      ddp_replay_buffer_nonfinite_skipped(replay, &skipped) != DDP_OK ||
+      ddp_replay_buffer_size(replay, &held_now, &added_now) != DDP_OK || skipped != 1 || held_now != 3 ||
+      added_now != 3) {
+    fprintf(stderr, "rank %d: FAIL a buffer skipping 1 sample: skipped %lld, held %lld, added %lld: %s\n", rank,
+            (long long)skipped, (long long)held_now, (long long)added_now, ddp_last_error());
+    ++failures;
+  }
   expect("null samples", ddp_replay_buffer_add(replay, NULL, 4, 3, y, 4, 2, DDP_MEMORY_HOST),
          DDP_ERROR_INVALID_ARGUMENT, "x is NULL");
   expect("samples of another width", ddp_replay_buffer_add(replay, x, 4, 2, y, 4, 2, DDP_MEMORY_HOST),
@@ -167,6 +314,19 @@ int main(int argc, char** argv) {
   ddp_optimizer_destroy(optimizer);
   expect("a destroyed optimizer", ddp_optimizer_set_lr(optimizer, 0.1), DDP_ERROR_INVALID_HANDLE,
          "destroyed already");
+  /* New optimizers of the same size, which an allocator would place where the destroyed one was: the old handle
+   * stays refused, and the new ones work. */
+  ddp_optimizer* fresh[4];
+  for (int i = 0; i < 4; ++i) {
+    if (ddp_optimizer_create_adamw(model, 1e-3, 0.0, &fresh[i]) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+    expect("a destroyed optimizer after a new one", ddp_optimizer_set_lr(optimizer, 0.1), DDP_ERROR_INVALID_HANDLE,
+           "destroyed already");
+    if (ddp_optimizer_set_lr(fresh[i], 0.1) != DDP_OK) {
+      fprintf(stderr, "rank %d: FAIL a new optimizer: %s\n", rank, ddp_last_error());
+      ++failures;
+    }
+    ddp_optimizer_destroy(fresh[i]);
+  }
   ddp_model_destroy(model);
   expect("a destroyed model", ddp_model_distribute(model), DDP_ERROR_INVALID_HANDLE, "destroyed already");
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,6 +24,7 @@
 #include "runtime/core/check.h"
 #include "runtime/core/device.h"
 #include "runtime/core/graph.h"
+#include "runtime/data/finite_samples.h"
 #include "runtime/data/replay_buffer.h"
 #include "runtime/data/resident_dataset.h"
 #include "runtime/models/bf16_weights.h"
@@ -219,6 +221,37 @@ TEST_F(Gpu, ReplayBufferOnTheGpuMatchesTheCpu) {
   Tensor host_x = Tensor::empty({2, 3}, DType::kFloat32, Device::cpu(), cpu_stream());
   Tensor host_y = Tensor::empty({2, 2}, DType::kFloat32, Device::cpu(), cpu_stream());
   EXPECT_THROW(on_gpu.sample(0, 0, host_x, host_y, s()), InvalidArgument);  // a batch goes to the buffer's device
+}
+
+// Samples that are not finite, in device arrays: the check runs on the GPU; refused naming the first as on the CPU,
+// or skipped (the finite rows gathered on the device) and counted by the buffer.
+TEST_F(Gpu, NonFiniteSamplesOnTheGpuAreRefusedOrSkipped) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {0, 0, 1, 1, 2, nan, 3, 3}, y = {0, 10, 20, std::numeric_limits<float>::infinity()};
+  const Tensor hx = Tensor::from_blob(x.data(), {4, 2}, DType::kFloat32, Device::cpu());
+  const Tensor hy = Tensor::from_blob(y.data(), {4, 1}, DType::kFloat32, Device::cpu());
+  const Tensor gx = hx.copy_to(Device::cuda(0), s()), gy = hy.copy_to(Device::cuda(0), s());
+  std::string message;
+  try {
+    data::finite_samples(gx, gy, data::NonFinitePolicy::kRefuse, s());
+  } catch (const InvalidArgument& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("x row 2, column 1"), std::string::npos) << message;
+  const data::FiniteSamples kept = data::finite_samples(gx, gy, data::NonFinitePolicy::kSkip, s());
+  EXPECT_EQ(kept.skipped, 2);
+  EXPECT_EQ(kept.x.device(), Device::cuda(0));
+  EXPECT_EQ(kept.x.to_vector<float>(s()), (std::vector<float>{0, 0, 1, 1}));
+  EXPECT_EQ(kept.y.to_vector<float>(s()), (std::vector<float>{0, 10}));
+
+  data::ReplayBuffer buffer(8, 2, 1, Device::cuda(0), s());
+  EXPECT_THROW(buffer.add(gx, gy, s()), InvalidArgument);
+  EXPECT_EQ(buffer.size(), 0);
+  buffer.set_nonfinite(data::NonFinitePolicy::kSkip);
+  buffer.add(gx, gy, s());
+  buffer.add(hx, hy, s());  // host arrays into the GPU's buffer: checked on the host
+  EXPECT_EQ(buffer.size(), 4);
+  EXPECT_EQ(buffer.skipped(), 4);
 }
 
 // The next batch gathered on the prefetch's branch, from a captured graph replayed once per step and eagerly:

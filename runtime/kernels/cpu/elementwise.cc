@@ -212,6 +212,16 @@ void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, Strea
   }
 }
 
+void find_nonfinite(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t* first_column,
+                    StreamHandle /*stream*/) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * cols;
+    std::int64_t c = 0;
+    while (c < cols && std::isfinite(row[c])) ++c;
+    first_column[r] = c;
+  }
+}
+
 void gather_batch(const void* features, std::int64_t feature_bytes, const void* labels, std::int64_t label_bytes,
                   const std::int64_t* indices, GatherCursor* cursor, std::int64_t count, void* features_dst,
                   void* labels_dst, StreamHandle /*stream*/) {

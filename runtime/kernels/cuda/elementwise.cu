@@ -1,4 +1,5 @@
-// Elementwise utilities of the kernel contract: fill, axpby, scale, add, mul, cast, sum_squares, gather_batch.
+// Elementwise utilities of the kernel contract: fill, axpby, scale, add, mul, cast, sum_squares, find_nonfinite,
+// gather_batch.
 //
 // Each is one grid-stride kernel, using 16-byte vector accesses when every pointer involved is 16-byte aligned
 // (tensor views into a flat parameter buffer need not be). sum_squares is the one reduction: a fixed number of
@@ -367,6 +368,29 @@ void divide(DType dtype, void* data, std::int64_t n, std::int64_t divisor, Strea
     default:
       throw InternalError(std::string("divide: no kernel for ") + dtype_name(dtype));
   }
+}
+
+namespace {
+
+// One thread per row, scanning its columns in order: the first bad column needs no atomics and no second pass,
+// and the rows of a batch of samples are few and narrow.
+__global__ void find_nonfinite_kernel(const float* __restrict__ x, std::int64_t rows, std::int64_t cols,
+                                      std::int64_t* __restrict__ first_column) {
+  detail::begin_kernel();
+  for (std::int64_t r = thread_index(); r < rows; r += grid_stride()) {
+    const float* row = x + r * cols;
+    std::int64_t c = 0;
+    while (c < cols && isfinite(row[c])) ++c;
+    first_column[r] = c;
+  }
+}
+
+}  // namespace
+
+void find_nonfinite(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t* first_column,
+                    StreamHandle stream) {
+  if (rows <= 0) return;
+  detail::launch(find_nonfinite_kernel, blocks_for(rows), kThreads, 0, stream, x, rows, cols, first_column);
 }
 
 void gather_batch(const void* features, std::int64_t feature_bytes, const void* labels, std::int64_t label_bytes,

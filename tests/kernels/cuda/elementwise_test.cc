@@ -123,6 +123,31 @@ TEST_F(CudaKernels, AddAndMulEqualTheCpuBitwise) {
   }
 }
 
+TEST_F(CudaKernels, FindNonfiniteEqualsTheCpu) {
+  const std::int64_t rows = 3001, cols = 7;
+  std::vector<float> x = random_nonzero(rows * cols, 56);
+  const float inf = std::numeric_limits<float>::infinity();
+  x[5 * cols + 3] = std::numeric_limits<float>::quiet_NaN();
+  x[5 * cols + 1] = inf;  // two in one row: the first column is named
+  x[100 * cols + 6] = -inf;
+  x[(rows - 1) * cols] = std::numeric_limits<float>::quiet_NaN();
+  x[7 * cols + 2] = std::numeric_limits<float>::max();             // large and tiny values are finite
+  x[8 * cols + 4] = std::numeric_limits<float>::denorm_min();
+  DeviceBuffer xd(rows * cols * 4), first(rows * 8);
+  upload(xd, x);
+  first.poison();
+  gpu::find_nonfinite(xd.get<float>(), rows, cols, first.get<std::int64_t>(), stream_);
+  sync();
+  std::vector<std::int64_t> want(rows);
+  cpu::find_nonfinite(x.data(), rows, cols, want.data(), nullptr);
+  EXPECT_EQ(download<std::int64_t>(first, rows), want);
+  EXPECT_EQ(want[5], 1);
+  EXPECT_EQ(want[100], 6);
+  EXPECT_EQ(want[rows - 1], 0);
+  EXPECT_EQ(want[7], cols);
+  EXPECT_EQ(want[8], cols);
+}
+
 TEST_F(CudaKernels, CastRoundsToNearestEven) {
   std::vector<float> src = random_nonzero(10007, 61, 100.0f);
   // Exact halfway cases with even and odd lower bf16 bits, tiny, huge and special values.
