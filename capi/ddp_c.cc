@@ -26,7 +26,7 @@ struct ddp_session {
 
 struct ddp_model {
   ddp_session* owner = nullptr;
-  std::unique_ptr<ddp::MLP> mlp;
+  std::shared_ptr<ddp::Module> module;  // an MLP (ddp_mlp_create) or any model of the runtime's layers
   std::unique_ptr<ddp::DistributedDataParallel> data_parallel;
   std::int64_t in = 0;
   std::int64_t out = 0;
@@ -281,8 +281,8 @@ void check_step_handles(const ddp_model* model, const ddp_optimizer* optimizer) 
 void train_on(ddp_model* model, ddp_optimizer* optimizer, const ddp::Tensor& inputs, const ddp::Tensor& targets,
               double* loss) {
   const ddp::Stream& stream = model->owner->session->stream();
-  model->mlp->zero_grad(stream);
-  const ddp::Tensor l = ddp::ops::mse_loss(model->mlp->forward(inputs, stream), targets, stream);
+  model->module->zero_grad(stream);
+  const ddp::Tensor l = ddp::ops::mse_loss(model->module->forward(inputs, stream), targets, stream);
   if (model->data_parallel != nullptr) {
     model->data_parallel->backward(l);
   } else {
@@ -438,7 +438,7 @@ int ddp_mlp_create(ddp_session* session, int count, const int64_t* sizes, const 
     }
     m->architecture += std::string(" with ") + ddp::activation_name(act);
     const ddp::Session& s = *session->session;
-    m->mlp = std::make_unique<ddp::MLP>(widths, act, seed, s.device(), s.stream());
+    m->module = std::make_shared<ddp::MLP>(widths, act, seed, s.device(), s.stream());
     *out = m.release();
     ++session->models;
     add(*out, Kind::kModel);
@@ -466,7 +466,7 @@ int ddp_model_distribute(ddp_model* model) {
     check_handle(model, Kind::kModel, "model");
     require(model->data_parallel == nullptr, "the model is distributed already: call ddp_model_distribute once");
     require_mpi("ddp_model_distribute");
-    model->data_parallel = std::make_unique<ddp::DistributedDataParallel>(*model->mlp, *model->owner->session);
+    model->data_parallel = std::make_unique<ddp::DistributedDataParallel>(*model->module, *model->owner->session);
   });
 }
 
@@ -486,7 +486,7 @@ int ddp_optimizer_create_adamw(ddp_model* model, double lr, double weight_decay,
     ddp::AdamWOptions options;
     options.lr = lr;
     options.weight_decay = weight_decay;
-    return std::make_unique<ddp::AdamW>(*m.mlp, options, m.owner->session->stream());
+    return std::make_unique<ddp::AdamW>(*m.module, options, m.owner->session->stream());
   });
 }
 
@@ -495,7 +495,7 @@ int ddp_optimizer_create_sgd(ddp_model* model, double lr, double momentum, ddp_o
     ddp::SgdOptions options;
     options.lr = lr;
     options.momentum = momentum;
-    return std::make_unique<ddp::Sgd>(*m.mlp, options, m.owner->session->stream());
+    return std::make_unique<ddp::Sgd>(*m.module, options, m.owner->session->stream());
   });
 }
 
@@ -536,7 +536,7 @@ int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, i
       ddp::Tensor target;
       {
         ddp::autograd::NoGradGuard no_grad;
-        target = model->mlp->forward(zeros, s.stream());
+        target = model->module->forward(zeros, s.stream());
       }
       train_on(model, optimizer, zeros, target, loss);
     } else if (loss != nullptr) {
@@ -661,7 +661,7 @@ int ddp_predict(ddp_model* model, const float* x, int64_t x_rows, int64_t x_cols
     const ddp::Session& s = *model->owner->session;
     const ddp::Stream& stream = s.stream();
     ddp::autograd::NoGradGuard no_grad;
-    const ddp::Tensor outputs = model->mlp->forward(on_device(caller_array(x, batch, model->in, memory, s), s), stream);
+    const ddp::Tensor outputs = model->module->forward(on_device(caller_array(x, batch, model->in, memory, s), s), stream);
     ddp::Tensor destination =
         memory == DDP_MEMORY_DEVICE
             ? ddp::Tensor::from_blob(y, {batch, model->out}, ddp::DType::kFloat32, s.device())
@@ -680,7 +680,7 @@ int ddp_checkpoint_save(ddp_model* model, ddp_optimizer* optimizer, const char* 
     ddp::io::CheckpointMetadata where;
     where.step = step;
     where.extra[kArchitectureKey] = model->architecture;
-    ddp::training::save_training_checkpoint(*model->owner->session, dir, *model->mlp, *optimizer->optimizer, where);
+    ddp::training::save_training_checkpoint(*model->owner->session, dir, *model->module, *optimizer->optimizer, where);
   });
 }
 
@@ -698,7 +698,7 @@ int ddp_checkpoint_load(ddp_model* model, ddp_optimizer* optimizer, const char* 
              ": load it into a model made as the checkpoint's was, or save to another directory";
     };
     const std::optional<ddp::training::RestoredCheckpoint> restored =
-        ddp::training::restore_latest_training_checkpoint(*model->owner->session, dir, *model->mlp,
+        ddp::training::restore_latest_training_checkpoint(*model->owner->session, dir, *model->module,
                                                           *optimizer->optimizer, other_architecture);
     *step = restored ? restored->metadata.step : -1;
   });
