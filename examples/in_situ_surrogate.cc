@@ -321,9 +321,7 @@ ddp::Tensor host_rows(std::vector<float>& v, long long width) {
                                 ddp::Device::cpu());
 }
 
-int run(int argc, char** argv) {
-  Flags f;
-  CLI::App app{"in_situ_surrogate: a heat solver that trains a surrogate of itself as it runs"};
+void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--layout", f.layout, "all: every rank simulates and trains; split: simulation and training ranks")
       ->check(CLI::IsMember({"all", "split"}));
   app.add_option("--device", f.device,
@@ -342,6 +340,158 @@ int run(int argc, char** argv) {
   app.add_option("--lr", f.lr, "AdamW learning rate");
   app.add_option("--max-error", f.max_error, "exit 1 unless the final relative error is below this");
   app.add_option("--log-every", f.log_every, "solver steps between printed errors")->check(CLI::Range(1LL, 1LL << 40));
+}
+
+// Which ranks simulate and which train: all of them both, or (split) the first half rounded up simulating and
+// the rest training. Never more training ranks than simulation ranks: each training rank is fed by at least one
+// (on 3 ranks, 2 simulate and 1 trains).
+struct Roles {
+  Roles(bool split, int rank, int size)
+      : split(split),
+        rank(rank),
+        size(size),
+        sims(split ? (size + 1) / 2 : size),
+        trainers(split ? size - sims : size),
+        simulates(!split || rank < sims),
+        trains(!split || rank >= sims) {}
+  bool split;
+  int rank, size, sims, trainers;
+  bool simulates, trains;
+};
+
+// Why the job cannot run as asked (said by rank 0), or "" when it can.
+std::string refusal(const Flags& f, const Roles& roles) {
+  if (roles.split && roles.size < 2) return "--layout split needs at least 2 ranks";
+  if (f.rows < roles.sims) {
+    return std::to_string(f.rows) + " rows give some of the " + std::to_string(roles.sims) +
+           " simulation ranks no row";
+  }
+  // Each simulation rank holds its band three times on the host (its start, the state and the next one): a plate
+  // too large for this node is refused here, once, with its size, instead of as an out-of-memory on every rank.
+  const double band_bytes =
+      double((f.rows + roles.sims - 1) / roles.sims + 2) * double(f.cols + 2) * sizeof(float) * 3;
+  const double node_bytes = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  const int ranks_here = std::max(1, [] {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return local != nullptr ? std::atoi(local) : 1;
+  }());
+  if (node_bytes > 0 && band_bytes * ranks_here > node_bytes) {
+    char text[512];
+    std::snprintf(text, sizeof text, "a %lld x %lld plate gives each of the %d simulation ranks a band needing "
+                  "%.3g GiB of host memory (its state held 3 times in float32), %.3g GiB for the %d ranks on this "
+                  "node, which has %.3g GiB: choose smaller --rows and --cols",
+                  f.rows, f.cols, roles.sims, band_bytes / (1 << 30), band_bytes * ranks_here / (1 << 30),
+                  ranks_here, node_bytes / (1 << 30));
+    return text;
+  }
+  return "";
+}
+
+// The solver and the surrogate of one rank (each where its role has it), and the rounds that join them.
+class InSituJob {
+ public:
+  InSituJob(const Flags& f, const Roles& roles, const Placement& where) : f_(f), roles_(roles) {
+    MPI_Comm_split(MPI_COMM_WORLD, roles.simulates ? 0 : MPI_UNDEFINED, roles.rank, &sim_comm_);
+    MPI_Comm_split(MPI_COMM_WORLD, roles.trains ? 0 : MPI_UNDEFINED, roles.rank, &train_comm_);
+    if (roles.simulates) {
+      MPI_Comm_rank(sim_comm_, &sim_rank_);
+      const long long base = f.rows / roles.sims, extra = f.rows % roles.sims;
+      const long long begin = sim_rank_ * base + std::min<long long>(sim_rank_, extra);
+      band_ = std::make_unique<Band>(begin, base + (sim_rank_ < extra ? 1 : 0), f.cols, f.rows, f.samples, where.gpu);
+    }
+    if (roles.trains) {
+      surrogate_ = std::make_unique<Surrogate>(train_comm_, f, where, band_ ? band_->stream() : nullptr);
+    }
+  }
+  ~InSituJob() {
+    surrogate_.reset();  // before the band: the session runs on the band's stream
+    band_.reset();
+    if (sim_comm_ != MPI_COMM_NULL) MPI_Comm_free(&sim_comm_);
+    if (train_comm_ != MPI_COMM_NULL) MPI_Comm_free(&train_comm_);
+  }
+  InSituJob(const InSituJob&) = delete;
+  InSituJob& operator=(const InSituJob&) = delete;
+
+  // Solver step `s`, and on a sampling step the samples taken and trained on; the error printed every
+  // --log-every steps.
+  void step(long long s) {
+    if (roles_.simulates) band_->step(sim_comm_, sim_rank_, roles_.sims);
+    if (s % f_.sample_every != 0) return;
+    const std::uint64_t key = in_situ::mix(static_cast<std::uint64_t>(1000 + roles_.rank) * 0x100000001B3ULL + s);
+    if (roles_.simulates) band_->draw(key, f_.samples);
+    const std::pair<double, double> scored = exchange_samples();
+    if (roles_.trains) {
+      window_err_ += scored.first;
+      window_norm_ += scored.second;
+      surrogate_->train(f_.train_steps);
+    }
+    if (s % f_.log_every == 0 || s == f_.steps) report(s);
+  }
+  // The plate's heat and the training ranks' last error, the same on every rank.
+  std::pair<double, double> verdict() {
+    double heat = roles_.simulates ? band_->heat() : 0.0;
+    MPI_Allreduce(MPI_IN_PLACE, &heat, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double final_error = roles_.trains ? last_ : 0.0;
+    MPI_Allreduce(MPI_IN_PLACE, &final_error, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return {heat, final_error};
+  }
+
+ private:
+  // The samples of this round from the simulation ranks to the training ranks; a training rank's surrogate
+  // scores them before it stores them (error, norm).
+  std::pair<double, double> exchange_samples() {
+    if (!roles_.split) {
+      // The samples where the solver drew them: device arrays on the GPU, read in place by training.
+      const ddp::Device& device = surrogate_->session.device();
+      return surrogate_->take(
+          ddp::Tensor::from_blob(band_->x(), {f_.samples, kInputs}, ddp::DType::kFloat32, device),
+          ddp::Tensor::from_blob(band_->y(), {f_.samples, 1}, ddp::DType::kFloat32, device));
+    }
+    if (roles_.simulates) {
+      // Simulation rank k sends its samples to training rank k % trainers (world rank sims + k % trainers).
+      band_->samples_to_host(f_.samples, x_, y_);
+      const int to = roles_.sims + sim_rank_ % roles_.trainers;
+      MPI_Send(x_.data(), static_cast<int>(x_.size()), MPI_FLOAT, to, 10, MPI_COMM_WORLD);
+      MPI_Send(y_.data(), static_cast<int>(y_.size()), MPI_FLOAT, to, 11, MPI_COMM_WORLD);
+      return {0, 0};
+    }
+    // This training rank's shard: the simulation ranks k with k % trainers == its own index.
+    x_.clear();
+    y_.clear();
+    std::vector<float> kx(f_.samples * kInputs), ky(f_.samples);
+    for (int k = roles_.rank - roles_.sims; k < roles_.sims; k += roles_.trainers) {
+      MPI_Recv(kx.data(), static_cast<int>(kx.size()), MPI_FLOAT, k, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Recv(ky.data(), static_cast<int>(ky.size()), MPI_FLOAT, k, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      x_.insert(x_.end(), kx.begin(), kx.end());
+      y_.insert(y_.end(), ky.begin(), ky.end());
+    }
+    if (y_.empty()) return {0, 0};
+    return surrogate_->take(host_rows(x_, kInputs), host_rows(y_, 1));
+  }
+  void report(long long s) {
+    if (roles_.trains) {
+      const std::vector<double> sums = surrogate_->session.sum(std::vector<double>{window_err_, window_norm_});
+      last_ = std::sqrt(sums[0] / std::max(sums[1], 1e-30));
+      if (surrogate_->session.is_lead()) std::printf("step %lld surrogate_rel_error %.4f\n", s, last_);
+      std::fflush(stdout);
+    }
+    window_err_ = window_norm_ = 0;
+  }
+
+  const Flags& f_;
+  const Roles& roles_;
+  MPI_Comm sim_comm_ = MPI_COMM_NULL, train_comm_ = MPI_COMM_NULL;
+  int sim_rank_ = -1;
+  std::unique_ptr<Band> band_;
+  std::unique_ptr<Surrogate> surrogate_;
+  std::vector<float> x_, y_;
+  double window_err_ = 0, window_norm_ = 0, last_ = 1.0;
+};
+
+int run(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"in_situ_surrogate: a heat solver that trains a surrogate of itself as it runs"};
+  add_flags(app, f);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -351,37 +501,9 @@ int run(int argc, char** argv) {
     if (rank == 0) app.exit(e);
     return e.get_exit_code() == 0 ? 0 : 2;
   }
-  const bool split = f.layout == "split";
-  if (split && size < 2) {
-    if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: --layout split needs at least 2 ranks\n");
-    return 2;
-  }
-  // Simulation ranks: all, or the first half rounded up; training ranks: all, or the rest. Never more training
-  // ranks than simulation ranks: each training rank is fed by at least one (on 3 ranks, 2 simulate and 1 trains).
-  const int sims = split ? (size + 1) / 2 : size, trainers = split ? size - sims : size;
-  const bool simulates = !split || rank < sims, trains = !split || rank >= sims;
-  if (f.rows < sims) {
-    if (rank == 0) {
-      std::fprintf(stderr, "in_situ_surrogate: %lld rows give some of the %d simulation ranks no row\n", f.rows, sims);
-    }
-    return 2;
-  }
-  // Each simulation rank holds its band three times on the host (its start, the state and the next one): a plate
-  // too large for this node is refused here, once, with its size, instead of as an out-of-memory on every rank.
-  const double band_bytes = double((f.rows + sims - 1) / sims + 2) * double(f.cols + 2) * sizeof(float) * 3;
-  const double node_bytes = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
-  const int ranks_here = std::max(1, [] {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    return local != nullptr ? std::atoi(local) : 1;
-  }());
-  if (node_bytes > 0 && band_bytes * ranks_here > node_bytes) {
-    if (rank == 0) {
-      std::fprintf(stderr, "in_situ_surrogate: a %lld x %lld plate gives each of the %d simulation ranks a band "
-                   "needing %.3g GiB of host memory (its state held 3 times in float32), %.3g GiB for the %d ranks "
-                   "on this node, which has %.3g GiB: choose smaller --rows and --cols\n",
-                   f.rows, f.cols, sims, band_bytes / (1 << 30), band_bytes * ranks_here / (1 << 30), ranks_here,
-                   node_bytes / (1 << 30));
-    }
+  const Roles roles(f.layout == "split", rank, size);
+  if (const std::string why = refusal(f, roles); !why.empty()) {
+    if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: %s\n", why.c_str());
     return 2;
   }
   Placement where;
@@ -391,87 +513,19 @@ int run(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: %s\n", e.what());
     return 2;
   }
-  MPI_Comm sim_comm = MPI_COMM_NULL, train_comm = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, simulates ? 0 : MPI_UNDEFINED, rank, &sim_comm);
-  MPI_Comm_split(MPI_COMM_WORLD, trains ? 0 : MPI_UNDEFINED, rank, &train_comm);
-
-  std::unique_ptr<Band> band;
-  int sim_rank = -1;
-  if (simulates) {
-    MPI_Comm_rank(sim_comm, &sim_rank);
-    const long long base = f.rows / sims, extra = f.rows % sims;
-    const long long begin = sim_rank * base + std::min<long long>(sim_rank, extra);
-    band = std::make_unique<Band>(begin, base + (sim_rank < extra ? 1 : 0), f.cols, f.rows, f.samples, where.gpu);
-  }
-  std::unique_ptr<Surrogate> surrogate;
-  if (trains) surrogate = std::make_unique<Surrogate>(train_comm, f, where, band ? band->stream() : nullptr);
+  InSituJob job(f, roles, where);
   if (rank == 0) {
     std::printf("in_situ_surrogate: layout=%s ranks=%d simulation=%d training=%d plate=%lldx%lld steps=%lld "
                 "device=%s replay_buffer=%lld samples (%lld KiB) per training rank\n",
-                f.layout.c_str(), size, sims, trainers, f.rows, f.cols, f.steps, where.gpu ? "cuda" : "cpu",
-                f.capacity, f.capacity * (kInputs + 1) * 4 / 1024);
+                f.layout.c_str(), size, roles.sims, roles.trainers, f.rows, f.cols, f.steps,
+                where.gpu ? "cuda" : "cpu", f.capacity, f.capacity * (kInputs + 1) * 4 / 1024);
   }
-
-  std::vector<float> x, y;
-  double window_err = 0, window_norm = 0, last = 1.0;
-  for (long long s = 1; s <= f.steps; ++s) {
-    if (simulates) band->step(sim_comm, sim_rank, sims);
-    if (s % f.sample_every != 0) continue;
-    const std::uint64_t key = in_situ::mix(static_cast<std::uint64_t>(1000 + rank) * 0x100000001B3ULL + s);
-    if (simulates) band->draw(key, f.samples);
-    std::pair<double, double> scored{0, 0};
-    if (!split) {
-      // The samples where the solver drew them: device arrays on the GPU, read in place by training.
-      const ddp::Device& device = surrogate->session.device();
-      scored = surrogate->take(ddp::Tensor::from_blob(band->x(), {f.samples, kInputs}, ddp::DType::kFloat32, device),
-                               ddp::Tensor::from_blob(band->y(), {f.samples, 1}, ddp::DType::kFloat32, device));
-    } else if (simulates) {
-      // Simulation rank k sends its samples to training rank k % trainers (world rank sims + k % trainers).
-      band->samples_to_host(f.samples, x, y);
-      const int to = sims + sim_rank % trainers;
-      MPI_Send(x.data(), static_cast<int>(x.size()), MPI_FLOAT, to, 10, MPI_COMM_WORLD);
-      MPI_Send(y.data(), static_cast<int>(y.size()), MPI_FLOAT, to, 11, MPI_COMM_WORLD);
-    } else {
-      // This training rank's shard: the simulation ranks k with k % trainers == its own index.
-      x.clear();
-      y.clear();
-      std::vector<float> kx(f.samples * kInputs), ky(f.samples);
-      for (int k = rank - sims; k < sims; k += trainers) {
-        MPI_Recv(kx.data(), static_cast<int>(kx.size()), MPI_FLOAT, k, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Recv(ky.data(), static_cast<int>(ky.size()), MPI_FLOAT, k, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        x.insert(x.end(), kx.begin(), kx.end());
-        y.insert(y.end(), ky.begin(), ky.end());
-      }
-      if (!y.empty()) scored = surrogate->take(host_rows(x, kInputs), host_rows(y, 1));
-    }
-    if (trains) {
-      window_err += scored.first;
-      window_norm += scored.second;
-      surrogate->train(f.train_steps);
-    }
-    if (s % f.log_every == 0 || s == f.steps) {
-      if (trains) {
-        const std::vector<double> sums = surrogate->session.sum(std::vector<double>{window_err, window_norm});
-        last = std::sqrt(sums[0] / std::max(sums[1], 1e-30));
-        if (surrogate->session.is_lead()) std::printf("step %lld surrogate_rel_error %.4f\n", s, last);
-        std::fflush(stdout);
-      }
-      window_err = window_norm = 0;
-    }
-  }
-  // The plate and the training ranks' verdict, to every rank.
-  double heat = simulates ? band->heat() : 0.0;
-  MPI_Allreduce(MPI_IN_PLACE, &heat, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  double final_error = trains ? last : 0.0;
-  MPI_Allreduce(MPI_IN_PLACE, &final_error, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  for (long long s = 1; s <= f.steps; ++s) job.step(s);
+  const auto [heat, final_error] = job.verdict();
   if (rank == 0) {
     std::printf("plate_heat=%.10g\n", heat);
     std::printf("final_rel_error=%.4f (bound %.4f)\n", final_error, f.max_error);
   }
-  surrogate.reset();  // before the band: the session runs on the band's stream
-  band.reset();
-  if (sim_comm != MPI_COMM_NULL) MPI_Comm_free(&sim_comm);
-  if (train_comm != MPI_COMM_NULL) MPI_Comm_free(&train_comm);
   return final_error < f.max_error ? 0 : 1;
 }
 

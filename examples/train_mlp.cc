@@ -56,12 +56,8 @@ struct Flags {
   std::string data_placement = "auto";
 };
 
-// Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
-Flags parse_flags(int argc, char** argv, int rank) {
-  Flags f;
-  CLI::App app{"Train an MLP on Fashion-MNIST with DistributedDataParallel (start it with ddprun or mpirun)."};
-  // A flag given twice takes its last value, as most command lines do (scripts append overrides).
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+// The flags of the data, the model and the run's length.
+void add_data_and_model_flags(CLI::App& app, Flags& f) {
   app.add_option("--data", f.data,
                  "training data: a directory of Fashion-MNIST's IDX files, a directory with features.npy and "
                  "targets.npy, or a .safetensors file with 'features' and 'targets'")
@@ -87,6 +83,10 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--max-steps", f.run.max_steps, "stop after this many optimizer steps since the run began (0: none)")
       ->capture_default_str()
       ->check(kNonNegativeInteger);
+}
+
+// The optimizer's flags.
+void add_optimization_flags(CLI::App& app, Flags& f) {
   app.add_option("--lr", f.lr, "peak learning rate")->capture_default_str()->check(kPositiveNumber);
   app.add_option("--weight-decay", f.weight_decay, "weight decay")->capture_default_str()->check(kNonNegativeNumber);
   app.add_option("--momentum", f.momentum, "SGD momentum")
@@ -101,6 +101,10 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--warmup-epochs", f.run.warmup_epochs, "linear warmup length for --schedule cosine")
       ->capture_default_str()
       ->check(kNonNegativeNumber);
+}
+
+// Where and how precisely the run computes and communicates, and its seed.
+void add_device_flags(CLI::App& app, Flags& f) {
   app.add_option("--device", f.device, "auto, cpu or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -116,6 +120,10 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--seed", f.run.seed, "seed of the initialisation and the data order")
       ->capture_default_str()
       ->check(examples::kSeed);
+}
+
+// Checkpoints, resuming and what the run writes.
+void add_output_flags(CLI::App& app, Flags& f) {
   app.add_option("--checkpoint-dir", f.run.checkpoint_dir, "write checkpoints here (and at the end of the run)");
   app.add_option("--checkpoint-every", f.run.checkpoint_every, "steps between checkpoints (0: only at the end)")
       ->capture_default_str()
@@ -134,6 +142,10 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--log-every", f.run.log_every, "steps between progress lines")
       ->capture_default_str()
       ->check(kPositiveInteger);
+}
+
+// How each step runs: non-finite losses, clipping, the CUDA graph, data placement, sharding, threads.
+void add_step_flags(CLI::App& app, Flags& f) {
   app.add_flag("--skip-nonfinite", f.run.skip_nonfinite, "skip a step whose loss is NaN or infinite instead of stopping");
   app.add_option("--skip-nonfinite-limit", f.run.skip_nonfinite_limit,
                  "with --skip-nonfinite: stop when this many steps in a row were skipped")
@@ -152,6 +164,10 @@ Flags parse_flags(int argc, char** argv, int rank) {
   app.add_option("--threads", f.threads, "OpenBLAS threads per rank (0: cores / ranks on this node)")
       ->capture_default_str()
       ->check(kNonNegativeInteger);
+}
+
+// --help's sections.
+void group_flags_in_help(CLI::App& app) {
   examples::group_help(
       app, {{"Data", {{"--data", "DIR or FILE"}, {"--test-data", "DIR or FILE"}, {"--batch-size", "N"},
                       {"--global-batch-size", "N"}, {"--seed", "N"}, {"--data-placement", "auto|device|host"}}},
@@ -169,6 +185,20 @@ Flags parse_flags(int argc, char** argv, int rank) {
             {"Outputs", {{"--log-every", "STEPS"}, {"--metrics-file", "FILE"}, {"--tensorboard-dir", "DIR"},
                          {"--onnx", "FILE"}}},
             {"Debugging", {{"--trace-file", "FILE"}, {"--no-cuda-graph", ""}}}});
+}
+
+// Parses and validates; throws InvalidArgument with what was wrong. --help prints and exits 0.
+Flags parse_flags(int argc, char** argv, int rank) {
+  Flags f;
+  CLI::App app{"Train an MLP on Fashion-MNIST with DistributedDataParallel (start it with ddprun or mpirun)."};
+  // A flag given twice takes its last value, as most command lines do (scripts append overrides).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_data_and_model_flags(app, f);
+  add_optimization_flags(app, f);
+  add_device_flags(app, f);
+  add_output_flags(app, f);
+  add_step_flags(app, f);
+  group_flags_in_help(app);
   examples::parse_or_throw(app, argc, argv, /*prints_help=*/rank == 0);
   if (f.schedule == "cosine" && f.run.warmup_epochs > f.run.epochs) {
     char text[160];

@@ -13,8 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "launcher/attempt.h"
+#include "launcher/caught_signals.h"
+#include "launcher/cli.h"
 #include "launcher/command.h"
+#include "launcher/dump.h"
+#include "launcher/hosts.h"
 #include "launcher/job.h"
+#include "launcher/machine.h"
+#include "launcher/probe.h"
+#include "launcher/rank_wrapper.h"
+#include "launcher/resources.h"
+#include "launcher/shell_quote.h"
 #include "launcher/slurm.h"
 #include "runtime/core/check.h"
 #include "runtime/core/settings.h"
@@ -103,27 +113,28 @@ std::string cannot_run(const std::string& program) {
   return "no such program on PATH";
 }
 
-int launch(const ddp::launcher::LaunchOptions& requested) {
-  using namespace ddp::launcher;
-  // First: a stop asked while the machine and the hosts are looked at, or between attempts, is kept for the job.
-  CaughtSignals signals;
-  MachineFacts facts = current_machine();
-  const std::optional<LaunchOptions> in_allocation = within_allocation(requested, facts);
-  if (!in_allocation) return 1;
-  const LaunchOptions& options = *in_allocation;
-  for (const std::string& warning : resource_warnings(options, facts)) {
+void warn_of_resources(const ddp::launcher::LaunchOptions& options, const ddp::launcher::MachineFacts& facts) {
+  for (const std::string& warning : ddp::launcher::resource_warnings(options, facts)) {
     std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
   }
-  const bool several_hosts = !job_hosts(options).empty();
-  const std::string self = self_path();
-  if (options.dry_run) {
-    if (several_hosts) {
-      std::fprintf(stderr, "ddprun: --dry-run does not ask the hosts; the binding below takes each to be like this "
-                           "node (%d cores, %d GPUs)\n", facts.cores, facts.gpus);
-    }
-    std::cout << shell_join(build_mpirun_command(options, facts, {}, self)) << "\n";
-    return 0;
+}
+
+// --dry-run: the mpirun command, printed instead of run.
+int dry_run(const ddp::launcher::LaunchOptions& options, const ddp::launcher::MachineFacts& facts,
+            bool several_hosts, const std::string& self) {
+  using namespace ddp::launcher;
+  if (several_hosts) {
+    std::fprintf(stderr, "ddprun: --dry-run does not ask the hosts; the binding below takes each to be like this "
+                         "node (%d cores, %d GPUs)\n", facts.cores, facts.gpus);
   }
+  std::cout << shell_join(build_mpirun_command(options, facts, {}, self)) << "\n";
+  return 0;
+}
+
+// ddprun's exit status when this node cannot start the job at all, said on stderr; empty when it can.
+std::optional<int> refuse_before_start(const ddp::launcher::LaunchOptions& options,
+                                       const ddp::launcher::MachineFacts& facts, bool several_hosts) {
+  using namespace ddp::launcher;
   // On this node alone the program is looked for once, here (on several hosts it may exist only on the others).
   if (const std::string why = several_hosts || options.program.empty() ? "" : cannot_run(options.program[0]);
       !why.empty()) {
@@ -137,6 +148,93 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
     std::fprintf(stderr, "ddprun: error: %s\n", few_files.c_str());
     return 1;
   }
+  return std::nullopt;
+}
+
+// The variables an attempt sets in every rank on top of those forwarded.
+std::map<std::string, std::string> attempt_environment(int attempt, const ddp::launcher::MachineFacts& facts) {
+  std::map<std::string, std::string> extra;
+  if (attempt > 0) {
+    extra = {{std::string(ddp::settings::setting("DDP_RESTART").name), std::to_string(attempt)},
+             {std::string(ddp::settings::setting("DDP_RESUME").name), "1"}};
+  }
+  // The ranks' output reaches the terminal through mpirun's pipes, so rank 0 cannot see that there is one:
+  // told here, it draws its progress bar, which the relay passes through whole (a user's own setting wins).
+  const std::string bar(ddp::settings::setting("DDP_PROGRESS_BAR").name);
+  if (::isatty(STDOUT_FILENO) == 1 && facts.env.count(bar) == 0) {
+    extra[bar] = "1";
+  }
+  return extra;
+}
+
+// ddprun's exit status when the job ended in a stop (asked by a signal to ddprun or to a rank), said on stderr;
+// empty when it did not.
+std::optional<int> stop_status(const ddp::launcher::JobResult& result, int np) {
+  // Every rank stopped as asked: a graceful stop, whatever mpirun says (Slurm's SIGTERM to every process of
+  // the job also reaches mpirun, which then reports the job as aborted).
+  const bool every_rank_stopped = result.ranks_stopped_as_asked >= np;
+  const bool stopped_as_asked = result.ranks_stopped_as_asked > 0 &&
+                                (result.exit_status == 0 || result.exit_status == ddp::kStoppedExitStatus ||
+                                 every_rank_stopped);
+  // A signal that came once every rank had stopped as asked (a second SIGTERM while mpirun was tearing down)
+  // ended nothing: the stop was finished.
+  if (stopped_as_asked && (result.stopped_by == 0 || result.stop_only_asked || every_rank_stopped)) {
+    // Stopped as asked, by ddprun's signal or by one sent to a rank: not a failure, and not restarted.
+    if (result.stopped_by != 0) {
+      std::fprintf(stderr, "ddprun: %s; the job stopped gracefully %.1f s after it; exit status %d\n",
+                   stop_reason(result.stopped_by).c_str(), result.stop_seconds, ddp::kStoppedExitStatus);
+    } else {
+      std::fprintf(stderr, "ddprun: the job stopped gracefully (a rank was asked to stop); exit status %d, "
+                   "not restarted\n", ddp::kStoppedExitStatus);
+    }
+    return ddp::kStoppedExitStatus;
+  }
+  if (result.stopped_by != 0 && result.stop_only_asked && result.exit_status == 0 &&
+      result.ranks_stopped_as_asked == 0) {
+    std::fprintf(stderr, "ddprun: %s, but the job finished before it could stop; exit status 0\n",
+                 stop_reason(result.stopped_by).c_str());
+    return 0;
+  }
+  if (result.stopped_by != 0) {
+    // As a shell reports a program that a signal ended: 128 + the signal, whatever the job's own status.
+    std::fprintf(stderr, "ddprun: %s; the job was ended (mpirun's status %d); exit status %d\n",
+                 stop_reason(result.stopped_by).c_str(), result.exit_status, 128 + result.stopped_by);
+    return 128 + result.stopped_by;
+  }
+  return std::nullopt;
+}
+
+// ddprun's exit status when the attempt that gave `result` is the job's last, said on stderr; empty when the
+// job is to be restarted.
+std::optional<int> final_status(const ddp::launcher::JobResult& result, const ddp::launcher::LaunchOptions& options,
+                                int attempt, int np) {
+  if (const std::optional<int> stopped = stop_status(result, np)) return stopped;
+  if (result.exit_status == 0) return 0;
+  if (result.ranks_asked_to_stop > 0) {
+    // A rank was asked to stop (a signal to its program) and the job did not stop cleanly: still a stop.
+    std::fprintf(stderr, "ddprun: the job was asked to stop (a signal to a rank) and did not stop cleanly (%s); "
+                 "exit status %d, not restarted\n", rank_text(result).c_str(), result.exit_status);
+    return result.exit_status;
+  }
+  if (attempt < options.max_restarts && result.exit_status == ddp::kInputErrorExitStatus) {
+    // The ranks agreed that the job's input is wrong (ddp::AgreedError::kInput): a retry would meet it again.
+    std::fprintf(stderr, "ddprun: job failed (%s) with exit status %d: its input is wrong (flags or data, as the "
+                 "message above says), which a restart would meet again; not restarted\n",
+                 rank_text(result).c_str(), result.exit_status);
+    return result.exit_status;
+  }
+  if (attempt < options.max_restarts) return std::nullopt;
+  std::fprintf(stderr, "ddprun: job failed (%s) with exit status %d%s\n",
+               rank_text(result).c_str(), result.exit_status,
+               options.max_restarts > 0 ? (", after " + std::to_string(options.max_restarts) + " restarts").c_str()
+                                        : "");
+  return result.exit_status;
+}
+
+// The job's attempts, the first and each restart, until one is the last; ddprun's exit status.
+int run_attempts(const ddp::launcher::LaunchOptions& options, ddp::launcher::MachineFacts& facts,
+                 bool several_hosts, const std::string& self, ddp::launcher::CaughtSignals& signals) {
+  using namespace ddp::launcher;
   int last_status = 0;
   for (int attempt = 0;; ++attempt) {
     LaunchOptions run = options;
@@ -152,77 +250,31 @@ int launch(const ddp::launcher::LaunchOptions& requested) {
       }
       run = plan.options;
     }
-    std::map<std::string, std::string> extra;
-    if (attempt > 0) {
-      extra = {{std::string(ddp::settings::setting("DDP_RESTART").name), std::to_string(attempt)},
-               {std::string(ddp::settings::setting("DDP_RESUME").name), "1"}};
-    }
-    // The ranks' output reaches the terminal through mpirun's pipes, so rank 0 cannot see that there is one:
-    // told here, it draws its progress bar, which the relay passes through whole (a user's own setting wins).
-    const std::string bar(ddp::settings::setting("DDP_PROGRESS_BAR").name);
-    if (::isatty(STDOUT_FILENO) == 1 && facts.env.count(bar) == 0) {
-      extra[bar] = "1";
-    }
-    const JobResult result =
-        run_job(build_mpirun_command(run, facts, extra, self), options.stop_grace_s * 1000, &signals,
-                resolve_np(run, facts));
+    const JobResult result = run_job(build_mpirun_command(run, facts, attempt_environment(attempt, facts), self),
+                                     options.stop_grace_s * 1000, &signals, resolve_np(run, facts));
     last_status = result.exit_status;
-    // Every rank stopped as asked: a graceful stop, whatever mpirun says (Slurm's SIGTERM to every process of
-    // the job also reaches mpirun, which then reports the job as aborted).
-    const bool every_rank_stopped = result.ranks_stopped_as_asked >= resolve_np(run, facts);
-    const bool stopped_as_asked = result.ranks_stopped_as_asked > 0 &&
-                                  (result.exit_status == 0 || result.exit_status == ddp::kStoppedExitStatus ||
-                                   every_rank_stopped);
-    // A signal that came once every rank had stopped as asked (a second SIGTERM while mpirun was tearing down)
-    // ended nothing: the stop was finished.
-    if (stopped_as_asked && (result.stopped_by == 0 || result.stop_only_asked || every_rank_stopped)) {
-      // Stopped as asked, by ddprun's signal or by one sent to a rank: not a failure, and not restarted.
-      if (result.stopped_by != 0) {
-        std::fprintf(stderr, "ddprun: %s; the job stopped gracefully %.1f s after it; exit status %d\n",
-                     stop_reason(result.stopped_by).c_str(), result.stop_seconds, ddp::kStoppedExitStatus);
-      } else {
-        std::fprintf(stderr, "ddprun: the job stopped gracefully (a rank was asked to stop); exit status %d, "
-                     "not restarted\n", ddp::kStoppedExitStatus);
-      }
-      return ddp::kStoppedExitStatus;
+    if (const std::optional<int> status = final_status(result, options, attempt, resolve_np(run, facts))) {
+      return *status;
     }
-    if (result.stopped_by != 0 && result.stop_only_asked && result.exit_status == 0 &&
-        result.ranks_stopped_as_asked == 0) {
-      std::fprintf(stderr, "ddprun: %s, but the job finished before it could stop; exit status 0\n",
-                   stop_reason(result.stopped_by).c_str());
-      return 0;
-    }
-    if (result.stopped_by != 0) {
-      // As a shell reports a program that a signal ended: 128 + the signal, whatever the job's own status.
-      std::fprintf(stderr, "ddprun: %s; the job was ended (mpirun's status %d); exit status %d\n",
-                   stop_reason(result.stopped_by).c_str(), result.exit_status, 128 + result.stopped_by);
-      return 128 + result.stopped_by;
-    }
-    if (result.exit_status == 0) return 0;
-    if (result.ranks_asked_to_stop > 0) {
-      // A rank was asked to stop (a signal to its program) and the job did not stop cleanly: still a stop.
-      std::fprintf(stderr, "ddprun: the job was asked to stop (a signal to a rank) and did not stop cleanly (%s); "
-                   "exit status %d, not restarted\n", rank_text(result).c_str(), result.exit_status);
-      return result.exit_status;
-    }
-    if (attempt < options.max_restarts && result.exit_status == ddp::kInputErrorExitStatus) {
-      // The ranks agreed that the job's input is wrong (ddp::AgreedError::kInput): a retry would meet it again.
-      std::fprintf(stderr, "ddprun: job failed (%s) with exit status %d: its input is wrong (flags or data, as the "
-                   "message above says), which a restart would meet again; not restarted\n",
-                   rank_text(result).c_str(), result.exit_status);
-      return result.exit_status;
-    }
-    if (attempt < options.max_restarts) {
-      std::fprintf(stderr, "ddprun: job failed (%s); restart %d of %d\n", rank_text(result).c_str(),
-                   attempt + 1, options.max_restarts);
-      continue;
-    }
-    std::fprintf(stderr, "ddprun: job failed (%s) with exit status %d%s\n",
-                 rank_text(result).c_str(), result.exit_status,
-                 options.max_restarts > 0 ? (", after " + std::to_string(options.max_restarts) + " restarts").c_str()
-                                          : "");
-    return result.exit_status;
+    std::fprintf(stderr, "ddprun: job failed (%s); restart %d of %d\n", rank_text(result).c_str(), attempt + 1,
+                 options.max_restarts);
   }
+}
+
+int launch(const ddp::launcher::LaunchOptions& requested) {
+  using namespace ddp::launcher;
+  // First: a stop asked while the machine and the hosts are looked at, or between attempts, is kept for the job.
+  CaughtSignals signals;
+  MachineFacts facts = current_machine();
+  const std::optional<LaunchOptions> in_allocation = within_allocation(requested, facts);
+  if (!in_allocation) return 1;
+  const LaunchOptions& options = *in_allocation;
+  warn_of_resources(options, facts);
+  const bool several_hosts = !job_hosts(options).empty();
+  const std::string self = self_path();
+  if (options.dry_run) return dry_run(options, facts, several_hosts, self);
+  if (const std::optional<int> refused = refuse_before_start(options, facts, several_hosts)) return *refused;
+  return run_attempts(options, facts, several_hosts, self, signals);
 }
 
 }  // namespace

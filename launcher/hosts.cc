@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,12 +12,20 @@
 #include <set>
 #include <sstream>
 
-#include "launcher/command.h"
 #include "launcher/gpus.h"
+#include "launcher/relay.h"
+#include "runtime/core/check.h"
 
 namespace ddp {
 namespace launcher {
 namespace {
+
+bool parse_positive(const std::string& text, int* out) {
+  if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), ::isdigit)) return false;
+  *out = std::stoi(text);
+  return *out > 0;
+}
+
 
 std::string read_word(const std::string& path) {
   std::ifstream in(path);
@@ -94,6 +103,58 @@ int gpus_per_numa_node(const HostFacts& facts) {
 }
 
 }  // namespace
+
+std::vector<HostSlots> parse_hosts(const std::string& spec) {
+  std::vector<HostSlots> hosts;
+  std::stringstream in(spec);
+  for (std::string item; std::getline(in, item, ',');) {
+    HostSlots h;
+    const size_t colon = item.rfind(':');
+    h.host = item.substr(0, colon);
+    if (colon != std::string::npos && !parse_positive(item.substr(colon + 1), &h.slots)) {
+      throw InvalidArgument("--hosts entry '" + item + "': the slot count after ':' must be a positive integer");
+    }
+    if (h.host.empty() || h.host.find_first_of(" \t") != std::string::npos) {
+      throw InvalidArgument("--hosts entry '" + item + "' has no host name; write --hosts h1:4,h2:4");
+    }
+    hosts.push_back(h);
+  }
+  if (hosts.empty()) throw InvalidArgument("--hosts is empty; write --hosts h1:4,h2:4");
+  return hosts;
+}
+
+std::vector<HostSlots> parse_hostfile(const std::string& path) {
+  // Only a regular file is opened: a FIFO given as the host file would block the open for ever.
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    throw InvalidArgument("--hostfile " + path + " is not a regular file (a FIFO, a directory or a device); give " +
+                          "the path of a file that lists the hosts");
+  }
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument("--hostfile " + path + ": cannot be read (does it exist?)");
+  std::vector<HostSlots> hosts;
+  for (std::string line; std::getline(in, line);) {
+    line = line.substr(0, line.find('#'));
+    std::stringstream words(line);
+    HostSlots h;
+    if (!(words >> h.host)) continue;
+    for (std::string word; words >> word;) {
+      if (word.starts_with("slots=") && !parse_positive(word.substr(6), &h.slots)) {
+        throw InvalidArgument("--hostfile " + path + ": '" + word + "' for host " + h.host +
+                              " is not a positive slot count");
+      }
+    }
+    hosts.push_back(h);
+  }
+  if (hosts.empty()) throw InvalidArgument("--hostfile " + path + " lists no host");
+  return hosts;
+}
+
+int hostfile_slots(const std::string& path) {
+  int total = 0;
+  for (const HostSlots& h : parse_hostfile(path)) total += h.slots;
+  return total;
+}
 
 HostFacts host_facts_here() {
   HostFacts facts;

@@ -21,6 +21,13 @@ struct HostSlots {
   int slots = 1;
 };
 
+// "h1:4,h2:4" (":N" optional, default 1 slot); throws InvalidArgument on a malformed entry.
+std::vector<HostSlots> parse_hosts(const std::string& spec);
+// The hosts of an Open MPI host file ("host [slots=N] ..." lines, '#' comments; 1 slot when not given), and
+// their total slots. Throw InvalidArgument naming the file when it cannot be read or holds no host.
+std::vector<HostSlots> parse_hostfile(const std::string& path);
+int hostfile_slots(const std::string& path);
+
 struct HostFacts {
   int cores = 1;                // physical cores this process may run on
   std::vector<int> numa_cores;  // of those, per NUMA node (index = node number); empty: unknown

@@ -6,10 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "launcher/command.h"
+#include "launcher/cli.h"
 
 namespace ddp {
 namespace launcher {
+
+class CaughtSignals;
 
 struct JobResult {
   int exit_status = 0;  // the child's exit code, or 128 + signal number
@@ -30,25 +32,9 @@ struct JobResult {
   std::string start_failure;
 };
 
-// ddprun's stop signals (and SIGUSR2), caught from construction to destruction, and SIGPIPE ignored: made first
-// thing, before anything that takes time, so that a signal that comes before a job's ranks exist, between its
-// attempts or while the hosts are asked, is kept for the job (which asks its ranks to stop once they can take
-// it) instead of ending ddprun without a word or being lost. A signal ddprun was started with ignored stays
-// ignored (`nohup ddprun ...`). One at a time in a process.
-class CaughtSignals {
- public:
-  CaughtSignals();
-  ~CaughtSignals();
-  CaughtSignals(const CaughtSignals&) = delete;
-  CaughtSignals& operator=(const CaughtSignals&) = delete;
-  // The read end of the pipe the handler writes each signal's number to (non-blocking).
-  int read_fd() const { return pipe_[0]; }
-  // The dispositions ddprun was started with, back (in a child before exec, and at the end).
-  void restore() const;
-
- private:
-  int pipe_[2] = {-1, -1};
-};
+// Raises this process's open-files limit (its soft limit, up to the hard one) as far as `ranks_here` ranks
+// need (open_files_needed); the refusal (open_files_refusal) when even the hard limit is too low, else "".
+std::string ensure_open_files(int ranks_here);
 
 // Runs `argv` (argv[0] is looked up in PATH) with stdout and stderr through pipes, relaying each line to this
 // process's stdout or stderr (the stream the rank wrote to) after rewrite_tagged_line. Throws ddp::Error when
@@ -60,43 +46,19 @@ class CaughtSignals {
 // SIGINT or SIGUSR1 asks for a graceful stop: SIGUSR1 to mpirun, which passes it to every rank's wrapper, which
 // passes it to a program that handles it (train_mlp finishes its step on every rank, writes a checkpoint and
 // exits with ddp::kStoppedExitStatus) or SIGTERM to one that does not. A job still running `stop_grace_ms`
-// later (ddprun --stop-grace), a second signal, any other signal that would end ddprun (SIGHUP, SIGQUIT, SIGALRM, ...), or EPIPE on
-// its output (SIGPIPE is ignored) sends SIGTERM to the group, which mpirun answers by killing its ranks; SIGKILL
-// follows after kStopGraceMs or at a further signal. If ddprun itself is SIGKILLed, the child gets SIGTERM by
-// PR_SET_PDEATHSIG. SIGUSR2 goes to mpirun instead, which passes it to every rank (a dump of its flight
-// recorder; the job goes on). run_job returns once the child has been reaped.
-constexpr int kStopGraceMs = 5000;
-// Raises this process's open-files limit (its soft limit, up to the hard one) as far as `ranks_here` ranks
-// need (open_files_needed); the refusal (open_files_refusal) when even the hard limit is too low, else "".
-std::string ensure_open_files(int ranks_here);
-
+// later (ddprun --stop-grace), a second signal, any other signal that would end ddprun (SIGHUP, SIGQUIT,
+// SIGALRM, ...), or EPIPE on its output (SIGPIPE is ignored) sends SIGTERM to the group, which mpirun answers
+// by killing its ranks; SIGKILL follows after kStopGraceMs (job_stopper.h) or at a further signal. If ddprun
+// itself is SIGKILLed, the child gets SIGTERM by PR_SET_PDEATHSIG. SIGUSR2 goes to mpirun instead, which
+// passes it to every rank (a dump of its flight recorder; the job goes on). run_job returns once the child has
+// been reaped.
+//
 // With `signals`, the signals it holds (some perhaps caught before this call) are this job's; without, run_job
 // catches them itself while it runs.
 // `stop_grace_ms`: how long a graceful stop may take before the job is ended (ddprun --stop-grace).
 // `ranks`: the job's world size, for the watch over its start (start_watch.h); 0 watches nothing.
 JobResult run_job(const std::vector<std::string>& argv, int stop_grace_ms = kDefaultStopGraceS * 1000,
                   CaughtSignals* signals = nullptr, int ranks = 0);
-
-// Asks every host of `hosts` at once what it has, by starting `self` (ddprun's own path) there with kProbeFlag
-// through mpirun (build_probe_command): one answer per host, in order. A host whose probe does not print its
-// line within `timeout_ms` (ssh refused or hanging, a node down) is unreachable, with the first line mpirun
-// said about it as the reason. Probes still running at the deadline are killed.
-constexpr int kProbeTimeoutMs = 30000;
-std::vector<HostAnswer> probe_hosts(const std::vector<HostSlots>& hosts, const MachineFacts& facts,
-                                    const std::string& self, int timeout_ms = kProbeTimeoutMs);
-
-// The rank wrapper (ddprun --ddprun-rank-wrapper -- PROGRAM ARGS, started by mpirun on every rank): runs the
-// program as its child (which dies with the wrapper: PR_SET_PDEATHSIG), passes SIGINT/SIGTERM (and SIGUSR2) on, and when the
-// program ends with a non-zero status or a signal prints exit_marker(...) to stderr with the rank
-// (OMPI_COMM_WORLD_RANK), the time and whether it had been told to stop, then exits with the same status.
-// The wrapper itself dies (SIGKILL, PR_SET_PDEATHSIG) when mpirun dies without ending it.
-int run_rank_wrapper(const std::vector<std::string>& program);
-
-// ddprun --dump [PID]: sends SIGUSR2 to the ddprun whose pid is `pid`, or, without one, to the one ddprun of
-// this user that runs a job; that ddprun passes it to every rank, and each prints its flight recorder (its last
-// collectives and its phase) while the job goes on. Returns 0 once sent, 1 when there is no such job (or more
-// than one and no pid), with the reason on stderr.
-int dump_job(const std::vector<std::string>& args);
 
 }  // namespace launcher
 }  // namespace ddp

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/command.h"
+#include "launcher/cli.h"
 #include "launcher/hosts.h"
 
 namespace ddp {

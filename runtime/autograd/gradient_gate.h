@@ -2,9 +2,9 @@
 // stream after a piece.
 //
 // Why: DistributedDataParallel all-reduces the gradients bucket by bucket while backward runs; the last bucket
-// (the first layer's, the last gradient backward makes) cannot start before backward ends, and the optimizer
-// used to wait for it before updating anything. With DdpOptions::overlap_optimizer the store carries this gate
-// instead of a finished wait: the optimizer updates each piece as soon as its own all-reduce is done, so the
+// (the first layer's, the last gradient backward makes) cannot start before backward ends, and an optimizer
+// that waits for every bucket updates nothing until then. With DdpOptions::overlap_optimizer the store carries
+// this gate instead of a finished wait: the optimizer updates each piece as soon as its own all-reduce is done, so the
 // updates of the earlier pieces run while the last one is still on the wire. Like OptimizerShard, it lives by the
 // store, below both the optimizers (which split their update at its boundaries) and the distributed layer
 // (which implements it); a user's `optimizer.step(stream)` does not change.

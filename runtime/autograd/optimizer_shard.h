@@ -16,16 +16,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/autograd/parameter_store.h"  // FlatSpan
 #include "runtime/core/stream.h"
 
 namespace ddp {
-
-// `count` elements of a flat buffer from element `offset`.
-struct FlatSpan {
-  std::int64_t offset = 0;
-  std::int64_t count = 0;
-  std::int64_t end() const { return offset + count; }
-};
 
 class OptimizerShard {
  public:
@@ -36,7 +30,8 @@ class OptimizerShard {
   virtual const std::vector<FlatSpan>& owned(int rank) const = 0;
   const std::vector<FlatSpan>& owned() const { return owned(rank()); }
 
-  // The update of the parameters of owned()[k] is queued on `stream`: hand them to the other processes. Called in order k = 0, 1, ... within one step.
+  // The update of the parameters of owned()[k] is queued on `stream`: hand them to the other processes.
+  // Called in order k = 0, 1, ... within one step.
   virtual void span_updated(std::size_t k, const Stream& stream) = 0;
   // After the last span_updated of a step: orders `stream` after every process's spans have arrived, so that
   // the whole flat parameter buffer holds the updated values.

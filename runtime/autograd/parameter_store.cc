@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "runtime/autograd/autograd.h"
+#include "runtime/autograd/gradient_gate.h"
+#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/check.h"
 
 namespace ddp {
@@ -154,5 +156,9 @@ void ParameterStore::zero_grad(const Stream& stream) {
 void ParameterStore::add_grad_ready_hook(GradReadyHook hook) { hooks_->hooks.push_back(std::move(hook)); }
 
 void ParameterStore::clear_grad_ready_hooks() { hooks_->hooks.clear(); }
+
+void ParameterStore::wait_for_gradients(const Stream& stream) const {
+  if (gradient_gate_ != nullptr) gradient_gate_->wait_all(stream);
+}
 
 }  // namespace ddp

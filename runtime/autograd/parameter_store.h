@@ -28,12 +28,20 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/autograd/gradient_gate.h"
-#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ddp {
+
+class GradientGate;    // runtime/autograd/gradient_gate.h
+class OptimizerShard;  // runtime/autograd/optimizer_shard.h
+
+// `count` elements of a flat buffer from element `offset`.
+struct FlatSpan {
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+  std::int64_t end() const { return offset + count; }
+};
 
 // Every slot starts at a multiple of this many elements (64 bytes), so each parameter and gradient view is
 // aligned for vector loads and cuBLASLt's fastest kernels and bias epilogues whatever the sizes before it.
@@ -108,9 +116,7 @@ class ParameterStore {
   GradientGate* gradient_gate() const { return gradient_gate_; }
   // Orders `stream` after every gradient is final: for code that reads the gradients other than through an
   // optimizer's update (which waits piece by piece). Nothing without a gate.
-  void wait_for_gradients(const Stream& stream) const {
-    if (gradient_gate_ != nullptr) gradient_gate_->wait_all(stream);
-  }
+  void wait_for_gradients(const Stream& stream) const;
 
  private:
   struct HookList {

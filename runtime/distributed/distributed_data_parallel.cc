@@ -3,12 +3,17 @@
 #include <cstdio>
 
 #include "runtime/autograd/autograd.h"
+#include "runtime/autograd/gradient_gate.h"
 #include "runtime/core/check.h"
 #include "runtime/core/graph.h"
 #include "runtime/core/phase.h"
 #include "runtime/distributed/bf16_compression_hook.h"
 #include "runtime/distributed/bucket_optimizer_shard.h"
+#include "runtime/distributed/distributed_data_parallel_impl.h"
 #include "runtime/distributed/same_parameters.h"
+#include "runtime/distributed/session.h"
+#include "runtime/io/trace.h"
+#include "runtime/models/module.h"
 
 namespace ddp {
 namespace {
@@ -64,7 +69,12 @@ DistributedDataParallel::DistributedDataParallel(Module& model, Session& session
 
 DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, ProcessGroup& group,
                                                  const World& world, const Stream& compute, DdpOptions options)
-    : parameters_(parameters), group_(group), compute_(compute), world_(world), options_(options) {
+    : parameters_(parameters),
+      group_(group),
+      compute_(compute),
+      world_(world),
+      options_(options),
+      impl_(std::make_unique<Impl>()) {
   std::vector<ParameterSpec> specs;
   specs.reserve(parameters.size());
   for (const ParameterSlot& slot : parameters.slots()) {
@@ -110,40 +120,56 @@ DistributedDataParallel::DistributedDataParallel(ParameterStore& parameters, Pro
   reducer_options.shard = options.shard_optimizer;
   reducer_options.defer_waits = options.overlap_optimizer;
   if (options.compression == GradientCompression::kBFloat16) {
-    hook_ = std::make_unique<BFloat16CompressionHook>(CommBuffer::of(parameters_.flat_grads()), compute_);
-    reducer_options.hook = hook_.get();
+    impl_->hook = std::make_unique<BFloat16CompressionHook>(CommBuffer::of(parameters_.flat_grads()), compute_);
+    reducer_options.hook = impl_->hook.get();
   }
-  reducer_ = std::make_unique<Reducer>(group_, std::move(plan), CommBuffer::of(parameters_.flat_grads()), compute_,
-                                       reducer_options);
-  Reducer* reducer = reducer_.get();
+  impl_->reducer = std::make_unique<Reducer>(group_, std::move(plan), CommBuffer::of(parameters_.flat_grads()),
+                                             compute_, reducer_options);
+  Reducer* reducer = impl_->reducer.get();
   parameters_.add_grad_ready_hook([reducer](std::size_t index) { reducer->mark_ready(index); });
   if (options.shard_optimizer) {
-    shard_ = std::make_shared<BucketOptimizerShard>(group_, world, reducer_->plan(),
-                                                    CommBuffer::of(parameters_.flat_params()), compute_);
-    parameters_.set_optimizer_shard(shard_);
+    impl_->shard = std::make_shared<BucketOptimizerShard>(group_, world, impl_->reducer->plan(),
+                                                          CommBuffer::of(parameters_.flat_params()), compute_);
+    parameters_.set_optimizer_shard(impl_->shard);
   }
   if (options.overlap_optimizer) {
-    gate_ = std::make_unique<BucketGradientGate>(*reducer_);
-    parameters_.set_gradient_gate(gate_.get());
+    impl_->gate = std::make_unique<BucketGradientGate>(*impl_->reducer);
+    parameters_.set_gradient_gate(impl_->gate.get());
   }
   layout_version_ = parameters_.layout_version();  // after the shard: setting it counts as a new layout
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
   parameters_.clear_grad_ready_hooks();
-  if (shard_) parameters_.set_optimizer_shard(nullptr);
-  if (gate_) {
+  if (impl_->shard) parameters_.set_optimizer_shard(nullptr);
+  if (impl_->gate) {
     try {
-      gate_->wait_all(compute_);  // the store's gradients stay final without this object
+      impl_->gate->wait_all(compute_);  // the store's gradients stay final without this object
     } catch (...) {
     }
     parameters_.set_gradient_gate(nullptr);
   }
 }
 
+DistributedDataParallel::Impl::~Impl() = default;
+
+DistributedDataParallel::NoSync::NoSync(Reducer& reducer) : reducer_(&reducer) { reducer_->set_sync(false); }
+
+DistributedDataParallel::NoSync::~NoSync() {
+  if (reducer_ != nullptr) reducer_->set_sync(true);
+}
+
+DistributedDataParallel::NoSync DistributedDataParallel::no_sync() { return NoSync(*impl_->reducer); }
+
+const BucketPlan& DistributedDataParallel::plan() const { return impl_->reducer->plan(); }
+
+const ReducerStats& DistributedDataParallel::last_stats() { return impl_->reducer->last_stats(); }
+
+bool DistributedDataParallel::shards_optimizer() const { return impl_->shard != nullptr; }
+
 const GatherStats& DistributedDataParallel::last_gather_stats() {
   static const GatherStats kNone;
-  return shard_ ? shard_->last_stats() : kNone;
+  return impl_->shard ? impl_->shard->last_stats() : kNone;
 }
 
 void DistributedDataParallel::backward(const Tensor& loss) {
@@ -152,16 +178,16 @@ void DistributedDataParallel::backward(const Tensor& loss) {
             "(its buckets are slices of the old buffers): move and flatten the model first, then construct "
             "DistributedDataParallel");
   PhaseGuard phase(Phase::kBackward);
-  if (is_capturing(compute_) && (join_ != nullptr || options_.find_unused_parameters)) {
+  if (is_capturing(compute_) && (impl_->join != nullptr || options_.find_unused_parameters)) {
     autograd::clear_tape();
     throw InvalidArgument(std::string("DistributedDataParallel::backward ") +
-                          (join_ != nullptr ? "under join counts the ranks still training on the host at each step"
-                                            : "with find_unused_parameters decides on the host which parameters "
-                                              "got a gradient") +
+                          (impl_->join != nullptr
+                               ? "under join counts the ranks still training on the host at each step"
+                               : "with find_unused_parameters decides on the host which parameters got a gradient") +
                           ", which a captured CUDA graph would fix at the capture: run this step eagerly");
   }
-  if (join_ != nullptr) {
-    bool sync = reducer_->sync();
+  if (impl_->join != nullptr) {
+    bool sync = impl_->reducer->sync();
     try {
       count_joined_step(/*training=*/true, &sync);
     } catch (...) {
@@ -170,7 +196,7 @@ void DistributedDataParallel::backward(const Tensor& loss) {
     }
   }
   const double begin_us = options_.trace != nullptr ? options_.trace->now_us() : 0.0;
-  reducer_->prepare_for_backward();
+  impl_->reducer->prepare_for_backward();
   try {
     autograd::backward(loss, compute_);
   } catch (...) {
@@ -178,7 +204,7 @@ void DistributedDataParallel::backward(const Tensor& loss) {
     throw;
   }
   handle_unused_parameters();
-  reducer_->finalize();
+  impl_->reducer->finalize();
   if (options_.trace != nullptr) trace_step(begin_us);
 }
 
@@ -186,19 +212,19 @@ void DistributedDataParallel::end_failed_backward() {
   // Leaves the reducer consistent for the caller's error handling (ready for the next prepare_for_backward);
   // the collectives already issued complete. Its own error, if any, is the one being reported.
   try {
-    reducer_->finalize();
+    impl_->reducer->finalize();
   } catch (...) {
   }
 }
 
 void DistributedDataParallel::handle_unused_parameters() {
-  const std::vector<std::size_t> unused = reducer_->unready_parameters();
+  const std::vector<std::size_t> unused = impl_->reducer->unready_parameters();
   if (unused.empty()) return;
   if (!options_.find_unused_parameters) {
     std::string names;
     for (std::size_t i : unused) names += (names.empty() ? "" : ", ") + parameters_.slot(i).name;
     end_failed_backward();
-    throw InvalidArgument("step " + std::to_string(reducer_->steps()) + ": parameter(s) " + names +
+    throw InvalidArgument("step " + std::to_string(impl_->reducer->steps()) + ": parameter(s) " + names +
                           " got no gradient in this backward (they took no part in the loss on this rank); if "
                           "that is intended, construct DistributedDataParallel with "
                           "DdpOptions::find_unused_parameters = true");
@@ -206,22 +232,22 @@ void DistributedDataParallel::handle_unused_parameters() {
   for (std::size_t i : unused) {
     // Contents that only count as zero (zero_grad) may be stale, and the all-reduce reads them.
     autograd::use_zero_gradient(parameters_.slot(i).param, compute_);
-    reducer_->mark_ready(i);
+    impl_->reducer->mark_ready(i);
   }
 }
 
 void DistributedDataParallel::trace_step(double begin_us) {
   io::TraceRecorder& trace = *options_.trace;
-  const ReducerStats& stats = reducer_->last_stats();
+  const ReducerStats& stats = impl_->reducer->last_stats();
   trace.complete(trace.track("compute"), "backward", "compute", begin_us, stats.backward_ms * 1000.0,
-                 {{"step", reducer_->steps()}, {"exposed_comm_ms", stats.exposed_comm_ms}});
+                 {{"step", impl_->reducer->steps()}, {"exposed_comm_ms", stats.exposed_comm_ms}});
   const int comm = trace.track("comm");
   for (std::size_t b = 0; b < stats.bucket_timings.size(); ++b) {
     const auto& t = stats.bucket_timings[b];
     if (t.start_ms < 0) continue;
-    trace.complete(comm, shard_ ? "reduce_scatter" : "allreduce", "comm", begin_us + t.start_ms * 1000.0,
+    trace.complete(comm, impl_->shard ? "reduce_scatter" : "allreduce", "comm", begin_us + t.start_ms * 1000.0,
                    t.duration_ms * 1000.0,
-                   {{"bucket", b}, {"bytes", t.bytes}, {"step", reducer_->steps()}});
+                   {{"bucket", b}, {"bytes", t.bytes}, {"step", impl_->reducer->steps()}});
   }
 }
 

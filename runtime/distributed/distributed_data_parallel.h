@@ -24,22 +24,27 @@
 // after backward (clip_grad_norm knows, and sums its norm over the ranks).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 
-#include "runtime/autograd/parameter_store.h"
-#include "runtime/distributed/bucket_plan.h"
-#include "runtime/distributed/join.h"
-#include "runtime/distributed/process_group.h"
-#include "runtime/distributed/reducer.h"
-#include "runtime/distributed/session.h"
-#include "runtime/io/trace.h"
-#include "runtime/models/module.h"
-
 namespace ddp {
 
-class BucketOptimizerShard;
-class BucketGradientGate;
+class Module;
+class ParameterStore;
+class ProcessGroup;
+class Reducer;
+class Session;
+class Stream;
+class Tensor;
+class World;
+struct BucketPlan;
+struct GatherStats;
+struct JoinOptions;
+struct ReducerStats;
+namespace io {
+class TraceRecorder;
+}
 
 enum class GradientCompression { kNone, kBFloat16 };
 
@@ -101,32 +106,35 @@ class DistributedDataParallel {
   // While a NoSync guard lives, backward() accumulates gradients locally (no communication).
   class NoSync {
    public:
-    explicit NoSync(Reducer& reducer) : reducer_(&reducer) { reducer_->set_sync(false); }
+    explicit NoSync(Reducer& reducer);
     NoSync(NoSync&& other) noexcept : reducer_(other.reducer_) { other.reducer_ = nullptr; }
-    ~NoSync() {
-      if (reducer_ != nullptr) reducer_->set_sync(true);
-    }
+    ~NoSync();
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
 
    private:
     Reducer* reducer_;
   };
-  NoSync no_sync() { return NoSync(*reducer_); }
+  NoSync no_sync();
 
   // Runs `loop`, this rank's training loop over its own batches, and returns once every rank's loop has
   // returned: a rank out of data takes part in the others' remaining steps with zero gradients, and every rank
   // ends with the same parameters (join.h). Under options.throw_on_early_termination, every rank raises
   // InputsExhausted at the first step some rank is out of data. A CUDA graph cannot capture a backward in
   // `loop` (each one reads the count of ranks on the host).
-  void join(const std::function<void()>& loop, const JoinOptions& options = {});
+  // The options are JoinOptions' defaults without them (JoinOptions: runtime/distributed/join.h).
+  void join(const std::function<void()>& loop);
+  void join(const std::function<void()>& loop, const JoinOptions& options);
 
-  const BucketPlan& plan() const { return reducer_->plan(); }
-  // Timing of the last backward (see Reducer::last_stats: on a GPU the first call waits for that step).
-  const ReducerStats& last_stats() { return reducer_->last_stats(); }
-  // Sharded: how much of the last step's parameter all-gathers the optimizer hid (see GatherStats).
+  // How the gradients are bucketed (runtime/distributed/bucket_plan.h).
+  const BucketPlan& plan() const;
+  // Timing of the last backward (Reducer::last_stats in runtime/distributed/reducer.h: on a GPU the first call
+  // waits for that step).
+  const ReducerStats& last_stats();
+  // Sharded: how much of the last step's parameter all-gathers the optimizer hid (GatherStats in
+  // runtime/distributed/bucket_optimizer_shard.h).
   const GatherStats& last_gather_stats();
-  bool shards_optimizer() const { return shard_ != nullptr; }
+  bool shards_optimizer() const;
   ProcessGroup& group() { return group_; }
 
  private:
@@ -152,11 +160,8 @@ class DistributedDataParallel {
   const Stream& compute_;
   const World& world_;
   DdpOptions options_;
-  const JoinOptions* join_ = nullptr;  // while join() runs
-  std::unique_ptr<CommHook> hook_;
-  std::unique_ptr<BucketGradientGate> gate_;  // overlap_optimizer
-  std::unique_ptr<Reducer> reducer_;
-  std::shared_ptr<BucketOptimizerShard> shard_;  // also held by the store while this object lives
+  struct Impl;  // the reducer, the comm hook, the gradient gate, the optimizer shard
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ddp

@@ -9,6 +9,7 @@
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
 #include "runtime/distributed/distributed_data_parallel.h"
+#include "runtime/distributed/distributed_data_parallel_impl.h"
 #include "runtime/distributed/world.h"
 
 namespace ddp {
@@ -18,16 +19,19 @@ CommBuffer whole(const Tensor& t) { return CommBuffer{t.data_ptr(), t.numel(), t
 
 }  // namespace
 
+void DistributedDataParallel::join(const std::function<void()>& loop) { join(loop, JoinOptions{}); }
+
 void DistributedDataParallel::join(const std::function<void()>& loop, const JoinOptions& options) {
-  DDP_CHECK(join_ == nullptr, "DistributedDataParallel::join called inside join");
-  DDP_CHECK(gate_ == nullptr, "DistributedDataParallel::join cannot run with DdpOptions::overlap_optimizer: "
-                              "turn the overlap off for a loop with uneven inputs");
-  join_ = &options;
+  DDP_CHECK(impl_->join == nullptr, "DistributedDataParallel::join called inside join");
+  DDP_CHECK(impl_->gate == nullptr,
+            "DistributedDataParallel::join cannot run with DdpOptions::overlap_optimizer: turn the overlap off for a "
+            "loop with uneven inputs");
+  impl_->join = &options;
   struct Reset {
     DistributedDataParallel& ddp;
     ~Reset() {
-      ddp.join_ = nullptr;
-      ddp.reducer_->set_contributors(ddp.group_.size());
+      ddp.impl_->join = nullptr;
+      ddp.impl_->reducer->set_contributors(ddp.group_.size());
     }
   } reset{*this};
   loop();
@@ -51,8 +55,8 @@ bool DistributedDataParallel::count_joined_step(bool training, bool* sync) {
   const int in_loop = static_cast<int>(counts[0]);
   const int syncing = static_cast<int>(counts[1]);
   if (in_loop == 0) return false;
-  const long long step = reducer_->steps() + 1;
-  if (join_->throw_on_early_termination && in_loop < ranks) {
+  const long long step = impl_->reducer->steps() + 1;
+  if (impl_->join->throw_on_early_termination && in_loop < ranks) {
     throw InputsExhausted("inputs exhausted: " + std::to_string(ranks - in_loop) + " of " + std::to_string(ranks) +
                               " ranks ran out of data before backward " + std::to_string(step) +
                               " (join with throw_on_early_termination): every rank stops here",
@@ -65,19 +69,19 @@ bool DistributedDataParallel::count_joined_step(bool training, bool* sync) {
                           world_.rank());
   }
   *sync = syncing != 0;
-  reducer_->set_contributors(join_->divide_by_initial_world_size ? group_.size() : in_loop);
+  impl_->reducer->set_contributors(impl_->join->divide_by_initial_world_size ? group_.size() : in_loop);
   return true;
 }
 
 void DistributedDataParallel::backward_with_zero_gradients() {
   autograd::zero_grad(parameters_.parameters());  // marks them stale; use_zero_gradient fills each with zeros
-  reducer_->prepare_for_backward();
+  impl_->reducer->prepare_for_backward();
   // Every gradient is final at once; the reducer launches the buckets in their order.
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     autograd::use_zero_gradient(parameters_.slot(i).param, compute_);
-    reducer_->mark_ready(i);
+    impl_->reducer->mark_ready(i);
   }
-  reducer_->finalize();
+  impl_->reducer->finalize();
 }
 
 void DistributedDataParallel::broadcast_from_last_joiner(bool last_joiner) {

@@ -17,6 +17,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
+#include "runtime/io/loaded_checkpoint.h"
 
 namespace ddp {
 namespace io {

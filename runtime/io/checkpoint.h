@@ -25,10 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/io/safetensors.h"
-
 namespace ddp {
 namespace io {
+
+struct LoadedCheckpoint;  // runtime/io/loaded_checkpoint.h: what load_checkpoint returns
+struct TensorSource;      // runtime/io/safetensors.h
 
 constexpr const char* kCheckpointFormat = "ddp-checkpoint/2";
 // Written before the metadata had a checksum: still read.
@@ -71,15 +72,9 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
 std::string save_checkpoint(const std::string& dir, const CheckpointMetadata& metadata,
                             const std::vector<TensorSource>& tensors, int keep_last = 0);
 
-struct LoadedCheckpoint {
-  std::string path;
-  CheckpointMetadata metadata;
-  SafetensorsFile file;
-};
-
 // Loads and verifies one checkpoint (checksums of the tensors and of the metadata required, metadata decoded
 // and in range, step matching the name when the name has one); throws InvalidArgument naming the file and what
-// is wrong.
+// is wrong. Its result is read through runtime/io/loaded_checkpoint.h.
 LoadedCheckpoint load_checkpoint(const std::string& path);
 
 // Why a loaded checkpoint cannot be used although it verifies ("" when it can): a caller's checks of its

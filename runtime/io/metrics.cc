@@ -2,6 +2,7 @@
 #include "runtime/io/metrics.h"
 
 #include "runtime/core/check.h"
+#include "runtime/io/record_file.h"
 
 namespace ddp {
 namespace io {

@@ -11,10 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "runtime/io/record_file.h"
 
 namespace ddp {
 namespace io {
+
+class RecordFile;  // runtime/io/record_file.h
 
 class MetricsWriter {
  public:

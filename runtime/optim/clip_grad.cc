@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/check.h"
 #include "runtime/kernels/dispatch.h"
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/autograd/gradient_gate.h"
+#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/check.h"
 #include "runtime/core/graph.h"
 #include "runtime/kernels/dispatch.h"

@@ -24,7 +24,6 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/autograd/parameter_store.h"
 #include "runtime/core/phase.h"
 #include "runtime/core/stream.h"
@@ -32,6 +31,9 @@
 #include "runtime/tensor/tensor.h"
 
 namespace ddp {
+
+class GradientGate;    // runtime/autograd/gradient_gate.h
+class OptimizerShard;  // runtime/autograd/optimizer_shard.h
 
 class LrSchedule;
 

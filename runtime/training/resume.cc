@@ -8,6 +8,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/settings.h"
+#include "runtime/io/loaded_checkpoint.h"
 #include "runtime/models/layers.h"
 #include "runtime/training/training_checkpoint.h"
 

@@ -13,6 +13,7 @@
 #include "runtime/core/phase.h"
 #include "runtime/core/stop_request.h"
 #include "runtime/distributed/distributed_data_parallel.h"
+#include "runtime/distributed/reducer.h"
 #include "runtime/distributed/world.h"
 #include "runtime/models/layers.h"
 #include "runtime/ops/ops.h"

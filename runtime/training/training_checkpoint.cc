@@ -9,7 +9,9 @@
 #include <set>
 #include <vector>
 
+#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/check.h"
+#include "runtime/io/loaded_checkpoint.h"
 
 namespace ddp::training {
 namespace {

@@ -3,8 +3,11 @@
 # headers alone on its include path (no MPI, NCCL or CUDA directory), and none of <mpi.h>, <nccl.h> or a CUDA
 # or cuBLAS header is among the files it reads, so user code never depends on them through the runtime. Nor
 # does it reach the runtime's internals: the kernel layer (runtime/kernels/, GEMM options included), the
-# allocator (runtime/core/allocator.h) or the World under the Session (runtime/distributed/world.h and the MPI
-# and NCCL wrappers beside it).
+# allocator (runtime/core/allocator.h), the World under the Session (runtime/distributed/world.h and the MPI
+# and NCCL wrappers beside it), nor what DistributedDataParallel, the parameter store and the checkpoint files
+# keep behind a pointer or a forward declaration (the reducer, the bucket plan, join's options, the gradient gate,
+# the optimizer shard, the safetensors reader, the atomic-file writer). And the count of the runtime's headers
+# it reads stays at most max_headers, so that a new include in a public header is a decision, not an accident.
 set -uo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 cxx="${CXX:-c++}"
@@ -28,4 +31,21 @@ forbidden=$(grep -E '(^|/)(mpi|mpi-ext|mpi_portable_platform|nccl|nccl_net)\.h$|
 [ -z "$forbidden" ] || fail "ddp.h reaches headers a user must not need: $forbidden"
 internal=$(grep -E "^$root/(runtime/kernels/|runtime/core/allocator\.h$|runtime/distributed/(world|world_mpi|nccl_communicator|process_group_[a-z_]+)\.h$)" <<<"$files")
 [ -z "$internal" ] || fail "ddp.h reaches the runtime's internal headers (include them by name where needed): $internal"
-echo "public header: compiles alone, reads $(grep -c "^$root" <<<"$files" || true) runtime headers, no MPI/NCCL/CUDA header and no internal one"
+kept_out=(
+  runtime/distributed/reducer.h
+  runtime/distributed/bucket_plan.h
+  runtime/distributed/join.h
+  runtime/io/safetensors.h
+  runtime/io/atomic_file.h
+  runtime/autograd/gradient_gate.h
+  runtime/autograd/optimizer_shard.h
+)
+for header in "${kept_out[@]}"; do
+  ! grep -qx "$root/$header" <<<"$files" ||
+    fail "ddp.h reaches $header, which a user never names: forward-declare its types where a reference suffices"
+done
+max_headers=43
+count=$(grep "^$root/" <<<"$files" | grep -cvx "$root/ddp.h" || true)
+[ "$count" -le "$max_headers" ] ||
+  fail "ddp.h reaches $count of the runtime's headers, more than $max_headers: forward-declare what a reference needs"
+echo "public header: compiles alone, reads $count runtime headers (at most $max_headers), no MPI/NCCL/CUDA header and no internal one"

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "ddp.h"
+#include "runtime/distributed/bucket_plan.h"
+#include "runtime/distributed/join.h"
 #include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"

@@ -25,9 +25,13 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/allocator.h"
 #include "ddp.h"
+#include "runtime/distributed/bucket_optimizer_shard.h"
+#include "runtime/distributed/bucket_plan.h"
 #include "runtime/io/atomic_file.h"
+#include "runtime/io/loaded_checkpoint.h"
 #include "runtime/training/training_checkpoint.h"
 #include "runtime/distributed/world_mpi.h"
 #include "tests/distributed/rank_fixture.h"

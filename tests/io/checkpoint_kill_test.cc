@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/io/checkpoint.h"
+#include "runtime/io/loaded_checkpoint.h"
 #include "tests/scratch.h"
 
 namespace ddp::io {

@@ -12,6 +12,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/io/atomic_file.h"
+#include "runtime/io/loaded_checkpoint.h"
 #include "tests/scratch.h"
 
 namespace ddp {

@@ -11,6 +11,11 @@
 #include <optional>
 #include <sstream>
 
+#include "launcher/cli.h"
+#include "launcher/failure_tracker.h"
+#include "launcher/relay.h"
+#include "launcher/resources.h"
+#include "launcher/shell_quote.h"
 #include "runtime/core/check.h"
 #include "tests/scratch.h"
 

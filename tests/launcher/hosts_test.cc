@@ -6,7 +6,9 @@
 
 #include <fstream>
 
+#include "launcher/attempt.h"
 #include "launcher/command.h"
+#include "launcher/shell_quote.h"
 #include "runtime/core/check.h"
 #include "tests/scratch.h"
 

@@ -7,6 +7,8 @@
 
 #include <sstream>
 
+#include "launcher/command.h"
+#include "launcher/shell_quote.h"
 #include "runtime/core/check.h"
 #include "tests/error_message.h"
 

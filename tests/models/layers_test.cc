@@ -10,6 +10,7 @@
 
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
+#include "runtime/io/loaded_checkpoint.h"
 #include "runtime/models/layers.h"
 #include "runtime/ops/ops.h"
 #include "runtime/optim/optimizer.h"

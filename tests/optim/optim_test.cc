@@ -2,6 +2,7 @@
 // weight decay, momentum (first-step buffer = gradient), dampening and Nesterov; AdamW with decoupled decay
 // and bias correction; the LR schedules; and gradient-norm clipping against torch.nn.utils.clip_grad_norm_'s
 // formula.
+#include "runtime/autograd/optimizer_shard.h"
 #include "runtime/optim/optimizer.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,6 @@
-// How the GPU Linear chooses and schedules its cuBLASLt GEMMs. Process-wide settings, read from the
-// environment on first use and settable from code.
+// How the GPU Linear chooses and schedules its cuBLASLt GEMMs: process-wide settings, settable from code.
+// `log` starts from DDP_GEMM_LOG, read on first use; `narrow_layers` is set from code only. Internal to the
+// runtime (ddp.h does not include it): benchmarks and tests include it by name.
 //
 // What the settings are for:
 //   * narrow layers: a Linear of at most 32 outputs (a classifier's head) runs on our own one-launch kernels
@@ -26,7 +27,7 @@ void set_gemm_options(const GemmOptions& options);
 }  // namespace ddp::kernels::cuda
 
 namespace ddp {
-// The public names (the GPU Linear's settings are part of the public API).
+// Short names for the benchmarks and tests that include this header.
 using kernels::cuda::gemm_options;
 using kernels::cuda::GemmOptions;
 using kernels::cuda::set_gemm_options;

@@ -83,8 +83,8 @@ ddp::data::Dataset make_data(std::int64_t rows) {
   return d;
 }
 
-int run(int argc, char** argv) {
-  const Flags flags = parse(argc, argv);
+// The ranks that never get through MPI_Init (--stop-before-mpi, --never-start): this one stops or hangs here.
+void hold_back_before_start(const Flags& flags, int* argc, char*** argv) {
   const char* launched_rank = std::getenv("OMPI_COMM_WORLD_RANK");
   if (launched_rank != nullptr && std::atoi(launched_rank) == flags.stopped_rank) {
     std::raise(SIGSTOP);  // before its World starts MPI: the others wait inside MPI_Init
@@ -92,13 +92,44 @@ int run(int argc, char** argv) {
   if (flags.late_rank >= 0) {
     // As an application that starts MPI itself and then makes a session on every rank but one.
     int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == flags.late_rank) {
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
   }
+}
+
+// Every other step: rank 0 writes a checkpoint, and every rank learns whether it could.
+void checkpoint(const Flags& flags, int step, const ddp::World& world, const ddp::MLP& model,
+                const ddp::Sgd& optimizer, const ddp::Stream& stream) {
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      ddp::io::CheckpointMetadata m;
+      m.step = step;
+      m.world_size = world.size();
+      ddp::training::save_training_checkpoint(flags.checkpoint_dir, model, optimizer, m, stream);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  world.agree(error, "checkpoint write failed");
+}
+
+// The other steps: an evaluation, with its host all-reduce of the correct count.
+void evaluate(const ddp::World& world, ddp::MLP& model, const ddp::Tensor& x, const ddp::Tensor& y,
+              const ddp::Stream& stream) {
+  ddp::PhaseGuard evaluating(ddp::Phase::kEvaluation);
+  ddp::autograd::NoGradGuard no_grad;
+  const ddp::Tensor correct = ddp::ops::count_correct(model.forward(x, stream), y, stream);
+  world.sum(static_cast<double>(correct.to_vector<std::int64_t>(stream)[0]));
+}
+
+int run(int argc, char** argv) {
+  const Flags flags = parse(argc, argv);
+  hold_back_before_start(flags, &argc, &argv);
   const ddp::Backend backend = ddp::parse_backend(flags.backend);
   ddp::WorldOptions options;
   options.device = ddp::parse_device_request(flags.device);
@@ -147,26 +178,8 @@ int run(int argc, char** argv) {
     ddp_model.backward(ddp::ops::cross_entropy(model.forward(x, stream), y, stream));
     optimizer.step(stream);
 
-    if (step % 2 == 0 && !flags.checkpoint_dir.empty()) {
-      std::string error;
-      if (world.rank() == 0) {
-        try {
-          ddp::io::CheckpointMetadata m;
-          m.step = step;
-          m.world_size = world.size();
-          ddp::training::save_training_checkpoint(flags.checkpoint_dir, model, optimizer, m, stream);
-        } catch (const std::exception& e) {
-          error = e.what();
-        }
-      }
-      world.agree(error, "checkpoint write failed");
-    }
-    if (step % 2 == 1) {
-      ddp::PhaseGuard evaluating(ddp::Phase::kEvaluation);
-      ddp::autograd::NoGradGuard no_grad;
-      const ddp::Tensor correct = ddp::ops::count_correct(model.forward(x, stream), y, stream);
-      world.sum(static_cast<double>(correct.to_vector<std::int64_t>(stream)[0]));
-    }
+    if (step % 2 == 0 && !flags.checkpoint_dir.empty()) checkpoint(flags, step, world, model, optimizer, stream);
+    if (step % 2 == 1) evaluate(world, model, x, y, stream);
     if (flags.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(flags.step_ms));
     if (world.rank() == 0) {
       std::printf("step %d\n", step);
