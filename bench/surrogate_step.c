@@ -1,6 +1,7 @@
 /* The in-situ surrogate's training step as an application makes it: ddp_train_step on the application's own
  * arrays (host memory, or with --device cuda memory the application allocated on the GPU), timed over many
- * steps after a warm-up. Prints one JSON line; bench/surrogate_step.sh runs PyTorch's step beside it.
+ * steps after a warm-up, then the same with ddp_train_step_async and one wait at the end. Prints a JSON line for
+ * each; bench/surrogate_step.sh runs PyTorch's step beside it.
  *
  *   surrogate_step [cpu|cuda] BATCH STEPS      (MPI started here at MPI_THREAD_MULTIPLE, one rank) */
 #include <mpi.h>
@@ -70,6 +71,14 @@ int main(int argc, char** argv) {
   check(ddp_train_step(model, optimizer, bx, batch, 5, by, batch, 1, memory, &loss), "last step");
   printf("{\"program\": \"ddp C API\", \"device\": \"%s\", \"batch\": %lld, \"step_us\": %.2f, \"loss\": %.6g}\n", device,
          (long long)batch, 1e6 * seconds / steps, loss);
+  // The same steps queued without waiting (ddp_train_step_async), one wait at the end: the step's own cost
+  // when the application does not wait for it.
+  const double async_start = now_s();
+  for (int i = 0; i < steps; ++i) check(ddp_train_step_async(model, optimizer, bx, batch, 5, by, batch, 1, memory), "async step");
+  check(ddp_session_synchronize(session), "synchronize");
+  const double async_seconds = now_s() - async_start;
+  printf("{\"program\": \"ddp C API async\", \"device\": \"%s\", \"batch\": %lld, \"step_us\": %.2f}\n", device,
+         (long long)batch, 1e6 * async_seconds / steps);
   ddp_optimizer_destroy(optimizer);
   ddp_model_destroy(model);
   ddp_session_destroy(session);

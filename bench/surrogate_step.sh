@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The in-situ surrogate's training step from the application's arrays (bench/surrogate_step.c over the C API)
-# against PyTorch's eager step on the same model (5-64-64-1, tanh, AdamW, MSE) and batch, in one run, alternating
-# ROUNDS times; then each side's median step and the median of the paired ratios PyTorch / ours.
+# The in-situ surrogate's training step from the application's arrays (bench/surrogate_step.c over the C API:
+# synchronous and asynchronous) against PyTorch's step on the same model (5-64-64-1, tanh, AdamW, MSE) and batch:
+# eager, and on the GPU with the whole step captured by hand as a CUDA graph (waiting for each step, and reading
+# its loss each step), in one run, alternating ROUNDS times; then each arm's median step and the median of the
+# paired ratios arm / ours.
 #   DEVICE=cpu bash bench/surrogate_step.sh      this machine: bazel-bin, Debian's PyTorch (/usr/bin/python3)
 #   bash bench/surrogate_step.sh                 the GPU machine: .gpu/bin, the machine's PyTorch, device arrays
 # Environment: BATCHES ("256 1024"), STEPS (2000), ROUNDS (3), OMP/OpenBLAS threads 1 (one rank, one core).
@@ -51,8 +53,42 @@ for _ in range(steps):
     step()
     sync()  # as ddp_train_step: complete when the call returns
 seconds = time.perf_counter() - start
-print(json.dumps({"program": "PyTorch " + torch.__version__, "device": device, "batch": batch,
-                  "step_us": round(1e6 * seconds / steps, 2), "loss": float(step())}))
+print(json.dumps({"program": "PyTorch eager", "version": torch.__version__, "device": device, "batch": batch,
+                  "step_us": round(1e6 * seconds / steps, 2), "loss": float(step().detach())}))
+if device == "cuda":
+    # The expert's version: the whole step (forward, backward, capturable AdamW) captured by hand as one CUDA
+    # graph, replayed; timed waiting for each step, and reading the loss each step as TorchFort's train call does.
+    model_g = torch.nn.Sequential(torch.nn.Linear(5, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                  torch.nn.Linear(64, 1)).to(device)
+    opt_g = torch.optim.AdamW(model_g.parameters(), lr=1e-3, weight_decay=0.0, capturable=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt_g.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(model_g(x), y).backward()
+            opt_g.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt_g.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = torch.nn.functional.mse_loss(model_g(x), y)
+        static_loss.backward()
+        opt_g.step()
+    for _ in range(50):
+        graph.replay()
+    sync()
+    for name, read in (("PyTorch graphed", False), ("PyTorch graphed, loss read", True)):
+        start = time.perf_counter()
+        for _ in range(steps):
+            graph.replay()
+            if read:
+                float(static_loss)
+            else:
+                sync()
+        seconds = time.perf_counter() - start
+        print(json.dumps({"program": name, "version": torch.__version__, "device": device, "batch": batch,
+                          "step_us": round(1e6 * seconds / steps, 2)}))
 PY
 }
 runs=$(mktemp)
@@ -68,13 +104,18 @@ done
 python3 - "$runs" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("| batch | ours (C API, application arrays) | PyTorch eager | PyTorch / ours, paired by round (median, range) |")
-print("| --- | --- | --- | --- |")
+arms = ["ddp C API", "ddp C API async", "PyTorch eager", "PyTorch graphed", "PyTorch graphed, loss read"]
+arms = [a for a in arms if any(r["program"] == a for r in rows)]
+versions = sorted({r["version"] for r in rows if "version" in r})
+print(f"PyTorch {', '.join(versions)}; each cell: median step, then the median over rounds of that arm / ours (synchronous)")
+print("| batch | " + " | ".join(arms) + " |")
+print("| --- |" + " --- |" * len(arms))
 for batch in sorted({r["batch"] for r in rows}):
     ours = [r["step_us"] for r in rows if r["batch"] == batch and r["program"] == "ddp C API"]
-    torch_rows = [r for r in rows if r["batch"] == batch and r["program"] != "ddp C API"]
-    theirs = [r["step_us"] for r in torch_rows]
-    ratios = [t / o for o, t in zip(ours, theirs)]
-    print(f"| {batch} | {statistics.median(ours):.1f} us | {statistics.median(theirs):.1f} us ({torch_rows[0]['program']}) "
-          f"| **{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f}) |")
+    cells = []
+    for arm in arms:
+        times = [r["step_us"] for r in rows if r["batch"] == batch and r["program"] == arm]
+        ratios = [t / o for o, t in zip(ours, times)]
+        cells.append(f"{statistics.median(times):.1f} us" + ("" if arm == "ddp C API" else f", **{statistics.median(ratios):.2f}x**"))
+    print(f"| {batch} | " + " | ".join(cells) + " |")
 PY

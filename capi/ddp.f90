@@ -48,6 +48,7 @@ module ddp
       ddp_replay_buffer_size, ddp_replay_buffer_destroy, ddp_train_step_replay
   public :: ddp_model_set_nonfinite, ddp_model_nonfinite_skipped, ddp_replay_buffer_set_nonfinite, &
       ddp_replay_buffer_nonfinite_skipped
+  public :: ddp_train_step_async, ddp_session_synchronize
 
   interface
     subroutine c_last_error_copy(buffer, size) bind(C, name="ddp_last_error_copy")
@@ -76,6 +77,10 @@ module ddp
       type(c_ptr), value :: session
       real(c_double), value :: value
       real(c_double), intent(out) :: mean
+    end function
+    integer(c_int) function c_session_synchronize(session) bind(C, name="ddp_session_synchronize")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: session
     end function
     integer(c_int) function c_session_destroy(session) bind(C, name="ddp_session_destroy")
       import :: c_int, c_ptr
@@ -119,6 +124,13 @@ module ddp
     integer(c_int) function c_optimizer_destroy(optimizer) bind(C, name="ddp_optimizer_destroy")
       import :: c_int, c_ptr
       type(c_ptr), value :: optimizer
+    end function
+    integer(c_int) function c_train_step_async(model, optimizer, x, x_rows, x_cols, y, y_rows, y_cols, memory) &
+        bind(C, name="ddp_train_step_async")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: model, optimizer, x, y
+      integer(c_int64_t), value :: x_rows, x_cols, y_rows, y_cols
+      integer(c_int), value :: memory
     end function
     integer(c_int) function c_train_step(model, optimizer, x, x_rows, x_cols, y, y_rows, y_cols, memory, loss) &
         bind(C, name="ddp_train_step")
@@ -250,6 +262,12 @@ contains
     status = c_session_mean(session%handle, value, mean)
   end function
 
+  ! Waits for the session's queued work (the steps of ddp_train_step_async).
+  integer function ddp_session_synchronize(session) result(status)
+    type(ddp_session), intent(in) :: session
+    status = c_session_synchronize(session%handle)
+  end function
+
   integer function ddp_session_destroy(session) result(status)
     type(ddp_session), intent(inout) :: session
     status = c_session_destroy(session%handle)
@@ -312,6 +330,17 @@ contains
     status = c_train_step(model%handle, optimizer%handle, c_loc(x), int(size(x, 2), c_int64_t), &
         int(size(x, 1), c_int64_t), c_loc(y), int(size(y, 2), c_int64_t), int(size(y, 1), c_int64_t), &
         int(DDP_MEMORY_HOST, c_int), loss)
+  end function
+
+  ! ddp_train_step without waiting for the step: x and y are copied before it returns (the arrays may be reused),
+  ! the step runs on the session's GPU while the program goes on; ddp_session_synchronize waits for it.
+  integer function ddp_train_step_async(model, optimizer, x, y) result(status)
+    type(ddp_model), intent(in) :: model
+    type(ddp_optimizer), intent(in) :: optimizer
+    real(c_float), intent(in), target, contiguous :: x(:, :), y(:, :)
+    status = c_train_step_async(model%handle, optimizer%handle, c_loc(x), int(size(x, 2), c_int64_t), &
+        int(size(x, 1), c_int64_t), c_loc(y), int(size(y, 2), c_int64_t), int(size(y, 1), c_int64_t), &
+        int(DDP_MEMORY_HOST, c_int))
   end function
 
   ! What ddp_train_step does with samples holding a NaN or an infinity: DDP_NONFINITE_REFUSE (the default) or

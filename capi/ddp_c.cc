@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "ddp_mpi.h"
+#include "runtime/core/settings.h"
+#include "runtime/io/loaded_checkpoint.h"  // what a refusal of a checkpoint reads
 
 struct ddp_session {
   std::unique_ptr<ddp::Session> session;
@@ -39,6 +41,10 @@ struct ddp_model {
 struct ddp_optimizer {
   ddp_model* owner = nullptr;
   std::unique_ptr<ddp::Optimizer> optimizer;
+  // The training step with this optimizer (made at the first step): eager at first, then on a GPU over NCCL one
+  // captured CUDA graph replayed each step. Made again if the model is distributed after it.
+  std::unique_ptr<ddp::TrainStep> step;
+  bool step_distributed = false;
 };
 
 struct ddp_replay_buffer {
@@ -276,23 +282,53 @@ void check_step_handles(const ddp_model* model, const ddp_optimizer* optimizer) 
   require(optimizer->owner == model, "the optimizer was made for another model: pass the model it updates");
 }
 
-// One step of mean-squared-error regression on tensors of the session's device; *loss (when not NULL) is read
-// back. Complete when it returns: the caller may overwrite the arrays the tensors are over.
-void train_on(ddp_model* model, ddp_optimizer* optimizer, const ddp::Tensor& inputs, const ddp::Tensor& targets,
-              double* loss) {
-  const ddp::Stream& stream = model->owner->session->stream();
-  model->module->zero_grad(stream);
-  const ddp::Tensor l = ddp::ops::mse_loss(model->module->forward(inputs, stream), targets, stream);
-  if (model->data_parallel != nullptr) {
-    model->data_parallel->backward(l);
-  } else {
-    ddp::autograd::backward(l, stream);
+// The optimizer's training step: mean-squared-error regression of the model, data-parallel when the model is.
+ddp::TrainStep& train_step_of(ddp_model* model, ddp_optimizer* optimizer) {
+  const bool distributed = model->data_parallel != nullptr;
+  if (optimizer->step == nullptr || optimizer->step_distributed != distributed) {
+    ddp::TrainStepOptions options;
+    options.cuda_graph = ddp::settings::flag(ddp::settings::setting("DDP_CUDA_GRAPH"));
+    // A model that is not distributed steps on each rank alone, as often as that rank likes.
+    options.ranks_step_together = distributed;
+    // The one option a C program can set is the environment's.
+    options.option_name = [](const std::string& option, const std::string& value) {
+      if (option == "cuda_graph") return std::string("DDP_CUDA_GRAPH=") + (value == "false" ? "0" : "1");
+      return "the C API's " + option;
+    };
+    options.say = [](const std::string&) {};  // a library inside an application prints nothing of its own
+    optimizer->step = std::make_unique<ddp::TrainStep>(
+        *model->owner->session, *optimizer->optimizer,
+        [model](const ddp::Tensor& x, const ddp::Tensor& y) {
+          const ddp::Stream& stream = model->owner->session->stream();
+          ddp::Tensor l = ddp::ops::mse_loss(model->module->forward(x, stream), y, stream);
+          if (model->data_parallel != nullptr) {
+            model->data_parallel->backward(l);
+          } else {
+            ddp::autograd::backward(l, stream);
+          }
+          return l;
+        },
+        options);
+    optimizer->step_distributed = distributed;
   }
-  optimizer->optimizer->step(stream);
-  if (loss != nullptr) {
-    *loss = l.item(stream);
-  } else {
-    stream.synchronize();
+  return *optimizer->step;
+}
+
+// How a step ends for the caller: kSynchronous completes it before returning (the loss read when asked);
+// kAsynchronous returns once it is enqueued on the session's stream.
+enum class Completion { kSynchronous, kAsynchronous };
+
+// One step on tensors of the session's device. The step's buffers take a copy of them, so once the copy has run
+// (at once for host memory; in stream order for device arrays) the caller may overwrite its arrays.
+void train_on(ddp_model* model, ddp_optimizer* optimizer, const ddp::Tensor& inputs, const ddp::Tensor& targets,
+              Completion completion, double* loss) {
+  ddp::TrainStep& step = train_step_of(model, optimizer);
+  const bool read = completion == Completion::kSynchronous && loss != nullptr;
+  const ddp::StepResult result = step(inputs, targets, read);
+  if (read) {
+    *loss = result.loss;
+  } else if (completion == Completion::kSynchronous) {
+    model->owner->session->stream().synchronize();
   }
 }
 
@@ -309,6 +345,36 @@ int create_optimizer(const char* call, ddp_model* model, ddp_optimizer** out,
     ++model->optimizers;
     add(*out, Kind::kOptimizer);
   });
+}
+
+void train_step_on_arrays(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
+                          const float* y, int64_t y_rows, int64_t y_cols, int memory, Completion completion,
+                          double* loss) {
+  check_step_handles(model, optimizer);
+  check_arrays(model, x, x_rows, x_cols, y, y_rows, y_cols, memory);
+  if (model->data_parallel != nullptr) require_mpi(completion == Completion::kSynchronous ? "ddp_train_step"
+                                                                                          : "ddp_train_step_async");
+  const ddp::Session& s = *model->owner->session;
+  // Checked where the caller's arrays are, before any copy.
+  const ddp::data::FiniteSamples finite = ddp::data::finite_samples(
+      caller_array(x, x_rows, x_cols, memory, s), caller_array(y, y_rows, y_cols, memory, s), model->nonfinite,
+      s.stream());
+  model->nonfinite_skipped += finite.skipped;
+  if (finite.x.size(0) > 0) {
+    train_on(model, optimizer, on_device(finite.x, s), on_device(finite.y, s), completion, loss);
+  } else if (model->data_parallel != nullptr) {
+    // Every sample skipped, but the other ranks step and average with this one: it adds a gradient of zero,
+    // from one sample of zeros whose target is the model's own output for it (the loss is then exactly 0).
+    const ddp::Tensor zeros = ddp::Tensor::zeros({1, model->in}, ddp::DType::kFloat32, s.device(), s.stream());
+    ddp::Tensor target;
+    {
+      ddp::autograd::NoGradGuard no_grad;
+      target = model->module->forward(zeros, s.stream());
+    }
+    train_on(model, optimizer, zeros, target, completion, loss);
+  } else if (loss != nullptr) {
+    *loss = 0;  // no step taken
+  }
 }
 
 }  // namespace
@@ -398,6 +464,23 @@ int ddp_session_mean(const ddp_session* session, double value, double* mean) {
     require(mean != nullptr, "mean is NULL: pass the address of a double");
     require_mpi("ddp_session_mean");
     *mean = session->session->mean(value);
+  });
+}
+
+int ddp_session_synchronize(const ddp_session* session) {
+  return guarded("ddp_session_synchronize", [&] {
+    check_handle(session, Kind::kSession, "session");
+    session->session->stream().synchronize();
+  });
+}
+
+int ddp_session_record_event(const ddp_session* session, void* cuda_event) {
+  return guarded("ddp_session_record_event", [&] {
+    check_handle(session, Kind::kSession, "session");
+    require(cuda_event != nullptr, "cuda_event is NULL: pass a cudaEvent_t made with cudaEventCreate");
+    require(session->session->device().is_cuda(),
+            "the session runs on the CPU, where every call completes before it returns: no event is needed");
+    session->session->stream().record_foreign_event(cuda_event);
   });
 }
 
@@ -518,30 +601,16 @@ int ddp_optimizer_destroy(ddp_optimizer* optimizer) {
 int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
                    const float* y, int64_t y_rows, int64_t y_cols, int memory, double* loss) {
   return guarded("ddp_train_step", [&] {
-    check_step_handles(model, optimizer);
-    check_arrays(model, x, x_rows, x_cols, y, y_rows, y_cols, memory);
-    if (model->data_parallel != nullptr) require_mpi("ddp_train_step");
-    const ddp::Session& s = *model->owner->session;
-    // Checked where the caller's arrays are, before any copy.
-    const ddp::data::FiniteSamples finite = ddp::data::finite_samples(
-        caller_array(x, x_rows, x_cols, memory, s), caller_array(y, y_rows, y_cols, memory, s), model->nonfinite,
-        s.stream());
-    model->nonfinite_skipped += finite.skipped;
-    if (finite.x.size(0) > 0) {
-      train_on(model, optimizer, on_device(finite.x, s), on_device(finite.y, s), loss);
-    } else if (model->data_parallel != nullptr) {
-      // Every sample skipped, but the other ranks step and average with this one: it adds a gradient of zero,
-      // from one sample of zeros whose target is the model's own output for it (the loss is then exactly 0).
-      const ddp::Tensor zeros = ddp::Tensor::zeros({1, model->in}, ddp::DType::kFloat32, s.device(), s.stream());
-      ddp::Tensor target;
-      {
-        ddp::autograd::NoGradGuard no_grad;
-        target = model->module->forward(zeros, s.stream());
-      }
-      train_on(model, optimizer, zeros, target, loss);
-    } else if (loss != nullptr) {
-      *loss = 0;  // no step taken
-    }
+    train_step_on_arrays(model, optimizer, x, x_rows, x_cols, y, y_rows, y_cols, memory, Completion::kSynchronous,
+                         loss);
+  });
+}
+
+int ddp_train_step_async(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
+                         const float* y, int64_t y_rows, int64_t y_cols, int memory) {
+  return guarded("ddp_train_step_async", [&] {
+    train_step_on_arrays(model, optimizer, x, x_rows, x_cols, y, y_rows, y_cols, memory, Completion::kAsynchronous,
+                         nullptr);
   });
 }
 
@@ -648,7 +717,7 @@ int ddp_train_step_replay(ddp_model* model, ddp_optimizer* optimizer, ddp_replay
       buffer->y = ddp::Tensor::empty({batch, model->out}, ddp::DType::kFloat32, s.device(), s.stream());
     }
     buffer->buffer->sample(buffer->key, buffer->draws++, buffer->x, buffer->y, s.stream());
-    train_on(model, optimizer, buffer->x, buffer->y, loss);
+    train_on(model, optimizer, buffer->x, buffer->y, Completion::kSynchronous, loss);
   });
 }
 

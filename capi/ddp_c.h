@@ -100,6 +100,11 @@ int ddp_session_on_gpu(const ddp_session* session, int* on_gpu);
 int ddp_session_cuda_stream(const ddp_session* session, void** stream);
 /* Collective: the mean of every rank's `value` (a loss), on every rank. */
 int ddp_session_mean(const ddp_session* session, double value, double* mean);
+/* Waits until the session's queued work is done (the steps of ddp_train_step_async). */
+int ddp_session_synchronize(const ddp_session* session);
+/* On a GPU: records `cuda_event` (a cudaEvent_t of the application's) after the session's queued work, so the
+ * application's stream can wait for it (cudaStreamWaitEvent) instead of the host. Refused on the CPU. */
+int ddp_session_record_event(const ddp_session* session, void* cuda_event);
 /* Refused while models of the session exist. Must come before MPI_Finalize. */
 int ddp_session_destroy(ddp_session* session);
 
@@ -128,9 +133,20 @@ int ddp_optimizer_destroy(ddp_optimizer* optimizer);
  * input_size features) against y (y_rows x y_cols: the same rows, output_size targets each), float32 row-major
  * in `memory`. The sizes are checked against the model and each other. Collective when the model is
  * distributed (every rank steps; batches may differ in size). loss: this rank's loss of the step, read back to
- * the host; NULL skips the read (the step still completes before the call returns). */
+ * the host; NULL skips the read (the step still completes before the call returns). A loss that is not finite
+ * is refused (DDP_ERROR_RUNTIME, or DDP_ERROR_COLLECTIVE on a distributed model) after the update.
+ * On a GPU over NCCL the first steps run kernel by kernel; from the fourth on, steps of the first step's batch
+ * size replay one CUDA graph of the whole step (the arrays copied into its buffers on the device); a batch of
+ * another size runs kernel by kernel from the same state, with the same result. */
 int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
                    const float* y, int64_t y_rows, int64_t y_cols, int memory, double* loss);
+/* ddp_train_step without waiting for the step: the arrays are copied into the step's buffers on the session's
+ * stream and the step is queued after the copy; the call returns at once (after the non-finite check of the
+ * samples, which reads one value back). Host arrays may be reused when it returns; device arrays once the
+ * session's stream has passed the copy (ddp_session_synchronize, or ddp_session_record_event and a wait on the
+ * application's stream). The same bits as ddp_train_step. */
+int ddp_train_step_async(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
+                         const float* y, int64_t y_rows, int64_t y_cols, int memory);
 /* What ddp_train_step does with samples holding a NaN or an infinity (ddp_nonfinite). Refused (the default),
  * the step does nothing and returns DDP_ERROR_INVALID_ARGUMENT; on a distributed model the other ranks' step
  * then waits for this rank's, and the job ends after DDP_COLLECTIVE_TIMEOUT_S with a report naming this rank

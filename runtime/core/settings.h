@@ -43,6 +43,7 @@ inline constexpr double kMaxSeconds = 1e6;  // about 11.6 days
 inline constexpr Setting kTable[] = {
     {"DDP_BACKEND", Type::kChoice, "auto", "auto|nccl|mpi", Reader::kRuntime, "The process group's backend where the program names none (`SessionOptions::backend`, `train_mlp --backend`): `nccl` (one GPU per rank), `mpi` (CPUs, or ranks sharing a GPU); `auto` is NCCL on GPUs and MPI on CPUs. `ddprun --backend` sets it."},
     {"DDP_COLLECTIVE_TIMEOUT_S", Type::kSeconds, "300", "", Reader::kRuntime, "The deadline of every collective; one past it ends the job with a report of which rank is behind and where (docs/reliability.md)."},
+    {"DDP_CUDA_GRAPH", Type::kFlag, "1", "", Reader::kRuntime, "`0`: the C and Fortran API's training steps run kernel by kernel instead of replaying a captured CUDA graph (the same bits; to rule the graph out when looking for a fault)."},
     {"DDP_DEBUG", Type::kChoice, "", "collectives", Reader::kRuntime, "`collectives`: compare what every rank is about to issue before each collective and end the job at the first difference, naming both sides. A mode to find a bug in: it costs an allgather per collective."},
     {"DDP_FLIGHT_RECORDER", Type::kFlag, "1", "", Reader::kRuntime, "`0` turns off the flight recorder (each rank's last collectives and phase, for hang reports and `ddprun --dump`)."},
     {"DDP_GEMM_LOG", Type::kFlag, "0", "", Reader::kRuntime, "`1`: one line on stderr for each new GEMM configuration of the GPU Linear: its shape, types, epilogue and the split of K of cuBLASLt's algorithm."},

@@ -51,6 +51,10 @@ void Stream::synchronize() const {
   if (stream_ != nullptr) DDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void Stream::record_foreign_event(void* cuda_event) const {
+  if (stream_ != nullptr) DDP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(cuda_event), stream_));
+}
+
 void CpuCompletion::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   done_ = false;

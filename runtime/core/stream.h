@@ -40,6 +40,9 @@ class Stream {
   const Device& device() const { return device_; }
   StreamHandle handle() const { return stream_; }  // nullptr for the CPU
   void synchronize() const;
+  // Records `cuda_event` (a cudaEvent_t someone else made, an application's) after the work queued so far, so
+  // that their streams can wait for it. The CPU stream has nothing queued: nothing to record.
+  void record_foreign_event(void* cuda_event) const;
 
  private:
   Device device_ = Device::cpu();

@@ -100,11 +100,27 @@ StepResult TrainStep::run(const Tensor& x, const Tensor& y, bool full, bool read
   }
   if (!read_loss) return result;
   // Reading the loss waits for the step: only when asked. The update is done; a non-finite loss ends the run.
+  return read(loss, result);
+}
+
+StepResult TrainStep::read(const Tensor& loss, StepResult result) {
   const double value = loss.item(stream_);
-  if (session_.any(!std::isfinite(value))) return reject_nonfinite("loss", value);
+  if (any_rank(!std::isfinite(value))) return reject_nonfinite("loss", value);
   result.loss_read = true;
-  result.mean_loss = session_.mean(value);
+  result.loss = value;
+  result.mean_loss = options_.ranks_step_together ? session_.mean(value) : value;
   return result;
+}
+
+bool TrainStep::any_rank(bool value) const { return options_.ranks_step_together ? session_.any(value) : value; }
+
+// `local_error` ("" for none) on this rank ends the step on every rank that steps with it.
+void TrainStep::agree(const std::string& local_error, const std::string& what) const {
+  if (options_.ranks_step_together) {
+    session_.agree(local_error, what);
+  } else if (!local_error.empty()) {
+    throw Error(what + ": " + local_error);
+  }
 }
 
 StepResult TrainStep::eager(const Tensor& x, const Tensor& y, bool read_loss) {
@@ -112,10 +128,8 @@ StepResult TrainStep::eager(const Tensor& x, const Tensor& y, bool read_loss) {
   StepResult result;
   if (read_loss || options_.skip_nonfinite) {
     // Reading the loss synchronises: only when asked, or when every step must be checked.
-    const double value = loss.item(stream_);
-    if (session_.any(!std::isfinite(value))) return reject_nonfinite("loss", value);
-    result.loss_read = true;
-    result.mean_loss = session_.mean(value);
+    result = read(loss, result);
+    if (!result.taken) return result;
   }
   if (options_.clip_grad_norm > 0) {
     // Every rank holds the same averaged gradients, so every rank gets the same norm and decides alike.
@@ -153,13 +167,13 @@ bool TrainStep::capture(const Tensor& x, const Tensor& y) {
   if (!graph_.captured()) autograd::clear_tape();
   // All ranks replay or none do: a rank stepping eagerly beside graphs would still issue the same collectives,
   // but a failed capture may have left NCCL calls behind that the others never see.
-  if (!session_.any(!graph_.captured())) return true;
+  if (!any_rank(!graph_.captured())) return true;
   const std::string error = graph_.error();
   eager_reason_ = graph_.captured() ? "another rank could not capture it" : error;
   graph_ = CudaGraph();
   if (!options_.eager_if_capture_fails) {
-    session_.agree(error.empty() ? "" : error + "; " + option("cuda_graph", "false") + " runs the step eagerly",
-                   "the training step cannot be captured as a CUDA graph");
+    agree(error.empty() ? "" : error + "; " + option("cuda_graph", "false") + " runs the step eagerly",
+          "the training step cannot be captured as a CUDA graph");
   }
   say("CUDA graph off (" + eager_reason_ + "): eager steps from here; " + option("cuda_graph", "false") +
       " skips the attempt");
@@ -171,22 +185,22 @@ bool TrainStep::capture(const Tensor& x, const Tensor& y) {
 StepResult TrainStep::reject_nonfinite(const std::string& quantity, double local_value) {
   const std::string at = " at step " + std::to_string(optimizer_.steps() + 1);
   if (!options_.skip_nonfinite) {
-    session_.agree(std::isfinite(local_value) ? ""
-                                              : "the " + quantity + " is " + std::to_string(local_value) + at +
-                                                    " (lower the learning rate, or set " +
-                                                    option("skip_nonfinite", "true") + " to skip such steps)",
-                   "training diverged");
+    agree(std::isfinite(local_value) ? ""
+                                     : "the " + quantity + " is " + std::to_string(local_value) + at +
+                                           " (lower the learning rate, or set " + option("skip_nonfinite", "true") +
+                                           " to skip such steps)",
+          "training diverged");
   }
   say("skipping step " + std::to_string(optimizer_.steps() + 1) + ": the " + quantity + " is not finite");
   // Once the parameters themselves are not finite every step is skipped: a bound instead of a run that ends
   // 'successfully' with nothing learnt.
   ++skipped_in_a_row_;
-  session_.agree(skipped_in_a_row_ < options_.skip_nonfinite_limit
-                     ? ""
-                     : std::to_string(skipped_in_a_row_) + " batches in a row gave a non-finite " + quantity + at +
-                           " and were skipped (the parameters are probably no longer finite): lower the learning " +
-                           "rate, or raise " + option("skip_nonfinite_limit", ""),
-                 "training diverged");
+  agree(skipped_in_a_row_ < options_.skip_nonfinite_limit
+            ? ""
+            : std::to_string(skipped_in_a_row_) + " batches in a row gave a non-finite " + quantity + at +
+                  " and were skipped (the parameters are probably no longer finite): lower the learning rate, " +
+                  "or raise " + option("skip_nonfinite_limit", ""),
+        "training diverged");
   StepResult result;
   result.taken = false;
   return result;

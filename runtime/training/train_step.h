@@ -37,6 +37,10 @@ struct TrainStepOptions {
   // skip_nonfinite, is skipped, up to skip_nonfinite_limit steps in a row.
   bool skip_nonfinite = false;
   std::int64_t skip_nonfinite_limit = 10;
+  // true: every rank makes the same steps (a data-parallel model), and the ranks decide together (the capture,
+  // a non-finite loss). false: each rank steps on its own (a model that is not data-parallel); the step then
+  // makes no collective call of its own.
+  bool ranks_step_together = true;
   // A capture that fails: false refuses (CollectiveError on every rank naming what broke it), true goes on
   // eagerly from the same state and says why once, through `say`.
   bool eager_if_capture_fails = false;
@@ -52,7 +56,8 @@ struct StepResult {
   bool taken = true;      // false: skipped under skip_nonfinite (the next step overwrites the gradients)
   bool replayed = false;  // the captured graph ran the step
   bool loss_read = false;
-  double mean_loss = 0;   // over the ranks, when read
+  double loss = 0;        // this rank's, when read
+  double mean_loss = 0;   // over the ranks (this rank's when they do not step together), when read
   double grad_norm = 0;   // with clip_grad_norm: the norm before clipping
 };
 
@@ -62,7 +67,8 @@ class TrainStep {
   // the gradients before calling it.
   using Function = std::function<Tensor(const Tensor& x, const Tensor& y)>;
 
-  // `optimizer` (and the session) must outlive the step. Collective: every rank makes the same steps.
+  // `optimizer` (and the session) must outlive the step. Collective (unless ranks_step_together is false): every
+  // rank makes the same steps.
   TrainStep(Session& session, Optimizer& optimizer, Function function, TrainStepOptions options = {});
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
@@ -97,6 +103,9 @@ class TrainStep {
   bool capture(const Tensor& x, const Tensor& y);
   Tensor forward_backward(const Tensor& x, const Tensor& y);
   StepResult reject_nonfinite(const std::string& quantity, double local_value);
+  StepResult read(const Tensor& loss, StepResult result);
+  bool any_rank(bool value) const;
+  void agree(const std::string& local_error, const std::string& what) const;
   std::string option(const std::string& name, const std::string& value) const;
   void say(const std::string& line) const;
 
