@@ -270,6 +270,9 @@ struct Surrogate {
   ddp::AdamW optimizer;
   ddp::data::ReplayBuffer buffer;
   ddp::Tensor bx, by;  // a batch, allocated once
+  // Forward, loss and backward of a batch; the step around it is the library's (captured as a CUDA graph on a GPU
+  // over NCCL after its first steps).
+  ddp::TrainStep step;
   long long draws = 0;
 
   Surrogate(MPI_Comm comm, const Flags& f, const Placement& where, cudaStream_t solver_stream)
@@ -283,7 +286,12 @@ struct Surrogate {
         optimizer(model, {.lr = f.lr}, session.stream()),
         buffer(f.capacity, kInputs, 1, session.device(), session.stream()),
         bx(ddp::Tensor::empty({f.batch, kInputs}, ddp::DType::kFloat32, session.device(), session.stream())),
-        by(ddp::Tensor::empty({f.batch, 1}, ddp::DType::kFloat32, session.device(), session.stream())) {}
+        by(ddp::Tensor::empty({f.batch, 1}, ddp::DType::kFloat32, session.device(), session.stream())),
+        step(session, optimizer, [this](const ddp::Tensor& x, const ddp::Tensor& y) {
+          ddp::Tensor loss = ddp::ops::mse_loss(model.forward(x, session.stream()), y, session.stream());
+          data_parallel.backward(loss);
+          return loss;
+        }) {}
 
   // Samples x [n, kInputs] and y [n, 1] (on the session's device, or in host memory when they came from
   // another process): scored by the surrogate, which has not seen them, then into the replay buffer. Returns
@@ -309,9 +317,7 @@ struct Surrogate {
     const ddp::Stream& stream = session.stream();
     for (long long s = 0; s < steps; ++s) {
       buffer.sample(11 + session.rank(), draws++, bx, by, stream);
-      model.zero_grad(stream);
-      data_parallel.backward(ddp::ops::mse_loss(model.forward(bx, stream), by, stream));
-      optimizer.step(stream);
+      step(bx, by);
     }
   }
 };
