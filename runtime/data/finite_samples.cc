@@ -11,16 +11,21 @@
 namespace ddp::data {
 namespace {
 
-// first_column[r] of kernels' find_nonfinite: the first column of row r that is not finite, or the width.
-std::vector<std::int64_t> first_nonfinite_columns(const Tensor& t, const Stream& stream) {
-  const std::int64_t rows = t.size(0), cols = t.size(1);
-  if (t.device().is_cpu()) {
-    std::vector<std::int64_t> first(static_cast<std::size_t>(rows));
-    kernels::cpu::find_nonfinite(t.data<float>(), rows, cols, first.data(), nullptr);
+// For each row of x then each row of y, kernels' find_nonfinite: the first column that is not finite, or the
+// width. On a GPU both arrays are checked into one buffer and read back with one wait.
+std::vector<std::int64_t> first_nonfinite_columns(const Tensor& x, const Tensor& y, const Stream& stream) {
+  const std::int64_t rows = x.size(0);
+  if (x.device().is_cpu()) {
+    std::vector<std::int64_t> first(static_cast<std::size_t>(2 * rows));
+    kernels::cpu::find_nonfinite(x.data<float>(), rows, x.size(1), first.data(), nullptr);
+    kernels::cpu::find_nonfinite(y.data<float>(), rows, y.size(1), first.data() + rows, nullptr);
     return first;
   }
-  const Tensor first = Tensor::empty({rows}, DType::kInt64, t.device(), stream);
-  DDP_DISPATCH(t.device(), find_nonfinite, t.data<float>(), rows, cols, first.data<std::int64_t>(), stream.handle());
+  const Tensor first = Tensor::empty({2 * rows}, DType::kInt64, x.device(), stream);
+  DDP_DISPATCH(x.device(), find_nonfinite, x.data<float>(), rows, x.size(1), first.data<std::int64_t>(),
+               stream.handle());
+  DDP_DISPATCH(x.device(), find_nonfinite, y.data<float>(), rows, y.size(1), first.data<std::int64_t>() + rows,
+               stream.handle());
   return first.to_vector<std::int64_t>(stream);
 }
 
@@ -40,8 +45,9 @@ FiniteSamples finite_samples(const Tensor& x, const Tensor& y, NonFinitePolicy p
             "finite_samples: x and y must be float32 [n, a] and [n, b] on one device, got " +
                 (x.defined() ? x.describe() : "undefined") + " and " + (y.defined() ? y.describe() : "undefined"));
   const std::int64_t rows = x.size(0), a = x.size(1), b = y.size(1);
-  const std::vector<std::int64_t> bad_x = first_nonfinite_columns(x, stream);
-  const std::vector<std::int64_t> bad_y = first_nonfinite_columns(y, stream);
+  const std::vector<std::int64_t> first = first_nonfinite_columns(x, y, stream);
+  const std::int64_t* bad_x = first.data();
+  const std::int64_t* bad_y = first.data() + rows;
   std::vector<std::int64_t> keep;
   keep.reserve(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) {
