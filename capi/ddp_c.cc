@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ddp_mpi.h"
+#include "runtime/io/loaded_checkpoint.h"  // what a refusal of a checkpoint reads
 
 struct ddp_session {
   std::unique_ptr<ddp::Session> session;
@@ -442,6 +443,55 @@ int ddp_mlp_create(ddp_session* session, int count, const int64_t* sizes, const 
     *out = m.release();
     ++session->models;
     add(*out, Kind::kModel);
+  });
+}
+
+int ddp_model_create_from_json(ddp_session* session, const char* json, uint64_t seed, ddp_model** out) {
+  return guarded("ddp_model_create_from_json", [&] {
+    require(out != nullptr, "out is NULL: pass the address of a ddp_model* to receive the model");
+    *out = nullptr;
+    check_handle(session, Kind::kSession, "session");
+    require(json != nullptr, "json is NULL: pass the model's description, e.g. {\"inputs\": 5, \"layers\": "
+                             "[{\"type\": \"linear\", \"out\": 1}]}");
+    const ddp::Session& s = *session->session;
+    ddp::DescribedModel described = ddp::build_model(json, seed, s.device(), s.stream());
+    auto m = std::make_unique<ddp_model>();
+    m->owner = session;
+    m->in = described.inputs;
+    m->out = described.outputs;
+    m->architecture = "the model " + described.architecture;
+    m->module = std::move(described.model);
+    *out = m.release();
+    ++session->models;
+    add(*out, Kind::kModel);
+  });
+}
+
+int ddp_model_load_weights(ddp_model* model, const char* path) {
+  return guarded("ddp_model_load_weights", [&] {
+    check_handle(model, Kind::kModel, "model");
+    require(path != nullptr && path[0] != '\0', "path is NULL or empty: pass the safetensors file to load");
+    ddp::Session& s = *model->owner->session;
+    if (model->data_parallel != nullptr) {
+      require_mpi("ddp_model_load_weights");
+      ddp::training::load_weights(s, *model->module, path);
+    } else {
+      ddp::training::load_weights(*model->module, path, s.stream());
+    }
+  });
+}
+
+int ddp_model_save_weights(ddp_model* model, const char* path) {
+  return guarded("ddp_model_save_weights", [&] {
+    check_handle(model, Kind::kModel, "model");
+    require(path != nullptr && path[0] != '\0', "path is NULL or empty: pass the safetensors file to write");
+    ddp::Session& s = *model->owner->session;
+    if (model->data_parallel != nullptr) {
+      require_mpi("ddp_model_save_weights");
+      ddp::training::save_weights(s, *model->module, path);
+    } else {
+      ddp::training::save_weights(*model->module, path, s.stream());
+    }
   });
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "runtime/core/check.h"
+#include "runtime/io/safetensors.h"
 
 namespace ddp::training {
 namespace {

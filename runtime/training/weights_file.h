@@ -8,8 +8,11 @@
 #include <vector>
 
 #include "runtime/distributed/session.h"
-#include "runtime/io/safetensors.h"
 #include "runtime/models/module.h"
+
+namespace ddp::io {
+struct TensorSource;  // runtime/io/safetensors.h, kept out of the public header
+}  // namespace ddp::io
 
 namespace ddp::training {
 
