@@ -49,7 +49,8 @@ module ddp
       ddp_optimizer_create_sgd, ddp_optimizer_set_lr, ddp_optimizer_destroy, ddp_train_step, ddp_predict, &
       ddp_checkpoint_save, ddp_checkpoint_load, ddp_replay_buffer_create, ddp_replay_buffer_add, &
       ddp_replay_buffer_size, ddp_replay_buffer_destroy, ddp_train_step_replay
-  public :: ddp_model_create_from_json, ddp_model_load_weights, ddp_model_save_weights
+  public :: ddp_model_create_from_json, ddp_model_load_weights, ddp_model_save_weights, ddp_model_input_size, &
+      ddp_model_output_size
   public :: ddp_model_set_nonfinite, ddp_model_nonfinite_skipped, ddp_replay_buffer_set_nonfinite, &
       ddp_replay_buffer_nonfinite_skipped
 
@@ -111,6 +112,16 @@ module ddp
       import :: c_int, c_ptr, c_char
       type(c_ptr), value :: model
       character(kind=c_char), intent(in) :: path(*)
+    end function
+    integer(c_int) function c_model_input_size(model, size) bind(C, name="ddp_model_input_size")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: model
+      integer(c_int64_t), intent(out) :: size
+    end function
+    integer(c_int) function c_model_output_size(model, size) bind(C, name="ddp_model_output_size")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: model
+      integer(c_int64_t), intent(out) :: size
     end function
     integer(c_int) function c_model_distribute(model) bind(C, name="ddp_model_distribute")
       import :: c_int, c_ptr
@@ -309,6 +320,19 @@ contains
     type(ddp_model), intent(in) :: model
     character(len=*), intent(in) :: path
     status = c_model_save_weights(model%handle, path // c_null_char)
+  end function
+
+  ! The model's input and output widths (of a model from a description: its "inputs" and its last width).
+  integer function ddp_model_input_size(model, size) result(status)
+    type(ddp_model), intent(in) :: model
+    integer(c_int64_t), intent(out) :: size
+    status = c_model_input_size(model%handle, size)
+  end function
+
+  integer function ddp_model_output_size(model, size) result(status)
+    type(ddp_model), intent(in) :: model
+    integer(c_int64_t), intent(out) :: size
+    status = c_model_output_size(model%handle, size)
   end function
 
   integer function ddp_model_distribute(model) result(status)

@@ -4,7 +4,9 @@
 # the C program (torch_round_trip.c) builds it from the JSON on 2 and on 3 ranks of a communicator split from a
 # world of 3, loads the weights, matches PyTorch's outputs, fine-tunes and saves; PyTorch loads the result
 # (strict) and gives the C program's ddp_predict outputs to 1e-5. The Fortran program, when given, builds the
-# model from the JSON, loads PyTorch's weights and gives its outputs too.
+# model from the JSON, loads PyTorch's weights and gives PyTorch's outputs too.
+#
+#   torch_round_trip_test.sh C_PROGRAM [FORTRAN_PROGRAM]     C_PROGRAM "none": the Fortran program only
 set -uo pipefail
 binary="$1"
 fortran="${2:-}"
@@ -32,6 +34,7 @@ for model in surrogate residual; do
   mkdir -p "$dir"
   /usr/bin/python3 "$torch_side" offline "$work/$model.json" "$dir" || { fail "$model: PyTorch offline"; continue; }
   for trainers in 2 3; do
+    [ "$binary" = none ] && break
     out=$(mpirun_shared 3 "$binary" "$work/$model.json" "$dir" "$trainers" 2>&1) ||
       fail "$model, $trainers trainers: exited non-zero: $out"
     grep -q '^torch_round_trip: OK$' <<<"$out" || fail "$model, $trainers trainers: $out"
