@@ -711,6 +711,13 @@ int ddp_predict(ddp_model* model, const float* x, int64_t x_rows, int64_t x_cols
     const ddp::Session& s = *model->owner->session;
     const ddp::Stream& stream = s.stream();
     ddp::autograd::NoGradGuard no_grad;
+    // Prediction is inference: a Dropout passes its input through, as in PyTorch's eval mode.
+    struct EvalMode {
+      ddp::Module& m;
+      bool training = m.is_training();
+      explicit EvalMode(ddp::Module& module) : m(module) { m.eval(); }
+      ~EvalMode() { m.train(training); }
+    } eval_mode(*model->module);
     const ddp::Tensor outputs = model->module->forward(on_device(caller_array(x, batch, model->in, memory, s), s), stream);
     ddp::Tensor destination =
         memory == DDP_MEMORY_DEVICE

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Weights to and from PyTorch 1.13 (CPU), for the tanh surrogate and a residual model with LayerNorm and a
-# frequency encoding, each described in JSON: PyTorch trains it offline and saves its state_dict as safetensors;
-# the C program (torch_round_trip.c) builds it from the JSON on 2 and on 3 ranks of a communicator split from a
-# world of 3, loads the weights, matches PyTorch's outputs, fine-tunes and saves; PyTorch loads the result
-# (strict) and gives the C program's ddp_predict outputs to 1e-5. The Fortran program, when given, builds the
-# model from the JSON, loads PyTorch's weights and gives PyTorch's outputs too.
+# Weights to and from PyTorch 1.13 (CPU), for the tanh surrogate and a residual model with LayerNorm, a
+# frequency encoding and a Dropout (predictions in eval mode), each described in JSON: PyTorch trains it offline
+# and saves its state_dict as safetensors; the C program (torch_round_trip.c) builds it from the JSON on 2 and on
+# 3 ranks of a communicator split from a world of 3, loads the weights, matches PyTorch's outputs, fine-tunes and
+# saves; PyTorch loads the result (strict) and gives the C program's ddp_predict outputs to 1e-5. The Fortran
+# program, when given, builds the model from the JSON, loads PyTorch's weights and gives PyTorch's outputs too.
 #
 #   torch_round_trip_test.sh C_PROGRAM [FORTRAN_PROGRAM]     C_PROGRAM "none": the Fortran program only
 set -uo pipefail
@@ -23,7 +23,8 @@ cat >"$work/residual.json" <<'JSON'
 {"inputs": 3, "layers": [
   {"type": "frequency_encoding", "frequencies": 2},
   {"type": "linear", "out": 32},
-  {"type": "residual", "body": [{"type": "layer_norm"}, {"type": "linear", "out": 32}, {"type": "gelu"}]},
+  {"type": "residual", "body": [{"type": "layer_norm"}, {"type": "linear", "out": 32}, {"type": "gelu"},
+                                {"type": "dropout", "p": 0.1}]},
   {"type": "residual", "body": [{"type": "layer_norm"}, {"type": "linear", "out": 16}, {"type": "silu"}],
    "projection": [{"type": "linear", "out": 16, "bias": false}]},
   {"type": "linear", "out": 2}]}
