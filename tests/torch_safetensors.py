@@ -1,7 +1,7 @@
 """safetensors files from and for PyTorch in the tests, written out because Debian 12 has no python3-safetensors:
 load_file and save_file behave as safetensors.torch's (8-byte little-endian header length, a JSON header of
 dtype, shape and data_offsets per tensor, padded with spaces to 8 bytes, then the raw little-endian data).
-Imported by the tests that hand weights to PyTorch and back (the runfiles' tests/ folder on sys.path).
+Imported by the tests that hand weights or checkpoints to PyTorch (the runfiles' tests/ folder on sys.path).
 """
 import json
 import struct
@@ -14,7 +14,12 @@ _DTYPES = {"F32": (np.float32, torch.float32), "F64": (np.float64, torch.float64
 
 
 def load_file(path):
-    """{name: tensor} of the file at `path`, as safetensors.torch.load_file (the metadata left out)."""
+    """{name: tensor} of the file at `path`, as safetensors.torch.load_file."""
+    return load_file_and_metadata(path)[0]
+
+
+def load_file_and_metadata(path):
+    """({name: tensor}, {key: value} of __metadata__) of the file at `path`."""
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
@@ -27,7 +32,7 @@ def load_file(path):
         begin, end = entry["data_offsets"]
         array = np.frombuffer(data[base + begin:base + end], dtype=_DTYPES[entry["dtype"]][0]).reshape(entry["shape"])
         tensors[name] = torch.from_numpy(array.copy())
-    return tensors
+    return tensors, header.get("__metadata__", {})
 
 
 def save_file(tensors, path):
