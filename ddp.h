@@ -34,7 +34,8 @@
 //   runtime/autograd/autograd.h          backward, NoGradGuard, recording ops of one's own
 //   runtime/models/module.h, layers.h    Module, Linear, Sequential, MLP, LayerNorm, ResidualBlock,
 //                                        FrequencyEncoding, Dropout, Embedding, ModuleList, CategoricalFeatures;
-//                                        runtime/models/bf16_weights.h: bf16 training
+//                                        runtime/models/bf16_weights.h: bf16 training;
+//                                        runtime/models/model_description.h: build_model, a model from JSON
 //   runtime/optim/optimizer.h            Sgd, AdamW, LR schedules; runtime/optim/clip_grad.h
 //   runtime/data/*.h                     Fashion-MNIST/IDX, .npy/safetensors, DistributedSampler, BatchLoader +
 //                                        to_device, ResidentDataset and HostBatches, EvaluationShard,
@@ -42,6 +43,7 @@
 //   runtime/training/trainer.h           Trainer: a whole run over any Module (trainer_options.h: its options)
 //   runtime/training/train_step.h        TrainStep: a loop of one's own's step, captured as a CUDA graph
 //   runtime/training/training_checkpoint.h  saving and restoring model, optimizer and where the run stands
+//   runtime/training/weights_file.h      a model's weights alone to and from PyTorch (safetensors state_dict)
 //   runtime/io/*.h                       checkpoint files, metrics (JSON lines), Chrome traces
 //   runtime/core/*.h                     errors, DType, Device, Stream/Event, current_stream and StreamGuard,
 //                                        Activation, MathMode, CudaGraph
@@ -79,6 +81,7 @@
 #include "runtime/io/trace.h"
 #include "runtime/models/bf16_weights.h"
 #include "runtime/models/layers.h"
+#include "runtime/models/model_description.h"
 #include "runtime/models/module.h"
 #include "runtime/ops/ops.h"
 #include "runtime/optim/clip_grad.h"
@@ -87,3 +90,4 @@
 #include "runtime/training/train_step.h"
 #include "runtime/training/trainer.h"
 #include "runtime/training/training_checkpoint.h"
+#include "runtime/training/weights_file.h"

@@ -5,6 +5,9 @@
 !   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)     ! the application owns MPI
 !   status = ddp_session_create(comm, "auto", session)            ! comm: an integer communicator (or %MPI_VAL)
 !   status = ddp_mlp_create(session, [2_int64, 64_int64, 1_int64], "tanh", 0_int64, model)
+!   ! or any model of the runtime's layers from its JSON description, with weights trained in PyTorch:
+!   status = ddp_model_create_from_json(session, '{"inputs": 2, "layers": [...]}', 0_int64, model)
+!   status = ddp_model_load_weights(model, "offline.safetensors")
 !   status = ddp_model_distribute(model)
 !   status = ddp_optimizer_create_adamw(model, 1d-3, 0d0, optimizer)
 !   status = ddp_train_step(model, optimizer, x, y, loss)          ! x(2, batch), y(1, batch): real(c_float)
@@ -46,6 +49,8 @@ module ddp
       ddp_optimizer_create_sgd, ddp_optimizer_set_lr, ddp_optimizer_destroy, ddp_train_step, ddp_predict, &
       ddp_checkpoint_save, ddp_checkpoint_load, ddp_replay_buffer_create, ddp_replay_buffer_add, &
       ddp_replay_buffer_size, ddp_replay_buffer_destroy, ddp_train_step_replay
+  public :: ddp_model_create_from_json, ddp_model_load_weights, ddp_model_save_weights, ddp_model_input_size, &
+      ddp_model_output_size
   public :: ddp_model_set_nonfinite, ddp_model_nonfinite_skipped, ddp_replay_buffer_set_nonfinite, &
       ddp_replay_buffer_nonfinite_skipped
   public :: ddp_train_step_async, ddp_session_synchronize
@@ -94,6 +99,34 @@ module ddp
       character(kind=c_char), intent(in) :: activation(*)
       integer(c_int64_t), value :: seed
       type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function c_model_create_from_json(session, json, seed, out) &
+        bind(C, name="ddp_model_create_from_json")
+      import :: c_int, c_ptr, c_int64_t, c_char
+      type(c_ptr), value :: session
+      character(kind=c_char), intent(in) :: json(*)
+      integer(c_int64_t), value :: seed
+      type(c_ptr), intent(out) :: out
+    end function
+    integer(c_int) function c_model_load_weights(model, path) bind(C, name="ddp_model_load_weights")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: path(*)
+    end function
+    integer(c_int) function c_model_save_weights(model, path) bind(C, name="ddp_model_save_weights")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: path(*)
+    end function
+    integer(c_int) function c_model_input_size(model, size) bind(C, name="ddp_model_input_size")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: model
+      integer(c_int64_t), intent(out) :: size
+    end function
+    integer(c_int) function c_model_output_size(model, size) bind(C, name="ddp_model_output_size")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: model
+      integer(c_int64_t), intent(out) :: size
     end function
     integer(c_int) function c_model_distribute(model) bind(C, name="ddp_model_distribute")
       import :: c_int, c_ptr
@@ -282,6 +315,42 @@ contains
     type(ddp_model), intent(out) :: model
     status = c_mlp_create(session%handle, int(size(sizes), c_int), sizes, activation // c_null_char, seed, &
         model%handle)
+  end function
+
+  ! A model from a JSON description of its layers (ddp_c.h's ddp_model_create_from_json says the format).
+  integer function ddp_model_create_from_json(session, json, seed, model) result(status)
+    type(ddp_session), intent(in) :: session
+    character(len=*), intent(in) :: json
+    integer(c_int64_t), intent(in) :: seed
+    type(ddp_model), intent(out) :: model
+    status = c_model_create_from_json(session%handle, json // c_null_char, seed, model%handle)
+  end function
+
+  ! The model's weights from a safetensors file of PyTorch's state_dict (ddp_c.h says when it is collective).
+  integer function ddp_model_load_weights(model, path) result(status)
+    type(ddp_model), intent(in) :: model
+    character(len=*), intent(in) :: path
+    status = c_model_load_weights(model%handle, path // c_null_char)
+  end function
+
+  ! The model's weights to a safetensors file PyTorch loads, written atomically.
+  integer function ddp_model_save_weights(model, path) result(status)
+    type(ddp_model), intent(in) :: model
+    character(len=*), intent(in) :: path
+    status = c_model_save_weights(model%handle, path // c_null_char)
+  end function
+
+  ! The model's input and output widths (of a model from a description: its "inputs" and its last width).
+  integer function ddp_model_input_size(model, size) result(status)
+    type(ddp_model), intent(in) :: model
+    integer(c_int64_t), intent(out) :: size
+    status = c_model_input_size(model%handle, size)
+  end function
+
+  integer function ddp_model_output_size(model, size) result(status)
+    type(ddp_model), intent(in) :: model
+    integer(c_int64_t), intent(out) :: size
+    status = c_model_output_size(model%handle, size)
   end function
 
   integer function ddp_model_distribute(model) result(status)

@@ -528,6 +528,55 @@ int ddp_mlp_create(ddp_session* session, int count, const int64_t* sizes, const 
   });
 }
 
+int ddp_model_create_from_json(ddp_session* session, const char* json, uint64_t seed, ddp_model** out) {
+  return guarded("ddp_model_create_from_json", [&] {
+    require(out != nullptr, "out is NULL: pass the address of a ddp_model* to receive the model");
+    *out = nullptr;
+    check_handle(session, Kind::kSession, "session");
+    require(json != nullptr, "json is NULL: pass the model's description, e.g. {\"inputs\": 5, \"layers\": "
+                             "[{\"type\": \"linear\", \"out\": 1}]}");
+    const ddp::Session& s = *session->session;
+    ddp::DescribedModel described = ddp::build_model(json, seed, s.device(), s.stream());
+    auto m = std::make_unique<ddp_model>();
+    m->owner = session;
+    m->in = described.inputs;
+    m->out = described.outputs;
+    m->architecture = "the model " + described.architecture;
+    m->module = std::move(described.model);
+    *out = m.release();
+    ++session->models;
+    add(*out, Kind::kModel);
+  });
+}
+
+int ddp_model_load_weights(ddp_model* model, const char* path) {
+  return guarded("ddp_model_load_weights", [&] {
+    check_handle(model, Kind::kModel, "model");
+    require(path != nullptr && path[0] != '\0', "path is NULL or empty: pass the safetensors file to load");
+    ddp::Session& s = *model->owner->session;
+    if (model->data_parallel != nullptr) {
+      require_mpi("ddp_model_load_weights");
+      ddp::training::load_weights(s, *model->module, path);
+    } else {
+      ddp::training::load_weights(*model->module, path, s.stream());
+    }
+  });
+}
+
+int ddp_model_save_weights(ddp_model* model, const char* path) {
+  return guarded("ddp_model_save_weights", [&] {
+    check_handle(model, Kind::kModel, "model");
+    require(path != nullptr && path[0] != '\0', "path is NULL or empty: pass the safetensors file to write");
+    ddp::Session& s = *model->owner->session;
+    if (model->data_parallel != nullptr) {
+      require_mpi("ddp_model_save_weights");
+      ddp::training::save_weights(s, *model->module, path);
+    } else {
+      ddp::training::save_weights(*model->module, path, s.stream());
+    }
+  });
+}
+
 int ddp_model_input_size(const ddp_model* model, int64_t* size) {
   return guarded("ddp_model_input_size", [&] {
     check_handle(model, Kind::kModel, "model");
@@ -730,6 +779,13 @@ int ddp_predict(ddp_model* model, const float* x, int64_t x_rows, int64_t x_cols
     const ddp::Session& s = *model->owner->session;
     const ddp::Stream& stream = s.stream();
     ddp::autograd::NoGradGuard no_grad;
+    // Prediction is inference: a Dropout passes its input through, as in PyTorch's eval mode.
+    struct EvalMode {
+      ddp::Module& m;
+      bool training = m.is_training();
+      explicit EvalMode(ddp::Module& module) : m(module) { m.eval(); }
+      ~EvalMode() { m.train(training); }
+    } eval_mode(*model->module);
     const ddp::Tensor outputs = model->module->forward(on_device(caller_array(x, batch, model->in, memory, s), s), stream);
     ddp::Tensor destination =
         memory == DDP_MEMORY_DEVICE

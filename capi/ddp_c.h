@@ -113,6 +113,18 @@ int ddp_session_destroy(ddp_session* session);
  * between layers (NULL: "relu"); the same seed on every rank gives the same initial weights. */
 int ddp_mlp_create(ddp_session* session, int count, const int64_t* sizes, const char* activation, uint64_t seed,
                    ddp_model** out);
+/* ---- Model: from a description of its layers ---- */
+/* A model from a JSON document listing its layers, e.g. the MLP above:
+ *   {"inputs": 2, "layers": [{"type": "linear", "out": 64}, {"type": "tanh"}, {"type": "linear", "out": 64},
+ *                            {"type": "tanh"}, {"type": "linear", "out": 1}]}
+ * Types: linear ("out"; "in", "bias" optional), relu, gelu, tanh, sigmoid, silu, layer_norm ("eps" optional),
+ * residual ("body": a list of layers; "projection": an optional list), frequency_encoding ("frequencies";
+ * "include_input" optional), dropout ("p" optional); docs/embedding.md has them in full. Its weights have the
+ * state_dict names of the same torch.nn.Sequential (a residual's lists as nn.Sequential attributes "body" and
+ * "projection"). The same seed on every rank gives the same initial weights. A mistake in the description is
+ * DDP_ERROR_INVALID_ARGUMENT naming the layer ("layers[1].body[0] (linear)") and the key. */
+int ddp_model_create_from_json(ddp_session* session, const char* json, uint64_t seed, ddp_model** out);
+
 int ddp_model_input_size(const ddp_model* model, int64_t* size);
 int ddp_model_output_size(const ddp_model* model, int64_t* size);
 /* Collective: data-parallel training (DistributedDataParallel): rank 0's weights are broadcast, and every
@@ -184,6 +196,22 @@ int ddp_replay_buffer_destroy(ddp_replay_buffer* buffer);
  * model is distributed. */
 int ddp_train_step_replay(ddp_model* model, ddp_optimizer* optimizer, ddp_replay_buffer* buffer, int64_t batch,
                           double* loss);
+
+/* ---- Weights to and from PyTorch ---- */
+/* Loads the model's weights from a safetensors file holding a PyTorch state_dict, as
+ * safetensors.torch.save_file(model.state_dict(), path) writes it for the torch.nn model the description
+ * describes: every key of the model, float32, of its shape, and no other key; the first that is missing, of
+ * another shape or dtype, or extra is named, with DDP_ERROR_INVALID_ARGUMENT, and nothing is loaded. Every rank
+ * reads the file itself: every rank that calls passes the same file, visible to each. On a distributed model
+ * the call is collective, and a failure on any rank is DDP_ERROR_COLLECTIVE on every rank with nothing loaded
+ * anywhere; before ddp_model_distribute it concerns this rank alone (load on every rank, or on rank 0 only and
+ * let ddp_model_distribute broadcast). */
+int ddp_model_load_weights(ddp_model* model, const char* path);
+/* Writes the model's weights to `path` as a safetensors state_dict that PyTorch loads
+ * (model.load_state_dict(safetensors.torch.load_file(path))), atomically: a reader sees the old file or the
+ * whole new one. On a distributed model collective: rank 0 writes, and a failure is DDP_ERROR_COLLECTIVE on
+ * every rank; otherwise this rank writes its own model. */
+int ddp_model_save_weights(ddp_model* model, const char* path);
 
 /* ---- Checkpoints ---- */
 /* Collective: rank 0 writes DIR/ckpt-<step>.safetensors atomically (model and optimizer state, PyTorch's

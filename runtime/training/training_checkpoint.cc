@@ -12,6 +12,7 @@
 #include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/check.h"
 #include "runtime/io/loaded_checkpoint.h"
+#include "runtime/training/weights_file.h"
 
 namespace ddp::training {
 namespace {
@@ -116,16 +117,7 @@ class StateGather {
 };
 
 std::vector<io::TensorSource> model_tensors(const Module& model, const Stream& stream) {
-  std::vector<io::TensorSource> out;
-  for (const auto& [name, t] : model.state_dict()) {
-    DDP_CHECK(t.dtype() == DType::kFloat32, "checkpoint: parameter " + name + " is not float32");
-    const Tensor tensor = t;
-    out.push_back({name, DType::kFloat32, t.shape(), nullptr, static_cast<std::size_t>(t.numel()) * 4,
-                   [tensor, &stream](const io::ByteSink& sink) {
-                     const std::vector<float> v = tensor.to_vector<float>(stream);
-                     sink(v.data(), v.size() * 4);
-                   }});
-  }
+  std::vector<io::TensorSource> out = parameter_tensors(model, stream);
   // Buffers (Dropout's draw counter) in their own type, so a resumed run continues their state bit for bit.
   for (const auto& [name, t] : model.named_buffers()) {
     const Tensor tensor = t;

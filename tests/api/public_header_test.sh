@@ -44,7 +44,7 @@ for header in "${kept_out[@]}"; do
   ! grep -qx "$root/$header" <<<"$files" ||
     fail "ddp.h reaches $header, which a user never names: forward-declare its types where a reference suffices"
 done
-max_headers=44
+max_headers=46
 count=$(grep "^$root/" <<<"$files" | grep -cvx "$root/ddp.h" || true)
 [ "$count" -le "$max_headers" ] ||
   fail "ddp.h reaches $count of the runtime's headers, more than $max_headers: forward-declare what a reference needs"

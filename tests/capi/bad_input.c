@@ -2,7 +2,8 @@
  * --config=asan): null pointers and handles, wrong sizes, a destroyed handle (also once new handles were made
  * after it), a handle of another kind or used from another thread, an empty replay buffer or one of other
  * widths, samples that are not finite (refused, or skipped and counted), a buffer larger than memory, a
- * checkpoint of another architecture, a communicator this rank is not in, MPI started at too low a thread level, calls before MPI_Init and after MPI_Finalize. No message carries
+ * checkpoint of another architecture, a bad model description, weights that do not fit the model or are not a
+ * safetensors file, a communicator this rank is not in, MPI started at too low a thread level, calls before MPI_Init and after MPI_Finalize. No message carries
  * the runtime's source locations or check text. Run as `bad_input` (2 ranks) or `bad_input single` (MPI_Init,
  * no thread support). */
 #include <math.h>
@@ -242,6 +243,86 @@ int main(int argc, char** argv) {
             ddp_last_error());
     ++failures;
   }
+
+  /* Models from a description: each mistake named with the layer and the key. */
+  ddp_model* described = NULL;
+  expect("a null description", ddp_model_create_from_json(session, NULL, 0, &described), DDP_ERROR_INVALID_ARGUMENT,
+         "json is NULL");
+  expect("an unknown layer type",
+         ddp_model_create_from_json(session, "{\"inputs\": 3, \"layers\": [{\"type\": \"swish\"}]}", 0, &described),
+         DDP_ERROR_INVALID_ARGUMENT, "layers[0]: unknown type \"swish\": the types are linear, relu");
+  expect("a missing key",
+         ddp_model_create_from_json(session, "{\"inputs\": 3, \"layers\": [{\"type\": \"residual\", \"body\": "
+                                             "[{\"type\": \"linear\"}]}]}", 0, &described),
+         DDP_ERROR_INVALID_ARGUMENT, "layers[0].body[0] (linear): key \"out\" is missing");
+  expect("a width that does not fit",
+         ddp_model_create_from_json(session, "{\"inputs\": 3, \"layers\": [{\"type\": \"linear\", \"out\": 8}, "
+                                             "{\"type\": \"linear\", \"in\": 3, \"out\": 2}]}", 0, &described),
+         DDP_ERROR_INVALID_ARGUMENT, "layers[1] (linear): key \"in\" is 3, but the layers before give 8 columns");
+  expect("malformed JSON", ddp_model_create_from_json(session, "{\"inputs\": 3, \"layers\": [", 0, &described),
+         DDP_ERROR_INVALID_ARGUMENT, "not valid JSON");
+  expect("a description without out", ddp_model_create_from_json(session, "{}", 0, NULL), DDP_ERROR_INVALID_ARGUMENT,
+         "out is NULL");
+  /* The MLP's tensors under the same names and shapes, but another architecture: its checkpoint is refused. */
+  const char* same_shapes = "{\"inputs\": 3, \"layers\": [{\"type\": \"linear\", \"out\": 8}, {\"type\": \"gelu\"}, "
+                            "{\"type\": \"linear\", \"out\": 2}]}";
+  if (ddp_model_create_from_json(session, same_shapes, 0, &described) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (ddp_optimizer_create_adamw(described, 1e-3, 0.0, &other_optimizer) != DDP_OK) MPI_Abort(MPI_COMM_WORLD, 1);
+  expect("a checkpoint of an MLP into a described model", ddp_checkpoint_load(described, other_optimizer, dir, &step),
+         DDP_ERROR_COLLECTIVE, "holds an MLP of sizes 3-8-2 with relu, but the model is the model {\"inputs\":3");
+  ddp_optimizer_destroy(other_optimizer);
+
+  /* Weights files: the MLP's weights load into the described model of the same shapes; a model of other shapes,
+   * more or fewer layers, or a file that is not safetensors is refused naming the key (collective on the
+   * distributed model: every rank refuses alike). */
+  char weights[1100], junk[1100];
+  snprintf(weights, sizeof weights, "%s/weights.safetensors", dir);
+  snprintf(junk, sizeof junk, "%s/not_weights.safetensors", dir);
+  if (ddp_model_save_weights(model, weights) != DDP_OK) {
+    fprintf(stderr, "rank %d: FAIL saving weights: %s\n", rank, ddp_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (ddp_model_load_weights(described, weights) != DDP_OK) {
+    fprintf(stderr, "rank %d: FAIL loading weights of the same shapes: %s\n", rank, ddp_last_error());
+    ++failures;
+  }
+  expect("weights without a path", ddp_model_load_weights(described, NULL), DDP_ERROR_INVALID_ARGUMENT, "path is NULL");
+  expect("save without a path", ddp_model_save_weights(described, ""), DDP_ERROR_INVALID_ARGUMENT, "path is NULL or empty");
+  ddp_model_destroy(described);
+  if (ddp_model_create_from_json(session, "{\"inputs\": 3, \"layers\": [{\"type\": \"linear\", \"out\": 4}, "
+                                          "{\"type\": \"linear\", \"out\": 2}]}", 0, &described) != DDP_OK) {
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  expect("weights of another shape", ddp_model_load_weights(described, weights), DDP_ERROR_INVALID_ARGUMENT,
+         "0.weight has shape [8, 3] but the model's is [4, 3]");
+  ddp_model_destroy(described);
+  if (ddp_model_create_from_json(session, "{\"inputs\": 3, \"layers\": [{\"type\": \"linear\", \"out\": 8}, "
+                                          "{\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 2}, "
+                                          "{\"type\": \"linear\", \"out\": 2}]}", 0, &described) != DDP_OK) {
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  expect("weights missing a key", ddp_model_load_weights(described, weights), DDP_ERROR_INVALID_ARGUMENT,
+         "the model's 3.weight [2, 2] is missing from the file");
+  ddp_model_destroy(described);
+  if (ddp_model_create_from_json(session, "{\"inputs\": 3, \"layers\": [{\"type\": \"linear\", \"out\": 8}]}", 0,
+                                 &described) != DDP_OK) {
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  expect("weights with an extra key", ddp_model_load_weights(described, weights), DDP_ERROR_INVALID_ARGUMENT,
+         "holds 2.weight, which the model does not have");
+  if (rank == 0) {
+    FILE* f = fopen(junk, "w");
+    fputs("not a safetensors file, but long enough to have a header length", f);
+    fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  expect("a file that is not safetensors", ddp_model_load_weights(described, junk), DDP_ERROR_INVALID_ARGUMENT,
+         "weights file ");
+  expect("a file that does not exist", ddp_model_load_weights(described, "/nonexistent/w.safetensors"),
+         DDP_ERROR_INVALID_ARGUMENT, "/nonexistent/w.safetensors");
+  ddp_model_destroy(described);
+  expect("another model's weights into the distributed model", ddp_model_load_weights(model, junk),
+         DDP_ERROR_COLLECTIVE, "weights not loaded");
 
   /* Out of memory: a status of its own, and the program goes on. */
   ddp_replay_buffer* huge = NULL;

@@ -4,34 +4,18 @@ accuracy PyTorch computes with it, so the test can compare it with the runtime's
 
   load_checkpoint_in_torch.py CHECKPOINT DATA_DIR HIDDEN LAYERS
 
-The reader is written out (8-byte header length, JSON header, raw little-endian data) because Debian has no
-python3-safetensors; it is the format's whole definition.
+The reader is tests/torch_safetensors.py, because Debian has no python3-safetensors.
 """
 import gzip
-import json
+import os
 import struct
 import sys
 
 import numpy as np
 import torch
 
-DTYPES = {"F32": np.float32, "BF16": None, "I32": np.int32, "I64": np.int64}
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        array = np.frombuffer(data[base + begin:base + end], dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"])
-        tensors[name] = torch.from_numpy(array.copy())
-    return tensors, header.get("__metadata__", {})
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import torch_safetensors  # noqa: E402  (tests/torch_safetensors.py)
 
 
 def read_idx(path):
@@ -44,7 +28,7 @@ def read_idx(path):
 
 def main():
     path, data_dir, hidden, layers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    tensors, metadata = load_safetensors(path)
+    tensors, metadata = torch_safetensors.load_file_and_metadata(path)
     model_state = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
     sizes = [784] + [hidden] * layers + [10]
     modules = []

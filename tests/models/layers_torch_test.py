@@ -5,38 +5,22 @@ LayerNorm GELU model's training checkpoint into the same torch.nn.Module (strict
 
   layers_torch_test.py PATH/TO/layers_reference
 
-The safetensors reader is written out (8-byte header length, JSON header, raw little-endian data) because Debian
-has no python3-safetensors.
+The safetensors reader is tests/torch_safetensors.py, because Debian has no python3-safetensors.
 """
-import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F32": np.float32, "I32": np.int32, "I64": np.int64}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import torch_safetensors  # noqa: E402  (tests/torch_safetensors.py)
+
 failures = []
 
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        array = np.frombuffer(data[8 + n + begin:8 + n + end], dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"])
-        tensors[name] = torch.from_numpy(array.copy())
-    return tensors
 
 
 def check(what, ours, theirs, atol, rtol=1e-5):
@@ -95,7 +79,7 @@ def main():
     torch.set_default_dtype(torch.float32)
     with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as tmp:
         out = subprocess.run([reference, tmp], check=True, capture_output=True, text=True).stdout
-        t = load_safetensors(os.path.join(tmp, "ops.safetensors"))
+        t = torch_safetensors.load_file(os.path.join(tmp, "ops.safetensors"))
         compare_op(t, "silu", lambda x: F.silu(x), ["x"])
         compare_op(t, "layer_norm", lambda x, weight, bias: F.layer_norm(x, (12,), weight, bias, 1e-5),
                    ["x", "weight", "bias"], atol=1e-5)
@@ -128,12 +112,12 @@ def main():
 
         # The residual model's checkpoint in torch.nn, strict: the same keys, then the same outputs and gradients.
         checkpoint = out.split("checkpoint=")[1].strip()
-        state = {k: v for k, v in load_safetensors(checkpoint).items()
+        state = {k: v for k, v in torch_safetensors.load_file(checkpoint).items()
                  if not k.startswith("optimizer.") and not k.startswith("buffer.")}
         model = residual_model()
         model.load_state_dict(state, strict=True)
         print("checkpoint keys: " + ",".join(state))
-        io = load_safetensors(os.path.join(tmp, "model_io.safetensors"))
+        io = torch_safetensors.load_file(os.path.join(tmp, "model_io.safetensors"))
         y = model(io["x"])
         check("residual model output from the checkpoint", io["y"], y, 1e-5)
         F.mse_loss(y, io["target"]).backward()
