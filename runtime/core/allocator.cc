@@ -150,6 +150,10 @@ CachingAllocator::CachingAllocator(std::unique_ptr<MemoryBackend> backend, Cachi
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mutex_);
   // Blocks still in use belong to tensors that outlive the allocator (static destruction order): leave them.
+  // The cached ones all go, a graph's too: no graph replays on memory whose allocator is gone.
+  for (auto& [size, list] : free_) {
+    for (Block& b : list) b.graph_owned = false;
+  }
   release_cached_locked(/*wait_for_pending=*/true);
   for (void* e : event_pool_) backend_->destroy_event(e);
 }
