@@ -290,6 +290,8 @@ ddp::TrainStep& train_step_of(ddp_model* model, ddp_optimizer* optimizer) {
     options.cuda_graph = ddp::settings::flag(ddp::settings::setting("DDP_CUDA_GRAPH"));
     // A model that is not distributed steps on each rank alone, as often as that rank likes.
     options.ranks_step_together = distributed;
+    // Checked on the device as the step copies them in, where the ranks need not agree before the step.
+    options.refuse_nonfinite_samples = !distributed;
     // The one option a C program can set is the environment's.
     options.option_name = [](const std::string& option, const std::string& value) {
       if (option == "cuda_graph") return std::string("DDP_CUDA_GRAPH=") + (value == "false" ? "0" : "1");
@@ -314,6 +316,21 @@ ddp::TrainStep& train_step_of(ddp_model* model, ddp_optimizer* optimizer) {
   return *optimizer->step;
 }
 
+// After the session's stream has been waited for: what the steps of its optimizers refused since their last wait
+// (an asynchronous step's batch, checked on the device) is thrown.
+void settle_steps(const ddp_session* session) {
+  std::vector<ddp_optimizer*> optimizers;
+  {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    for (const auto& [handle, entry] : registry().handles) {
+      if (entry.kind != Kind::kOptimizer || !entry.live) continue;
+      auto* o = static_cast<ddp_optimizer*>(const_cast<void*>(handle));
+      if (o->step != nullptr && o->owner->owner == session) optimizers.push_back(o);
+    }
+  }
+  for (ddp_optimizer* o : optimizers) o->step->synchronize();
+}
+
 // How a step ends for the caller: kSynchronous completes it before returning (the loss read when asked);
 // kAsynchronous returns once it is enqueued on the session's stream.
 enum class Completion { kSynchronous, kAsynchronous };
@@ -328,7 +345,7 @@ void train_on(ddp_model* model, ddp_optimizer* optimizer, const ddp::Tensor& inp
   if (read) {
     *loss = result.loss;
   } else if (completion == Completion::kSynchronous) {
-    model->owner->session->stream().synchronize();
+    step.synchronize();
   }
 }
 
@@ -355,6 +372,13 @@ void train_step_on_arrays(ddp_model* model, ddp_optimizer* optimizer, const floa
   if (model->data_parallel != nullptr) require_mpi(completion == Completion::kSynchronous ? "ddp_train_step"
                                                                                           : "ddp_train_step_async");
   const ddp::Session& s = *model->owner->session;
+  if (model->data_parallel == nullptr && model->nonfinite == ddp::data::NonFinitePolicy::kRefuse) {
+    // The step refuses them itself, checking on the device without waiting (an asynchronous step's refusal
+    // comes at the next wait).
+    train_on(model, optimizer, on_device(caller_array(x, x_rows, x_cols, memory, s), s),
+             on_device(caller_array(y, y_rows, y_cols, memory, s), s), completion, loss);
+    return;
+  }
   // Checked where the caller's arrays are, before any copy.
   const ddp::data::FiniteSamples finite = ddp::data::finite_samples(
       caller_array(x, x_rows, x_cols, memory, s), caller_array(y, y_rows, y_cols, memory, s), model->nonfinite,
@@ -471,6 +495,7 @@ int ddp_session_synchronize(const ddp_session* session) {
   return guarded("ddp_session_synchronize", [&] {
     check_handle(session, Kind::kSession, "session");
     session->session->stream().synchronize();
+    settle_steps(session);
   });
 }
 

@@ -100,7 +100,9 @@ int ddp_session_on_gpu(const ddp_session* session, int* on_gpu);
 int ddp_session_cuda_stream(const ddp_session* session, void** stream);
 /* Collective: the mean of every rank's `value` (a loss), on every rank. */
 int ddp_session_mean(const ddp_session* session, double value, double* mean);
-/* Waits until the session's queued work is done (the steps of ddp_train_step_async). */
+/* Waits until the session's queued work is done (the steps of ddp_train_step_async); returns
+ * DDP_ERROR_INVALID_ARGUMENT when some of those steps' batches were refused as not finite (none of them updated
+ * the model). */
 int ddp_session_synchronize(const ddp_session* session);
 /* On a GPU: records `cuda_event` (a cudaEvent_t of the application's) after the session's queued work, so the
  * application's stream can wait for it (cudaStreamWaitEvent) instead of the host. Refused on the CPU. */
@@ -153,10 +155,13 @@ int ddp_optimizer_destroy(ddp_optimizer* optimizer);
 int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
                    const float* y, int64_t y_rows, int64_t y_cols, int memory, double* loss);
 /* ddp_train_step without waiting for the step: the arrays are copied into the step's buffers on the session's
- * stream and the step is queued after the copy; the call returns at once (after the non-finite check of the
- * samples, which reads one value back). Host arrays may be reused when it returns; device arrays once the
- * session's stream has passed the copy (ddp_session_synchronize, or ddp_session_record_event and a wait on the
- * application's stream). The same bits as ddp_train_step. */
+ * stream and the step is queued after the copy; the call returns at once. Host arrays may be reused when it
+ * returns; device arrays once the session's stream has passed the copy (ddp_session_synchronize, or
+ * ddp_session_record_event and a wait on the application's stream). The same bits as ddp_train_step. On a model
+ * that is not distributed the samples are checked for NaN and infinities on the device as they are copied, so
+ * the call does not wait for the check either: a refused batch makes no update, and the refusal
+ * (DDP_ERROR_INVALID_ARGUMENT naming the first refused batch's row and column) is returned by the next call that
+ * waits for the steps (ddp_session_synchronize, ddp_train_step). */
 int ddp_train_step_async(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
                          const float* y, int64_t y_rows, int64_t y_cols, int memory);
 /* What ddp_train_step does with samples holding a NaN or an infinity (ddp_nonfinite). Refused (the default),

@@ -37,6 +37,13 @@ std::string where(const char* array, std::int64_t row, std::int64_t column) {
 
 }  // namespace
 
+InvalidArgument nonfinite_sample_error(std::int64_t row, std::int64_t column, std::int64_t a) {
+  const std::string value = column < a ? where("x", row, column) : where("y", row, column - a);
+  return InvalidArgument("a sample is not finite: " + value +
+                         " is NaN or infinite: pass finite samples, or set the non-finite policy to skip such "
+                         "samples (they are then counted)");
+}
+
 FiniteSamples finite_samples(const Tensor& x, const Tensor& y, NonFinitePolicy policy, const Stream& stream) {
   const auto fits = [&](const Tensor& t) {
     return t.defined() && t.dtype() == DType::kFloat32 && t.dim() == 2 && t.device() == x.device();
@@ -55,10 +62,7 @@ FiniteSamples finite_samples(const Tensor& x, const Tensor& y, NonFinitePolicy p
     if (finite) {
       keep.push_back(r);
     } else if (policy == NonFinitePolicy::kRefuse) {
-      const std::string value = bad_x[r] < a ? where("x", r, bad_x[r]) : where("y", r, bad_y[r]);
-      throw InvalidArgument("a sample is not finite: " + value +
-                            " is NaN or infinite: pass finite samples, or set the non-finite policy to skip such "
-                            "samples (they are then counted)");
+      throw nonfinite_sample_error(r, bad_x[r] < a ? bad_x[r] : a + bad_y[r], a);
     }
   }
   FiniteSamples out;

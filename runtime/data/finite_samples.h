@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "runtime/core/check.h"
 #include "runtime/core/stream.h"
 #include "runtime/tensor/tensor.h"
 
@@ -27,5 +28,9 @@ struct FiniteSamples {
 // throws InvalidArgument naming its array, row and column (the first in row order, x before y within a row).
 FiniteSamples finite_samples(const Tensor& x, const Tensor& y, NonFinitePolicy policy,
                              const Stream& stream = current_stream());
+
+// The refusal finite_samples throws, for a value found elsewhere (kernels' copy_samples_checked): the sample at
+// `row`, value `column` of its x (`column` < a, x's width) then its y (a + y's column).
+InvalidArgument nonfinite_sample_error(std::int64_t row, std::int64_t column, std::int64_t a);
 
 }  // namespace ddp::data

@@ -47,11 +47,15 @@ struct LinearShape {
 // constants such as 1 − β₂ are formed in double and rounded to float once (sgd_scalars / adamw_scalars below,
 // shared by both implementations), so the update matches torch.optim to float rounding and the CPU and the GPU
 // compute the same one.
+// `skip` comes first in both, at the same offset: a step vetoed on the device (take_next_row) sets it and the
+// update then leaves the parameters and the state as they were.
 struct SgdScalars {
+  std::int32_t skip;
   float lr, momentum, one_minus_dampening, weight_decay;
   bool nesterov, first_step, use_momentum;
 };
 struct AdamWScalars {
+  std::int32_t skip;
   float decay;  // 1 − lr·wd
   float beta1, one_minus_beta1;
   float beta2, one_minus_beta2;
@@ -63,6 +67,9 @@ struct AdamWScalars {
 // Where a gather of consecutive batches stands, in device memory (gather_batch below): the next batch starts at
 // `position` of the order, the order ends at `end`, and the kernel counts its blocks in `arrivals` (zero between
 // launches) so that its last block can move `position` on after every block has read it.
+// A veto word's value when nothing vetoes (take_next_row, copy_samples_checked).
+constexpr std::int64_t kNoVeto = INT64_MAX;
+
 struct GatherCursor {
   std::int64_t position;
   std::int64_t end;
@@ -94,7 +101,7 @@ struct AdamWParams {
 };
 
 inline SgdScalars sgd_scalars(const SgdParams& p) {
-  SgdScalars s;
+  SgdScalars s{};
   s.lr = static_cast<float>(p.lr);
   s.momentum = static_cast<float>(p.momentum);
   s.one_minus_dampening = static_cast<float>(1.0 - p.dampening);
@@ -110,7 +117,7 @@ inline AdamWScalars adamw_scalars(const AdamWParams& p) {
   const double t = static_cast<double>(p.step);
   const double bias_c1 = 1.0 - std::pow(p.beta1, t);
   const double bias_c2 = 1.0 - std::pow(p.beta2, t);
-  AdamWScalars s;
+  AdamWScalars s{};
   s.decay = static_cast<float>(1.0 - p.lr * p.weight_decay);
   s.beta1 = static_cast<float>(p.beta1);
   s.one_minus_beta1 = static_cast<float>(1.0 - p.beta1);

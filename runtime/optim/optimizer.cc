@@ -49,6 +49,13 @@ void Optimizer::apply_step(const Stream& stream) {
   update(prepared_steps_, prepared_lr_, prepared_device_scalars_, stream);
 }
 
+void Optimizer::apply_step(const Stream& stream, std::int64_t* veto, std::int64_t* report) {
+  DDP_CHECK(planned() && prepared_device_scalars_ != nullptr,
+            "Optimizer::apply_step: a vetoed update takes its scalars from a plan (plan_steps before prepare_step)");
+  take_planned_scalars(stream, veto, report);
+  update(prepared_steps_, prepared_lr_, prepared_device_scalars_, stream);
+}
+
 void Optimizer::use_device_scalars(const Stream& stream) {
   if (device_scalars_.defined()) return;
   device_scalars_ = Tensor::zeros({static_cast<std::int64_t>(kDeviceScalarBytes / sizeof(std::int64_t))},
@@ -67,9 +74,22 @@ void Optimizer::plan_steps(const LrSchedule& schedule, std::int64_t count, const
     plan_lr_[static_cast<std::size_t>(k)] = schedule.lr_at(steps_ + k);
     scalars_of_step(steps_ + k, plan_lr_[static_cast<std::size_t>(k)], bytes + static_cast<std::size_t>(k) * row);
   }
-  plan_table_ = table.copy_to(store_.device(), store_.device().is_cuda() ? stream : cpu_stream());
-  plan_next_ = Tensor::zeros({1}, DType::kInt64, store_.device(), stream);
+  const Stream& on = store_.device().is_cuda() ? stream : cpu_stream();
+  if (plan_table_.defined() && plan_table_.numel() == words) {
+    // In place, in stream order: a captured step holds the addresses of the table and of its cursor.
+    plan_table_.copy_from(table, on);
+    plan_next_.zero_(on);
+  } else {
+    plan_table_ = table.copy_to(store_.device(), on);
+    plan_next_ = Tensor::zeros({1}, DType::kInt64, store_.device(), on);
+  }
   plan_first_step_ = steps_;
+}
+
+bool Optimizer::plan_covers_next_step() const {
+  if (!planned()) return false;
+  const std::int64_t k = steps_ - plan_first_step_;
+  return k < static_cast<std::int64_t>(plan_lr_.size()) && lr_ == plan_lr_[static_cast<std::size_t>(k)];
 }
 
 bool Optimizer::step_is_planned() const {
@@ -86,9 +106,9 @@ bool Optimizer::step_is_planned() const {
   return true;
 }
 
-void Optimizer::take_planned_scalars(const Stream& stream) {
+void Optimizer::take_planned_scalars(const Stream& stream, std::int64_t* veto, std::int64_t* report) {
   DDP_DISPATCH(store_.device(), take_next_row, plan_table_.data_ptr(), static_cast<std::int64_t>(scalars_bytes()),
-               plan_next_.data<std::int64_t>(), device_scalars_.data_ptr(), stream.handle());
+               plan_next_.data<std::int64_t>(), device_scalars_.data_ptr(), veto, report, stream.handle());
 }
 
 Sgd::Sgd(ParameterStore& store, const SgdOptions& options, const Stream& stream)

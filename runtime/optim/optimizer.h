@@ -66,6 +66,15 @@ class Optimizer {
   // is an error; planning again (after a resume, say) starts a new plan at the current step.
   void plan_steps(const LrSchedule& schedule, std::int64_t count, const Stream& stream);
   bool planned() const { return plan_table_.defined(); }
+  // Whether the plan holds the next step at the current learning rate.
+  bool plan_covers_next_step() const;
+  // apply_step under a veto, for a step whose batch is checked on the device and may not wait for the host
+  // (kernels' take_next_row): when *veto (int64 on the store's device) is set at the update, the update leaves
+  // the parameters and the state as they were, the veto is added to report[0..1] (host memory the device writes,
+  // read after the stream) and cleared, and the plan's row is left for the next step. Needs a plan covering the
+  // step. The host learns of a vetoed step after the stream; forget_vetoed_steps then takes it off the count.
+  void apply_step(const Stream& stream, std::int64_t* veto, std::int64_t* report);
+  void forget_vetoed_steps(std::int64_t count) { steps_ -= count; }
   void zero_grad(const Stream& stream = current_stream()) { store_.zero_grad(stream); }
 
   double lr() const { return lr_; }
@@ -111,7 +120,7 @@ class Optimizer {
   // In prepare_step: true when the step's scalars come from the plan (after checking it covers this step).
   bool step_is_planned() const;
   // In apply_step: the plan's next row into the device scalars, in stream order before the update reads them.
-  void take_planned_scalars(const Stream& stream);
+  void take_planned_scalars(const Stream& stream, std::int64_t* veto = nullptr, std::int64_t* report = nullptr);
   std::int64_t state_numel() const;
   // apply_step's loop: `update(span, state_offset)` queues the kernel over one owned span; sharded, the shard
   // hears of each span as soon as it is queued and, after the last, the stream waits for the other ranks' spans

@@ -7,6 +7,8 @@
 
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/check.h"
+#include "runtime/data/finite_samples.h"
+#include "runtime/kernels/dispatch.h"
 #include "runtime/optim/clip_grad.h"
 
 namespace ddp {
@@ -60,10 +62,74 @@ StepResult TrainStep::operator()(const Tensor& x, const Tensor& y, bool read_los
   }
   const bool full = x.shape() == x_.shape() && x.dtype() == x_.dtype() && y.shape() == y_.shape() &&
                     y.dtype() == y_.dtype();
+  const bool on_device_check = options_.refuse_nonfinite_samples && !options_.ranks_step_together && full &&
+                               x.dtype() == DType::kFloat32 && y.dtype() == DType::kFloat32 && x.dim() == 2 &&
+                               y.dim() == 2;
+  if (options_.refuse_nonfinite_samples && !on_device_check) {
+    data::finite_samples(x, y, data::NonFinitePolicy::kRefuse, stream_);  // throws, naming the sample
+  }
   if (!full) return run(x, y, false, read_loss);
-  if (x.data_ptr() != x_.data_ptr()) x_.copy_from(x, stream_);
-  if (y.data_ptr() != y_.data_ptr()) y_.copy_from(y, stream_);
+  if (on_device_check) {
+    if (!veto_.defined()) {
+      veto_ = Tensor::from_host(&kernels::kNoVeto, {1}, DType::kInt64, session_.device(), stream_);
+      vetoes_ = Storage::allocate_pinned(2 * sizeof(std::int64_t), stream_);
+      static_cast<volatile std::int64_t*>(vetoes_->data())[1] = 0;
+    }
+    DDP_DISPATCH(session_.device(), copy_samples_checked, x.data<float>(), y.data<float>(), x.size(0), x.size(1),
+                 y.size(1), x_.data<float>(), y_.data<float>(), veto_.data<std::int64_t>(), stream_.handle());
+  } else {
+    if (x.data_ptr() != x_.data_ptr()) x_.copy_from(x, stream_);
+    if (y.data_ptr() != y_.data_ptr()) y_.copy_from(y, stream_);
+  }
   return run(x_, y_, true, read_loss);
+}
+
+void TrainStep::synchronize() {
+  stream_.synchronize();
+  settle_vetoes();
+}
+
+// The batches the device refused since the last wait (the stream has run them): their steps did not happen.
+void TrainStep::settle_vetoes() {
+  if (vetoes_ == nullptr) return;
+  volatile std::int64_t* report = static_cast<volatile std::int64_t*>(vetoes_->data());
+  const std::int64_t refused = report[1], first = report[0];
+  if (refused == 0) return;
+  report[1] = 0;
+  optimizer_.forget_vetoed_steps(refused);
+  const std::int64_t a = x_.size(1), width = a + y_.size(1);
+  InvalidArgument error = data::nonfinite_sample_error(first / width, first % width, a);
+  if (refused == 1) throw error;
+  throw InvalidArgument(std::to_string(refused) + " batches since the last wait were refused, none of them applied; " +
+                        "the first: " + error.what());
+}
+
+// A vetoed update takes its scalars from a plan: one at the current learning rate, made again when it runs out
+// or the rate changes (in place, so a captured step keeps reading it).
+void TrainStep::plan_if_vetoed() {
+  constexpr std::int64_t kPlannedSteps = 1024;
+  if (vetoes_ != nullptr && !optimizer_.plan_covers_next_step()) {
+    optimizer_.plan_steps(ConstantLr(optimizer_.lr()), kPlannedSteps, stream_);
+  }
+}
+
+// In an eager step that reads its loss: this batch's veto, read before the update would report it.
+void TrainStep::refuse_if_vetoed() {
+  const std::int64_t first = veto_.to_vector<std::int64_t>(stream_)[0];
+  if (first == kernels::kNoVeto) return;
+  veto_.copy_from(Tensor::from_host(&kernels::kNoVeto, {1}, DType::kInt64, session_.device(), stream_), stream_);
+  autograd::clear_tape();
+  const std::int64_t a = x_.size(1), width = a + y_.size(1);
+  throw data::nonfinite_sample_error(first / width, first % width, a);
+}
+
+// The optimizer's update, vetoed on the device when the batch was checked there.
+void TrainStep::update(const Stream& stream) {
+  if (vetoes_ == nullptr) {
+    optimizer_.apply_step(stream);
+    return;
+  }
+  optimizer_.apply_step(stream, veto_.data<std::int64_t>(), static_cast<std::int64_t*>(vetoes_->data()));
 }
 
 StepResult TrainStep::next(std::int64_t rows, bool read_loss) {
@@ -86,6 +152,7 @@ StepResult TrainStep::run(const Tensor& x, const Tensor& y, bool full, bool read
   if (!graphed) return eager(x, y, read_loss);
   // A replay takes the update's scalars from device memory, which prepare_step fills (or a plan holds).
   if (!optimizer_.device_scalars()) optimizer_.use_device_scalars(stream_);
+  plan_if_vetoed();
   optimizer_.prepare_step(stream_);
   StepResult result;
   Tensor loss;
@@ -96,7 +163,7 @@ StepResult TrainStep::run(const Tensor& x, const Tensor& y, bool full, bool read
   } else {
     // Every rank goes on eagerly, from the step prepared above.
     loss = forward_backward(x, y);
-    optimizer_.apply_step(stream_);
+    update(stream_);
   }
   if (!read_loss) return result;
   // Reading the loss waits for the step: only when asked. The update is done; a non-finite loss ends the run.
@@ -105,6 +172,7 @@ StepResult TrainStep::run(const Tensor& x, const Tensor& y, bool full, bool read
 
 StepResult TrainStep::read(const Tensor& loss, StepResult result) {
   const double value = loss.item(stream_);
+  settle_vetoes();
   if (any_rank(!std::isfinite(value))) return reject_nonfinite("loss", value);
   result.loss_read = true;
   result.loss = value;
@@ -126,6 +194,8 @@ void TrainStep::agree(const std::string& local_error, const std::string& what) c
 StepResult TrainStep::eager(const Tensor& x, const Tensor& y, bool read_loss) {
   const Tensor loss = forward_backward(x, y);
   StepResult result;
+  // The loss of a refused batch is no divergence: the refusal comes first.
+  if (vetoes_ != nullptr && (read_loss || options_.skip_nonfinite || options_.clip_grad_norm > 0)) refuse_if_vetoed();
   if (read_loss || options_.skip_nonfinite) {
     // Reading the loss synchronises: only when asked, or when every step must be checked.
     result = read(loss, result);
@@ -136,7 +206,13 @@ StepResult TrainStep::eager(const Tensor& x, const Tensor& y, bool read_loss) {
     result.grad_norm = clip_grad_norm(optimizer_.store(), options_.clip_grad_norm, stream_);
     if (!std::isfinite(result.grad_norm)) return reject_nonfinite("gradient norm", result.grad_norm);
   }
-  optimizer_.step(stream_);
+  if (vetoes_ == nullptr) {
+    optimizer_.step(stream_);
+  } else {
+    plan_if_vetoed();
+    optimizer_.prepare_step(stream_);
+    update(stream_);
+  }
   ++eager_steps_;
   skipped_in_a_row_ = 0;
   return result;
@@ -161,7 +237,7 @@ bool TrainStep::capture(const Tensor& x, const Tensor& y) {
   graph_ = CudaGraph::capture(stream_, [&] {
     graph_loss_ = forward_backward(x, y);
     if (source_ != nullptr) source_->prefetch_next(x, y, stream_);
-    optimizer_.apply_step(stream_);
+    update(stream_);
     if (source_ != nullptr) source_->join_prefetch(stream_);
   });
   if (!graph_.captured()) autograd::clear_tape();

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "runtime/core/graph.h"
@@ -41,6 +42,12 @@ struct TrainStepOptions {
   // a non-finite loss). false: each rank steps on its own (a model that is not data-parallel); the step then
   // makes no collective call of its own.
   bool ranks_step_together = true;
+  // Batches given to operator() that hold a NaN or an infinity are refused: InvalidArgument naming the row and
+  // column, and no update (parameters, optimizer state and step count as before). With ranks_step_together
+  // false the check runs on the device as the batch is copied into the step's buffers, so a captured step never
+  // waits for it: the refusal comes when the step is next waited for (a read loss, synchronize()). Stepping
+  // together, the batch is checked on the host before the step.
+  bool refuse_nonfinite_samples = false;
   // A capture that fails: false refuses (CollectiveError on every rank naming what broke it), true goes on
   // eagerly from the same state and says why once, through `say`.
   bool eager_if_capture_fails = false;
@@ -78,6 +85,8 @@ class TrainStep {
   // a batch of another shape (an epoch's shorter last batch) runs eagerly from the same state. The loss is read
   // (synchronising the stream) when `read_loss`, or when every step must be checked (skip_nonfinite, clipping).
   StepResult operator()(const Tensor& x, const Tensor& y, bool read_loss = false);
+  // Waits for the steps queued so far; throws what refuse_nonfinite_samples found in them since the last wait.
+  void synchronize();
 
   // Batches from a data set the runtime holds (data::ResidentDataset on the device, data::HostBatches): buffers
   // of `batch_rows` rows of `features` features are allocated once; next(rows) takes the source's next `rows`
@@ -104,6 +113,10 @@ class TrainStep {
   Tensor forward_backward(const Tensor& x, const Tensor& y);
   StepResult reject_nonfinite(const std::string& quantity, double local_value);
   StepResult read(const Tensor& loss, StepResult result);
+  void update(const Stream& stream);
+  void settle_vetoes();
+  void refuse_if_vetoed();
+  void plan_if_vetoed();
   bool any_rank(bool value) const;
   void agree(const std::string& local_error, const std::string& what) const;
   std::string option(const std::string& name, const std::string& value) const;
@@ -121,6 +134,10 @@ class TrainStep {
   Tensor graph_loss_;      // written by every replay
   std::int64_t eager_steps_ = 0;
   std::int64_t skipped_in_a_row_ = 0;
+  // refuse_nonfinite_samples on the device: the first bad value's key (kernels' copy_samples_checked), which
+  // vetoes the update, and the vetoes reported back (two int64 of host memory the device writes).
+  Tensor veto_;
+  std::shared_ptr<Storage> vetoes_;
 };
 
 }  // namespace ddp

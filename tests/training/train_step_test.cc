@@ -4,10 +4,14 @@
 //   - a step function that does not return a loss, or reads a value on the host, or steps an optimizer of its
 //     own, or backpropagates with find_unused_parameters, is refused with the reason once the step is captured
 //     (GPU), or where it is wrong everywhere (the loss);
-//   - a non-finite loss ends the run on every rank naming the rank, or with skip_nonfinite skips the step.
+//   - a non-finite loss ends the run on every rank naming the rank, or with skip_nonfinite skips the step;
+//   - with refuse_nonfinite_samples, each rank stepping alone, a batch holding a NaN or an infinity is refused
+//     (at the step that reads its loss, or at the next wait) naming its row and column, with no update: the
+//     parameters are the bits of the loop that never saw it, eager or replayed.
 // tools/gpu_jobs.txt runs the binary on the GPU machine at 1 rank (NCCL, captured) and 2 ranks (MPI, eager).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -220,6 +224,72 @@ TEST(TrainStep, ANonFiniteLossEndsTheRunOrIsSkipped) {
     EXPECT_NE(why.find("rank " + std::to_string(g_session->size() - 1)), std::string::npos) << why;
     EXPECT_NE(why.find("set TrainStepOptions::skip_nonfinite = true"), std::string::npos) << why;
   }
+}
+
+// A rank's model alone (no DistributedDataParallel), as the in-situ step trains one.
+struct LoneLoop {
+  MLP model{{6, 16, 16, 3}, Activation::kTanh, 9, g_session->device(), g_session->stream()};
+  AdamW optimizer{model, {.lr = 1e-2}};
+  Tensor loss(const Tensor& x, const Tensor& y) {
+    Tensor l = ops::mse_loss(model.forward(x), y);
+    autograd::backward(l, g_session->stream());
+    return l;
+  }
+};
+
+// What a call refused with, "" when it returned.
+template <typename Call>
+std::string refusal(Call call) {
+  try {
+    call();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainStep, ABatchThatIsNotFiniteIsRefusedWithoutAnUpdate) {
+  LoneLoop clean, checked;
+  TrainStep step(*g_session, checked.optimizer,
+                 [&](const Tensor& x, const Tensor& y) { return checked.loss(x, y); },
+                 {.eager_steps = 2, .ranks_step_together = false, .refuse_nonfinite_samples = true});
+  const std::vector<int> bad = {1, 5, 9, 10, 11};  // eager (1), then replayed on a GPU
+  for (int k = 0; k < 14; ++k) {
+    auto [x, y] = batch(k, 8);
+    const bool poisoned = std::find(bad.begin(), bad.end(), k) != bad.end();
+    if (!poisoned) {
+      clean.model.zero_grad();
+      clean.loss(x, y);
+      clean.optimizer.step();
+    }
+    if (k == 1 || k == 5) {  // read at once
+      std::vector<float> v = x.to_vector<float>(g_session->stream());
+      v[3 * 6 + 2] = NAN;
+      x = Tensor::from_vector(v, {8, 6}, g_session->device(), g_session->stream());
+      const std::string why = refusal([&] { step(x, y, /*read_loss=*/true); });
+      EXPECT_NE(why.find("x row 3, column 2"), std::string::npos) << "step " << k << ": " << why;
+    } else if (k == 9) {  // found at the next wait
+      std::vector<float> v = y.to_vector<float>(g_session->stream());
+      v[1 * 3 + 0] = -INFINITY;
+      y = Tensor::from_vector(v, {8, 3}, g_session->device(), g_session->stream());
+      EXPECT_EQ(refusal([&] { step(x, y); }), "");
+      const std::string why = refusal([&] { step.synchronize(); });
+      EXPECT_NE(why.find("y row 1, column 0"), std::string::npos) << why;
+    } else if (k == 10 || k == 11) {  // two refused between waits
+      x.fill_(k == 10 ? INFINITY : NAN);
+      EXPECT_EQ(refusal([&] { step(x, y); }), "");
+      if (k == 11) {
+        const std::string why = refusal([&] { step.synchronize(); });
+        EXPECT_NE(why.find("2 batches since the last wait were refused"), std::string::npos) << why;
+        EXPECT_NE(why.find("x row 0, column 0"), std::string::npos) << why;
+      }
+    } else {
+      EXPECT_EQ(step(x, y, /*read_loss=*/k % 3 == 0).replayed, graphs_possible() && k >= 2) << "step " << k;
+    }
+  }
+  step.synchronize();
+  EXPECT_EQ(checked.optimizer.steps(), clean.optimizer.steps());
+  EXPECT_EQ(parameters(checked.model), parameters(clean.model));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // CPU elementwise kernels: standalone activations, fills, axpby/scale/add/mul, casts, reductions and row gathers. Plain loops over
 // contiguous arrays, which -O3 vectorises.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -219,6 +220,17 @@ void find_nonfinite(const float* x, std::int64_t rows, std::int64_t cols, std::i
     std::int64_t c = 0;
     while (c < cols && std::isfinite(row[c])) ++c;
     first_column[r] = c;
+  }
+}
+
+void copy_samples_checked(const float* x, const float* y, std::int64_t rows, std::int64_t a, std::int64_t b,
+                          float* x_dst, float* y_dst, std::int64_t* first_bad, StreamHandle /*stream*/) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < a + b; ++c) {
+      const float v = c < a ? x[r * a + c] : y[r * b + c - a];
+      (c < a ? x_dst[r * a + c] : y_dst[r * b + c - a]) = v;
+      if (!std::isfinite(v)) *first_bad = std::min(*first_bad, r * (a + b) + c);
+    }
   }
 }
 

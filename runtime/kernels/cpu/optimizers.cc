@@ -24,6 +24,7 @@ void write_bf16_copy(const float* param, std::int64_t n, void* param_bf16) {
 void sgd_step(float* param, const float* grad, float* momentum_buffer, std::int64_t n, const SgdParams& p,
               void* param_bf16, StreamHandle /*stream*/) {
   const SgdScalars s = p.device_scalars != nullptr ? *p.device_scalars : sgd_scalars(p);
+  if (s.skip) return;
   const float lr = s.lr, wd = s.weight_decay, mu = s.momentum, keep = s.one_minus_dampening;
   if (!s.use_momentum) {
     for (std::int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + wd * param[i]);
@@ -46,6 +47,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
                 const AdamWParams& p, void* param_bf16, StreamHandle /*stream*/) {
   if (p.device_scalars == nullptr) DDP_CHECK(p.step >= 1, "adamw_step: step is 1-based, got " + std::to_string(p.step));
   const AdamWScalars s = p.device_scalars != nullptr ? *p.device_scalars : adamw_scalars(p);
+  if (s.skip) return;
   for (std::int64_t i = 0; i < n; ++i) {
     const float g = grad[i];
     const float m = s.beta1 * exp_avg[i] + s.one_minus_beta1 * g;
@@ -67,9 +69,17 @@ void write_adamw_scalars(const AdamWParams& p, AdamWScalars* device_scalars, Str
   *device_scalars = adamw_scalars(p);
 }
 
-void take_next_row(const void* table, std::int64_t row_bytes, std::int64_t* index, void* dst, StreamHandle /*stream*/) {
+void take_next_row(const void* table, std::int64_t row_bytes, std::int64_t* index, void* dst, std::int64_t* veto,
+                   std::int64_t* report, StreamHandle /*stream*/) {
   std::memcpy(dst, static_cast<const unsigned char*>(table) + *index * row_bytes, static_cast<std::size_t>(row_bytes));
-  ++*index;
+  if (veto == nullptr || *veto == kNoVeto) {
+    ++*index;
+    return;
+  }
+  *static_cast<std::int32_t*>(dst) = 1;
+  if (report[1] == 0) report[0] = *veto;
+  ++report[1];
+  *veto = kNoVeto;
 }
 
 }  // namespace ddp::kernels::cpu

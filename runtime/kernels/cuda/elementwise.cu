@@ -385,7 +385,34 @@ __global__ void find_nonfinite_kernel(const float* __restrict__ x, std::int64_t 
   }
 }
 
+// One thread per value of x then y; a value not finite offers its row-order key to the minimum.
+__global__ void copy_samples_checked_kernel(const float* __restrict__ x, const float* __restrict__ y,
+                                            std::int64_t rows, std::int64_t a, std::int64_t b,
+                                            float* __restrict__ x_dst, float* __restrict__ y_dst,
+                                            unsigned long long* first_bad) {
+  detail::begin_kernel();
+  const std::int64_t in_x = rows * a, total = in_x + rows * b;
+  for (std::int64_t e = thread_index(); e < total; e += grid_stride()) {
+    const bool is_x = e < in_x;
+    const std::int64_t k = is_x ? e : e - in_x, width = is_x ? a : b;
+    const float v = is_x ? x[k] : y[k];
+    (is_x ? x_dst : y_dst)[k] = v;
+    if (!isfinite(v)) {
+      const std::int64_t r = k / width, c = k % width + (is_x ? 0 : a);
+      atomicMin(first_bad, static_cast<unsigned long long>(r * (a + b) + c));
+    }
+  }
+}
+
 }  // namespace
+
+void copy_samples_checked(const float* x, const float* y, std::int64_t rows, std::int64_t a, std::int64_t b,
+                          float* x_dst, float* y_dst, std::int64_t* first_bad, StreamHandle stream) {
+  if (rows <= 0) return;
+  static_assert(kNoVeto > 0, "keys and kNoVeto compare as unsigned");
+  detail::launch(copy_samples_checked_kernel, blocks_for(rows * (a + b)), kThreads, 0, stream, x, y, rows, a, b,
+                 x_dst, y_dst, reinterpret_cast<unsigned long long*>(first_bad));
+}
 
 void find_nonfinite(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t* first_column,
                     StreamHandle stream) {

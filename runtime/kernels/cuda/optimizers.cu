@@ -42,6 +42,7 @@ __global__ void sgd_kernel(float* param, const float* grad, float* buf, std::int
                            const SgdScalars* from_device, void* copy, bool vectorized) {
   detail::begin_kernel();
   const SgdScalars s = from_device != nullptr ? *from_device : from_host;
+  if (s.skip) return;
   const bool read_buf = s.use_momentum && !s.first_step;
   detail::for_each_by_four(
       n, vectorized,
@@ -82,6 +83,7 @@ __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, fl
                              AdamWScalars from_host, const AdamWScalars* from_device, void* copy, bool vectorized) {
   detail::begin_kernel();
   const AdamWScalars s = from_device != nullptr ? *from_device : from_host;
+  if (s.skip) return;
   detail::for_each_by_four(
       n, vectorized,
       [&](std::int64_t i) {
@@ -152,14 +154,25 @@ __global__ void write_scalars_kernel(Scalars value, Scalars* destination) {
   *destination = value;
 }
 
-// One block: every thread reads the index before thread 0 moves it on.
+// One block: every thread reads the index before thread 0 moves it on (or, vetoed, marks the row skipped).
 __global__ void take_next_row_kernel(const unsigned char* __restrict__ table, std::int64_t row_bytes,
-                                     std::int64_t* index, unsigned char* __restrict__ dst) {
+                                     std::int64_t* index, unsigned char* __restrict__ dst, std::int64_t* veto,
+                                     std::int64_t* report) {
   detail::begin_kernel();
   const std::int64_t row = *index;
   for (std::int64_t b = threadIdx.x; b < row_bytes; b += blockDim.x) dst[b] = table[row * row_bytes + b];
   __syncthreads();
-  if (threadIdx.x == 0) *index = row + 1;
+  if (threadIdx.x != 0) return;
+  if (veto == nullptr || *veto == kNoVeto) {
+    *index = row + 1;
+    return;
+  }
+  *reinterpret_cast<std::int32_t*>(dst) = 1;
+  // `report` is host memory the host reads after the stream: written through, never cached.
+  volatile std::int64_t* to_host = report;
+  if (to_host[1] == 0) to_host[0] = *veto;
+  to_host[1] = to_host[1] + 1;
+  *veto = kNoVeto;
 }
 
 }  // namespace
@@ -173,9 +186,11 @@ void write_adamw_scalars(const AdamWParams& p, AdamWScalars* device_scalars, Str
   detail::launch(write_scalars_kernel<AdamWScalars>, 1, 1, 0, stream, adamw_scalars(p), device_scalars);
 }
 
-void take_next_row(const void* table, std::int64_t row_bytes, std::int64_t* index, void* dst, StreamHandle stream) {
+void take_next_row(const void* table, std::int64_t row_bytes, std::int64_t* index, void* dst, std::int64_t* veto,
+                   std::int64_t* report, StreamHandle stream) {
+  DDP_CHECK(veto == nullptr || report != nullptr, "take_next_row: a veto needs a report");
   detail::launch(take_next_row_kernel, 1, 64, 0, stream, static_cast<const unsigned char*>(table), row_bytes, index,
-                 static_cast<unsigned char*>(dst));
+                 static_cast<unsigned char*>(dst), veto, report);
 }
 
 }  // namespace ddp::kernels::cuda
