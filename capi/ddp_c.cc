@@ -52,7 +52,6 @@ struct ddp_replay_buffer {
   std::unique_ptr<ddp::data::ReplayBuffer> buffer;
   std::uint64_t key = 0;    // the seed with the rank mixed in
   std::uint64_t draws = 0;
-  ddp::Tensor x, y;         // the last batch drawn, kept while the batch size stays the same
 };
 
 namespace {
@@ -786,12 +785,17 @@ int ddp_train_step_replay(ddp_model* model, ddp_optimizer* optimizer, ddp_replay
     require(b.size() > 0, "the buffer is empty: add samples (ddp_replay_buffer_add) before training on it");
     if (model->data_parallel != nullptr) require_mpi("ddp_train_step_replay");
     const ddp::Session& s = *model->owner->session;
-    if (!buffer->x.defined() || buffer->x.size(0) != batch) {
-      buffer->x = ddp::Tensor::empty({batch, model->in}, ddp::DType::kFloat32, s.device(), s.stream());
-      buffer->y = ddp::Tensor::empty({batch, model->out}, ddp::DType::kFloat32, s.device(), s.stream());
+    ddp::TrainStep& step = train_step_of(model, optimizer);
+    // Drawn straight into the step's buffers.
+    const ddp::StepResult result =
+        step.fill_and_step(batch, model->in, model->out, [&](const ddp::Tensor& x, const ddp::Tensor& y) {
+          buffer->buffer->sample(buffer->key, buffer->draws++, x, y, s.stream());
+        }, loss != nullptr);
+    if (loss != nullptr) {
+      *loss = result.loss;
+    } else {
+      step.synchronize();
     }
-    buffer->buffer->sample(buffer->key, buffer->draws++, buffer->x, buffer->y, s.stream());
-    train_on(model, optimizer, buffer->x, buffer->y, Completion::kSynchronous, loss);
   });
 }
 

@@ -269,7 +269,7 @@ struct Surrogate {
   ddp::DistributedDataParallel data_parallel;
   ddp::AdamW optimizer;
   ddp::data::ReplayBuffer buffer;
-  ddp::Tensor bx, by;  // a batch, allocated once
+  long long batch;
   // Forward, loss and backward of a batch; the step around it is the library's (captured as a CUDA graph on a GPU
   // over NCCL after its first steps).
   ddp::TrainStep step;
@@ -285,8 +285,7 @@ struct Surrogate {
         data_parallel(model, session),
         optimizer(model, {.lr = f.lr}, session.stream()),
         buffer(f.capacity, kInputs, 1, session.device(), session.stream()),
-        bx(ddp::Tensor::empty({f.batch, kInputs}, ddp::DType::kFloat32, session.device(), session.stream())),
-        by(ddp::Tensor::empty({f.batch, 1}, ddp::DType::kFloat32, session.device(), session.stream())),
+        batch(f.batch),
         step(session, optimizer, [this](const ddp::Tensor& x, const ddp::Tensor& y) {
           ddp::Tensor loss = ddp::ops::mse_loss(model.forward(x, session.stream()), y, session.stream());
           data_parallel.backward(loss);
@@ -312,12 +311,13 @@ struct Surrogate {
     return {err, norm};
   }
 
-  // Training steps on batches drawn from the replay buffer on the device.
+  // Training steps on batches drawn from the replay buffer into the step's buffers, on the device.
   void train(long long steps) {
     const ddp::Stream& stream = session.stream();
     for (long long s = 0; s < steps; ++s) {
-      buffer.sample(11 + session.rank(), draws++, bx, by, stream);
-      step(bx, by);
+      step.fill_and_step(batch, kInputs, 1, [&](const ddp::Tensor& x, const ddp::Tensor& y) {
+        buffer.sample(11 + session.rank(), draws++, x, y, stream);
+      });
     }
   }
 };

@@ -6,20 +6,10 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"
+#include "runtime/kernels/counter_rng.h"
 #include "runtime/kernels/dispatch.h"
 
 namespace ddp::data {
-namespace {
-
-// SplitMix64: a counter-based draw, so a batch depends on (seed, draw) alone.
-std::uint64_t mix(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 ReplayBuffer::ReplayBuffer(std::int64_t capacity, std::int64_t inputs, std::int64_t targets, const Device& device,
                            const Stream& stream)
@@ -70,20 +60,9 @@ void ReplayBuffer::sample(std::uint64_t seed, std::uint64_t draw, const Tensor& 
   PhaseGuard phase(Phase::kData);
   DDP_CHECK(size_ > 0, "ReplayBuffer::sample: the buffer is empty: add samples before drawing a batch");
   const std::int64_t batch = rows_of(x, y, /*here=*/true, "sample");
-  std::vector<std::int64_t> rows(static_cast<std::size_t>(batch));
-  const std::uint64_t key = mix(seed ^ (draw * 0x100000001B3ULL));
-  for (std::int64_t i = 0; i < batch; ++i) {
-    rows[i] = static_cast<std::int64_t>(mix(key + static_cast<std::uint64_t>(i)) % static_cast<std::uint64_t>(size_));
-  }
-  if (device_.is_cpu()) {
-    kernels::cpu::gather_batch(x_.data_ptr(), inputs_ * 4, y_.data_ptr(), targets_ * 4, rows.data(), nullptr, batch,
-                               x.data_ptr(), y.data_ptr(), nullptr);
-    return;
-  }
-  // The row numbers through pinned staging, freed on `stream` after the gather has read them.
-  const Tensor on_device = Tensor::from_host(rows.data(), {batch}, DType::kInt64, device_, stream);
-  DDP_DISPATCH(device_, gather_batch, x_.data_ptr(), inputs_ * 4, y_.data_ptr(), targets_ * 4,
-               on_device.data<std::int64_t>(), nullptr, batch, x.data_ptr(), y.data_ptr(), stream.handle());
+  const std::uint64_t key = counter_rng::splitmix64(seed ^ (draw * 0x100000001B3ULL));
+  DDP_DISPATCH(device_, draw_samples, x_.data<float>(), y_.data<float>(), inputs_, targets_, size_, key, batch,
+               x.data<float>(), y.data<float>(), stream.handle());
 }
 
 }  // namespace ddp::data

@@ -274,4 +274,12 @@ DDP_HOST_DEVICE inline bool dropout_keeps(std::uint64_t seed, std::uint64_t draw
   return unit_float(b.v[0]) >= p;
 }
 
+// SplitMix64: a replay buffer's draw of rows, row i of draw key k being splitmix64(k + i) modulo the samples held.
+DDP_HOST_DEVICE inline std::uint64_t splitmix64(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 }  // namespace ddp::counter_rng

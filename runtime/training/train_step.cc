@@ -84,6 +84,26 @@ StepResult TrainStep::operator()(const Tensor& x, const Tensor& y, bool read_los
   return run(x_, y_, true, read_loss);
 }
 
+StepResult TrainStep::fill_and_step(std::int64_t rows, std::int64_t x_width, std::int64_t y_width, const Fill& fill,
+                                    bool read_loss) {
+  if (source_ != nullptr) {
+    throw InvalidArgument("TrainStep: this step takes its batches from its source (use_source); call next(rows)");
+  }
+  const auto buffer = [&](std::int64_t width) {
+    return Tensor::empty({rows, width}, DType::kFloat32, session_.device(), stream_);
+  };
+  if (!x_.defined()) {
+    x_ = buffer(x_width);
+    y_ = buffer(y_width);
+  }
+  const bool full = x_.shape() == Shape{rows, x_width} && y_.shape() == Shape{rows, y_width} &&
+                    x_.dtype() == DType::kFloat32 && y_.dtype() == DType::kFloat32;
+  const Tensor x = full ? x_ : buffer(x_width);
+  const Tensor y = full ? y_ : buffer(y_width);
+  fill(x, y);
+  return run(x, y, full, read_loss);
+}
+
 void TrainStep::synchronize() {
   stream_.synchronize();
   settle_vetoes();

@@ -85,6 +85,12 @@ class TrainStep {
   // a batch of another shape (an epoch's shorter last batch) runs eagerly from the same state. The loss is read
   // (synchronising the stream) when `read_loss`, or when every step must be checked (skip_nonfinite, clipping).
   StepResult operator()(const Tensor& x, const Tensor& y, bool read_loss = false);
+  // One step on a batch the caller writes into the step's buffers itself, saving operator()'s copy: `fill(x, y)`
+  // gets x [rows, x_width] and y [rows, y_width] (float32, the session's device) to fill on the session's
+  // stream (a replay buffer's draw). Rows other than the first call's run eagerly, as in operator().
+  using Fill = std::function<void(const Tensor& x, const Tensor& y)>;
+  StepResult fill_and_step(std::int64_t rows, std::int64_t x_width, std::int64_t y_width, const Fill& fill,
+                           bool read_loss = false);
   // Waits for the steps queued so far; throws what refuse_nonfinite_samples found in them since the last wait.
   void synchronize();
 

@@ -8,6 +8,7 @@
 
 #include "runtime/kernels/cpu/activation_math.h"
 #include "runtime/core/bfloat16.h"
+#include "runtime/kernels/counter_rng.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/core/check.h"
 
@@ -231,6 +232,16 @@ void copy_samples_checked(const float* x, const float* y, std::int64_t rows, std
       (c < a ? x_dst[r * a + c] : y_dst[r * b + c - a]) = v;
       if (!std::isfinite(v)) *first_bad = std::min(*first_bad, r * (a + b) + c);
     }
+  }
+}
+
+void draw_samples(const float* x, const float* y, std::int64_t inputs, std::int64_t targets, std::int64_t size,
+                  std::uint64_t key, std::int64_t batch, float* x_dst, float* y_dst, StreamHandle /*stream*/) {
+  for (std::int64_t i = 0; i < batch; ++i) {
+    const auto r = static_cast<std::int64_t>(counter_rng::splitmix64(key + static_cast<std::uint64_t>(i)) %
+                                             static_cast<std::uint64_t>(size));
+    std::memcpy(x_dst + i * inputs, x + r * inputs, static_cast<std::size_t>(inputs) * sizeof(float));
+    std::memcpy(y_dst + i * targets, y + r * targets, static_cast<std::size_t>(targets) * sizeof(float));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "runtime/kernels/counter_rng.h"
 #include "runtime/kernels/cuda/blas_handle.h"
 #include "runtime/kernels/cuda/device_utils.cuh"
 
@@ -404,7 +405,33 @@ __global__ void copy_samples_checked_kernel(const float* __restrict__ x, const f
   }
 }
 
+// One thread per value of the batch (x's then y's), each computing its row's draw.
+__global__ void draw_samples_kernel(const float* __restrict__ x, const float* __restrict__ y, std::int64_t inputs,
+                                    std::int64_t targets, std::uint64_t size, std::uint64_t key, std::int64_t batch,
+                                    float* __restrict__ x_dst, float* __restrict__ y_dst) {
+  detail::begin_kernel();
+  const std::int64_t in_x = batch * inputs, total = in_x + batch * targets;
+  for (std::int64_t e = thread_index(); e < total; e += grid_stride()) {
+    const bool is_x = e < in_x;
+    const std::int64_t k = is_x ? e : e - in_x, width = is_x ? inputs : targets;
+    const std::int64_t i = k / width, c = k % width;
+    const auto r = static_cast<std::int64_t>(counter_rng::splitmix64(key + static_cast<std::uint64_t>(i)) % size);
+    if (is_x) {
+      x_dst[k] = x[r * inputs + c];
+    } else {
+      y_dst[k] = y[r * targets + c];
+    }
+  }
+}
+
 }  // namespace
+
+void draw_samples(const float* x, const float* y, std::int64_t inputs, std::int64_t targets, std::int64_t size,
+                  std::uint64_t key, std::int64_t batch, float* x_dst, float* y_dst, StreamHandle stream) {
+  if (batch <= 0) return;
+  detail::launch(draw_samples_kernel, blocks_for(batch * (inputs + targets)), kThreads, 0, stream, x, y, inputs,
+                 targets, static_cast<std::uint64_t>(size), key, batch, x_dst, y_dst);
+}
 
 void copy_samples_checked(const float* x, const float* y, std::int64_t rows, std::int64_t a, std::int64_t b,
                           float* x_dst, float* y_dst, std::int64_t* first_bad, StreamHandle stream) {
