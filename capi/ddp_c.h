@@ -150,7 +150,8 @@ int ddp_optimizer_destroy(ddp_optimizer* optimizer);
  * the host; NULL skips the read (the step still completes before the call returns). A loss that is not finite
  * is refused (DDP_ERROR_RUNTIME, or DDP_ERROR_COLLECTIVE on a distributed model) after the update.
  * On a GPU over NCCL the first steps run kernel by kernel; from the fourth on, steps of the first step's batch
- * size replay one CUDA graph of the whole step (the arrays copied into its buffers on the device); a batch of
+ * size replay one CUDA graph of the whole step (the arrays copied into its buffers on the device, by the graph
+ * itself on a model that is not distributed: one launch a step); a batch of
  * another size runs kernel by kernel from the same state, with the same result. */
 int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
                    const float* y, int64_t y_rows, int64_t y_cols, int memory, double* loss);

@@ -74,14 +74,41 @@ StepResult TrainStep::operator()(const Tensor& x, const Tensor& y, bool read_los
       veto_ = Tensor::from_host(&kernels::kNoVeto, {1}, DType::kInt64, session_.device(), stream_);
       vetoes_ = Storage::allocate_pinned(2 * sizeof(std::int64_t), stream_);
       static_cast<volatile std::int64_t*>(vetoes_->data())[1] = 0;
+      sources_ = Tensor::zeros({2}, DType::kInt64, session_.device(), stream_);
     }
-    DDP_DISPATCH(session_.device(), copy_samples_checked, x.data<float>(), y.data<float>(), x.size(0), x.size(1),
-                 y.size(1), x_.data<float>(), y_.data<float>(), veto_.data<std::int64_t>(), stream_.handle());
+    point_sources_at(x, y);
+    // A captured step that stages its batch itself is one launch; otherwise the batch is staged here.
+    stage_in_graph_ = replays_next(true) && (!graph_.captured() || graph_stages_);
+    if (!stage_in_graph_) stage();
   } else {
     if (x.data_ptr() != x_.data_ptr()) x_.copy_from(x, stream_);
     if (y.data_ptr() != y_.data_ptr()) y_.copy_from(y, stream_);
+    if (graph_stages_) point_sources_at(x_, y_);  // the graph's staging then copies the buffers onto themselves
   }
-  return run(x_, y_, true, read_loss);
+  StepResult result = run(x_, y_, true, read_loss);
+  stage_in_graph_ = false;
+  return result;
+}
+
+// The arrays the staging copy reads (kernels' copy_samples_checked), written on the stream when they change.
+void TrainStep::point_sources_at(const Tensor& x, const Tensor& y) {
+  if (x.data_ptr() == staged_from_[0] && y.data_ptr() == staged_from_[1]) return;
+  staged_from_[0] = x.data_ptr();
+  staged_from_[1] = y.data_ptr();
+  const std::int64_t pointers[2] = {reinterpret_cast<std::int64_t>(staged_from_[0]),
+                                    reinterpret_cast<std::int64_t>(staged_from_[1])};
+  sources_.copy_from(Tensor::from_host(pointers, {2}, DType::kInt64, Device::cpu(), cpu_stream()), stream_);
+}
+
+// The batch from the arrays sources_ points at into the step's buffers, checked on the way.
+void TrainStep::stage() {
+  DDP_DISPATCH(session_.device(), copy_samples_checked, static_cast<const float* const*>(sources_.data_ptr()),
+               x_.size(0), x_.size(1), y_.size(1), x_.data<float>(), y_.data<float>(), veto_.data<std::int64_t>(),
+               stream_.handle());
+}
+
+bool TrainStep::replays_next(bool full) const {
+  return full && eager_reason_.empty() && eager_steps_ >= options_.eager_steps;
 }
 
 StepResult TrainStep::fill_and_step(std::int64_t rows, std::int64_t x_width, std::int64_t y_width, const Fill& fill,
@@ -101,6 +128,7 @@ StepResult TrainStep::fill_and_step(std::int64_t rows, std::int64_t x_width, std
   const Tensor x = full ? x_ : buffer(x_width);
   const Tensor y = full ? y_ : buffer(y_width);
   fill(x, y);
+  if (full && graph_stages_) point_sources_at(x_, y_);  // the graph's staging then copies the buffers onto themselves
   return run(x, y, full, read_loss);
 }
 
@@ -168,8 +196,7 @@ StepResult TrainStep::next(std::int64_t rows, bool read_loss) {
 }
 
 StepResult TrainStep::run(const Tensor& x, const Tensor& y, bool full, bool read_loss) {
-  const bool graphed = full && eager_reason_.empty() && eager_steps_ >= options_.eager_steps;
-  if (!graphed) return eager(x, y, read_loss);
+  if (!replays_next(full)) return eager(x, y, read_loss);
   // A replay takes the update's scalars from device memory, which prepare_step fills (or a plan holds).
   if (!optimizer_.device_scalars()) optimizer_.use_device_scalars(stream_);
   plan_if_vetoed();
@@ -182,6 +209,7 @@ StepResult TrainStep::run(const Tensor& x, const Tensor& y, bool full, bool read
     result.replayed = true;
   } else {
     // Every rank goes on eagerly, from the step prepared above.
+    if (stage_in_graph_) stage();
     loss = forward_backward(x, y);
     update(stream_);
   }
@@ -254,13 +282,18 @@ Tensor TrainStep::forward_backward(const Tensor& x, const Tensor& y) {
 // backward has read x for the last time, the next batch's gather from the source's cursor. The eager steps
 // before it filled the allocator's cache and cuBLASLt's plans, so the capture allocates nothing.
 bool TrainStep::capture(const Tensor& x, const Tensor& y) {
+  graph_stages_ = stage_in_graph_;
   graph_ = CudaGraph::capture(stream_, [&] {
+    if (graph_stages_) stage();
     graph_loss_ = forward_backward(x, y);
     if (source_ != nullptr) source_->prefetch_next(x, y, stream_);
     update(stream_);
     if (source_ != nullptr) source_->join_prefetch(stream_);
   });
-  if (!graph_.captured()) autograd::clear_tape();
+  if (!graph_.captured()) {
+    autograd::clear_tape();
+    graph_stages_ = false;
+  }
   // All ranks replay or none do: a rank stepping eagerly beside graphs would still issue the same collectives,
   // but a failed capture may have left NCCL calls behind that the others never see.
   if (!any_rank(!graph_.captured())) return true;

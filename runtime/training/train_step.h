@@ -123,6 +123,9 @@ class TrainStep {
   void settle_vetoes();
   void refuse_if_vetoed();
   void plan_if_vetoed();
+  void point_sources_at(const Tensor& x, const Tensor& y);
+  void stage();
+  bool replays_next(bool full) const;
   bool any_rank(bool value) const;
   void agree(const std::string& local_error, const std::string& what) const;
   std::string option(const std::string& name, const std::string& value) const;
@@ -144,6 +147,12 @@ class TrainStep {
   // vetoes the update, and the vetoes reported back (two int64 of host memory the device writes).
   Tensor veto_;
   std::shared_ptr<Storage> vetoes_;
+  // The checked batch's staging copy reads its arrays from sources_ (two pointers on the device, last written for
+  // staged_from_); a graph captured with it (graph_stages_) replays a step from the caller's arrays in one launch.
+  Tensor sources_;
+  const void* staged_from_[2] = {nullptr, nullptr};
+  bool graph_stages_ = false;
+  bool stage_in_graph_ = false;  // during a step: its batch is staged by the replay (or by its capture)
 };
 
 }  // namespace ddp

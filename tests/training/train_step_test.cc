@@ -293,6 +293,28 @@ TEST(TrainStep, ABatchThatIsNotFiniteIsRefusedWithoutAnUpdate) {
   EXPECT_EQ(parameters(checked.model), parameters(clean.model));
 }
 
+// The application's arrays allocated once and refilled in place before each step (as a solver does): a replay
+// that stages them itself reads each step's values, so the parameters are the loop's that stepped on copies.
+TEST(TrainStep, StepsFromArraysRefilledInPlaceTakeEachStepsValues) {
+  LoneLoop clean, checked;
+  TrainStep step(*g_session, checked.optimizer,
+                 [&](const Tensor& x, const Tensor& y) { return checked.loss(x, y); },
+                 {.eager_steps = 2, .ranks_step_together = false, .refuse_nonfinite_samples = true});
+  Tensor x = Tensor::empty({8, 6}, DType::kFloat32, g_session->device(), g_session->stream());
+  Tensor y = Tensor::empty({8, 3}, DType::kFloat32, g_session->device(), g_session->stream());
+  for (int k = 0; k < 10; ++k) {
+    const auto [bx, by] = batch(k, 8);
+    clean.model.zero_grad();
+    clean.loss(bx, by);
+    clean.optimizer.step();
+    x.copy_from(bx, g_session->stream());
+    y.copy_from(by, g_session->stream());
+    EXPECT_EQ(step(x, y).replayed, graphs_possible() && k >= 2) << "step " << k;
+  }
+  step.synchronize();
+  EXPECT_EQ(parameters(checked.model), parameters(clean.model));
+}
+
 }  // namespace
 }  // namespace ddp
 

@@ -386,12 +386,14 @@ __global__ void find_nonfinite_kernel(const float* __restrict__ x, std::int64_t 
   }
 }
 
-// One thread per value of x then y; a value not finite offers its row-order key to the minimum.
-__global__ void copy_samples_checked_kernel(const float* __restrict__ x, const float* __restrict__ y,
-                                            std::int64_t rows, std::int64_t a, std::int64_t b,
-                                            float* __restrict__ x_dst, float* __restrict__ y_dst,
+// One thread per value of x then y; a value not finite offers its row-order key to the minimum. No __restrict__:
+// the destination may be the source.
+__global__ void copy_samples_checked_kernel(const float* const* sources, std::int64_t rows, std::int64_t a,
+                                            std::int64_t b, float* x_dst, float* y_dst,
                                             unsigned long long* first_bad) {
   detail::begin_kernel();
+  const float* x = sources[0];
+  const float* y = sources[1];
   const std::int64_t in_x = rows * a, total = in_x + rows * b;
   for (std::int64_t e = thread_index(); e < total; e += grid_stride()) {
     const bool is_x = e < in_x;
@@ -433,11 +435,11 @@ void draw_samples(const float* x, const float* y, std::int64_t inputs, std::int6
                  targets, static_cast<std::uint64_t>(size), key, batch, x_dst, y_dst);
 }
 
-void copy_samples_checked(const float* x, const float* y, std::int64_t rows, std::int64_t a, std::int64_t b,
+void copy_samples_checked(const float* const* sources, std::int64_t rows, std::int64_t a, std::int64_t b,
                           float* x_dst, float* y_dst, std::int64_t* first_bad, StreamHandle stream) {
   if (rows <= 0) return;
   static_assert(kNoVeto > 0, "keys and kNoVeto compare as unsigned");
-  detail::launch(copy_samples_checked_kernel, blocks_for(rows * (a + b)), kThreads, 0, stream, x, y, rows, a, b,
+  detail::launch(copy_samples_checked_kernel, blocks_for(rows * (a + b)), kThreads, 0, stream, sources, rows, a, b,
                  x_dst, y_dst, reinterpret_cast<unsigned long long*>(first_bad));
 }
 
