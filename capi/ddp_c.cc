@@ -334,18 +334,23 @@ void settle_steps(const ddp_session* session) {
 // kAsynchronous returns once it is enqueued on the session's stream.
 enum class Completion { kSynchronous, kAsynchronous };
 
+// A step `step` has queued, as `completion` asks: its loss read (when asked) or its end waited for.
+void finish(ddp::TrainStep& step, const ddp::StepResult& result, Completion completion, double* loss) {
+  if (completion == Completion::kAsynchronous) return;
+  if (loss != nullptr) {
+    *loss = result.loss;
+  } else {
+    step.synchronize();
+  }
+}
+
 // One step on tensors of the session's device. The step's buffers take a copy of them, so once the copy has run
 // (at once for host memory; in stream order for device arrays) the caller may overwrite its arrays.
 void train_on(ddp_model* model, ddp_optimizer* optimizer, const ddp::Tensor& inputs, const ddp::Tensor& targets,
               Completion completion, double* loss) {
   ddp::TrainStep& step = train_step_of(model, optimizer);
   const bool read = completion == Completion::kSynchronous && loss != nullptr;
-  const ddp::StepResult result = step(inputs, targets, read);
-  if (read) {
-    *loss = result.loss;
-  } else if (completion == Completion::kSynchronous) {
-    step.synchronize();
-  }
+  finish(step, step(inputs, targets, read), completion, loss);
 }
 
 int create_optimizer(const char* call, ddp_model* model, ddp_optimizer** out,
@@ -791,11 +796,7 @@ int ddp_train_step_replay(ddp_model* model, ddp_optimizer* optimizer, ddp_replay
         step.fill_and_step(batch, model->in, model->out, [&](const ddp::Tensor& x, const ddp::Tensor& y) {
           buffer->buffer->sample(buffer->key, buffer->draws++, x, y, s.stream());
         }, loss != nullptr);
-    if (loss != nullptr) {
-      *loss = result.loss;
-    } else {
-      step.synchronize();
-    }
+    finish(step, result, Completion::kSynchronous, loss);
   });
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <string>
-#include <vector>
 
 #include "runtime/core/check.h"
 #include "runtime/core/phase.h"

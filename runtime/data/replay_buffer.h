@@ -35,7 +35,8 @@ class ReplayBuffer {
   NonFinitePolicy nonfinite() const { return nonfinite_; }
   // Fills x [batch, inputs] and y [batch, targets] (float32, on the buffer's device) with samples drawn
   // uniformly, with replacement, from those held; draw d of seed s is the same rows on every run and every
-  // device. Queued on `stream`: one launch computes the rows and copies them (kernels' draw_samples). Throws InvalidArgument when the buffer is empty or x and y do not fit it.
+  // device. Queued on `stream`: one launch computes the rows and copies them (kernels' draw_samples). Throws
+  // InvalidArgument when the buffer is empty or x and y do not fit it.
   void sample(std::uint64_t seed, std::uint64_t draw, const Tensor& x, const Tensor& y,
               const Stream& stream = current_stream()) const;
 

@@ -64,12 +64,12 @@ struct AdamWScalars {
   float eps;
 };
 
-// Where a gather of consecutive batches stands, in device memory (gather_batch below): the next batch starts at
-// `position` of the order, the order ends at `end`, and the kernel counts its blocks in `arrivals` (zero between
-// launches) so that its last block can move `position` on after every block has read it.
 // A veto word's value when nothing vetoes (take_next_row, copy_samples_checked).
 constexpr std::int64_t kNoVeto = INT64_MAX;
 
+// Where a gather of consecutive batches stands, in device memory (gather_batch below): the next batch starts at
+// `position` of the order, the order ends at `end`, and the kernel counts its blocks in `arrivals` (zero between
+// launches) so that its last block can move `position` on after every block has read it.
 struct GatherCursor {
   std::int64_t position;
   std::int64_t end;

@@ -145,8 +145,7 @@ void TrainStep::settle_vetoes() {
   if (refused == 0) return;
   report[1] = 0;
   optimizer_.forget_vetoed_steps(refused);
-  const std::int64_t a = x_.size(1), width = a + y_.size(1);
-  InvalidArgument error = data::nonfinite_sample_error(first / width, first % width, a);
+  const InvalidArgument error = refusal(first);
   if (refused == 1) throw error;
   throw InvalidArgument(std::to_string(refused) + " batches since the last wait were refused, none of them applied; " +
                         "the first: " + error.what());
@@ -167,8 +166,13 @@ void TrainStep::refuse_if_vetoed() {
   if (first == kernels::kNoVeto) return;
   veto_.copy_from(Tensor::from_host(&kernels::kNoVeto, {1}, DType::kInt64, session_.device(), stream_), stream_);
   autograd::clear_tape();
+  throw refusal(first);
+}
+
+// The refusal of the batch whose first value not finite has key `key` (row · (x's width + y's) + column).
+InvalidArgument TrainStep::refusal(std::int64_t key) const {
   const std::int64_t a = x_.size(1), width = a + y_.size(1);
-  throw data::nonfinite_sample_error(first / width, first % width, a);
+  return data::nonfinite_sample_error(key / width, key % width, a);
 }
 
 // The optimizer's update, vetoed on the device when the batch was checked there.

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/core/check.h"
 #include "runtime/core/graph.h"
 #include "runtime/data/batch_source.h"
 #include "runtime/distributed/session.h"
@@ -122,6 +123,7 @@ class TrainStep {
   void update(const Stream& stream);
   void settle_vetoes();
   void refuse_if_vetoed();
+  InvalidArgument refusal(std::int64_t key) const;
   void plan_if_vetoed();
   void point_sources_at(const Tensor& x, const Tensor& y);
   void stage();
