@@ -289,8 +289,8 @@ ddp::TrainStep& train_step_of(ddp_model* model, ddp_optimizer* optimizer) {
     options.cuda_graph = ddp::settings::flag(ddp::settings::setting("DDP_CUDA_GRAPH"));
     // A model that is not distributed steps on each rank alone, as often as that rank likes.
     options.ranks_step_together = distributed;
-    // Checked on the device as the step copies them in, where the ranks need not agree before the step.
-    options.refuse_nonfinite_samples = !distributed;
+    // Checked on the device as the step copies them in (the ranks of a distributed model agree there too).
+    options.refuse_nonfinite_samples = true;
     // The one option a C program can set is the environment's.
     options.option_name = [](const std::string& option, const std::string& value) {
       if (option == "cuda_graph") return std::string("DDP_CUDA_GRAPH=") + (value == "false" ? "0" : "1");
@@ -376,7 +376,7 @@ void train_step_on_arrays(ddp_model* model, ddp_optimizer* optimizer, const floa
   if (model->data_parallel != nullptr) require_mpi(completion == Completion::kSynchronous ? "ddp_train_step"
                                                                                           : "ddp_train_step_async");
   const ddp::Session& s = *model->owner->session;
-  if (model->data_parallel == nullptr && model->nonfinite == ddp::data::NonFinitePolicy::kRefuse) {
+  if (model->nonfinite == ddp::data::NonFinitePolicy::kRefuse) {
     // The step refuses them itself, checking on the device without waiting (an asynchronous step's refusal
     // comes at the next wait).
     train_on(model, optimizer, on_device(caller_array(x, x_rows, x_cols, memory, s), s),

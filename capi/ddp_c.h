@@ -35,8 +35,9 @@
  *     ddp_replay_buffer_add with DDP_ERROR_INVALID_ARGUMENT, naming the first one's row and column; nothing is
  *     trained on or added then. ddp_model_set_nonfinite / ddp_replay_buffer_set_nonfinite with
  *     DDP_NONFINITE_SKIP have them left out instead, and counted (ddp_model_nonfinite_skipped,
- *     ddp_replay_buffer_nonfinite_skipped). The check reads the arrays once (for device arrays, a kernel on
- *     the GPU whose result is read back).
+ *     ddp_replay_buffer_nonfinite_skipped). A refusing train step checks the batch as it copies it in, on the
+ *     session's device, without waiting for the result; skipping, and ddp_replay_buffer_add, read the check
+ *     back before going on.
  */
 #ifndef DDP_C_H_
 #define DDP_C_H_
@@ -158,17 +159,17 @@ int ddp_train_step(ddp_model* model, ddp_optimizer* optimizer, const float* x, i
 /* ddp_train_step without waiting for the step: the arrays are copied into the step's buffers on the session's
  * stream and the step is queued after the copy; the call returns at once. Host arrays may be reused when it
  * returns; device arrays once the session's stream has passed the copy (ddp_session_synchronize, or
- * ddp_session_record_event and a wait on the application's stream). The same bits as ddp_train_step. On a model
- * that is not distributed the samples are checked for NaN and infinities on the device as they are copied, so
- * the call does not wait for the check either: a refused batch makes no update, and the refusal
+ * ddp_session_record_event and a wait on the application's stream). The same bits as ddp_train_step. The samples
+ * are checked for NaN and infinities on the device as they are copied (the ranks of a distributed model agree
+ * there), so the call does not wait for the check either: a refused batch makes no update, and the refusal
  * (DDP_ERROR_INVALID_ARGUMENT naming the first refused batch's row and column) is returned by the next call that
  * waits for the steps (ddp_session_synchronize, ddp_train_step). */
 int ddp_train_step_async(ddp_model* model, ddp_optimizer* optimizer, const float* x, int64_t x_rows, int64_t x_cols,
                          const float* y, int64_t y_rows, int64_t y_cols, int memory);
 /* What ddp_train_step does with samples holding a NaN or an infinity (ddp_nonfinite). Refused (the default),
- * the step does nothing and returns DDP_ERROR_INVALID_ARGUMENT; on a distributed model the other ranks' step
- * then waits for this rank's, and the job ends after DDP_COLLECTIVE_TIMEOUT_S with a report naming this rank
- * unless the application ends it first (as after any refused collective call). Skipped, the step trains on the other samples; when none is left it takes no step and *loss is 0 (on a
+ * the step makes no update and returns DDP_ERROR_INVALID_ARGUMENT; on a distributed model a batch refused on one
+ * rank is the step refused on every rank, each returning DDP_ERROR_INVALID_ARGUMENT that names the rank, row and
+ * column. Skipped, the step trains on the other samples; when none is left it takes no step and *loss is 0 (on a
  * distributed model the rank still steps with the others, adding a gradient of zero to their average). */
 int ddp_model_set_nonfinite(ddp_model* model, int policy);
 /* Samples ddp_train_step left out as not finite, since the model was made. */

@@ -31,7 +31,7 @@ namespace ddp {
 class World;
 
 
-enum class ReduceOp { kSum, kAverage, kMax };
+enum class ReduceOp { kSum, kAverage, kMax, kMin };
 
 
 // A contiguous buffer to communicate: `count` elements of `dtype` on `device`.

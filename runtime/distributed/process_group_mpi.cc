@@ -71,8 +71,18 @@ MPI_Datatype mpi_type(DType type) {
 }
 
 MPI_Op mpi_op(ReduceOp op, DType type) {
-  if (type == DType::kBFloat16) return op == ReduceOp::kMax ? mpi_types().bf16_max_op : mpi_types().bf16_sum_op;
-  return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
+  if (type == DType::kBFloat16) {
+    if (op == ReduceOp::kMin) throw InvalidArgument("the MPI backend reduces bfloat16 by sum, average or maximum");
+    return op == ReduceOp::kMax ? mpi_types().bf16_max_op : mpi_types().bf16_sum_op;
+  }
+  switch (op) {
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    default:
+      return MPI_SUM;
+  }
 }
 
 
@@ -291,6 +301,7 @@ struct HostView {
 
 std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp op, const Stream& stream) {
   const int count = checked_count(b.count, "all_reduce");
+  const MPI_Op reduction = mpi_op(op, b.dtype);  // an op the type lacks is refused before anything is queued
   if (size_ == 1) return std::make_shared<CompletedWork>();
   const bool stage = b.device.is_cuda() && !mpi_takes_device_pointers_;
   // With a CUDA-aware MPI the sum lands in device memory, and the division follows it there.
@@ -302,7 +313,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_reduce(const CommBuffer& b, ReduceOp 
       data = staging.reserve(b.bytes());
       staging.copy(data, b.data, b.bytes(), cudaMemcpyDeviceToHost);
     }
-    DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type(b.dtype), mpi_op(op, b.dtype), comm_));
+    DDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type(b.dtype), reduction, comm_));
     if (op == ReduceOp::kAverage && !device_average) kernels::cpu::divide(b.dtype, data, b.count, size, nullptr);
     if (stage) staging.copy(b.data, data, b.bytes(), cudaMemcpyHostToDevice);
     if (op == ReduceOp::kAverage && device_average) staging.divide_on_device(b, size);
@@ -346,6 +357,7 @@ std::shared_ptr<Work> ProcessGroupMpi::all_gather(const CommBuffer& in, const Co
 std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, const CommBuffer& out, ReduceOp op,
                                                       const Stream& stream) {
   const int count = checked_count(out.count, "reduce_scatter");
+  const MPI_Op reduction = mpi_op(op, in.dtype);
   DDP_CHECK(in.count == out.count * size_ && out.dtype == in.dtype,
             "reduce_scatter: input must hold size() * output.count elements of the output's type");
   const bool stage = in.device.is_cuda() && !mpi_takes_device_pointers_;
@@ -362,10 +374,10 @@ std::shared_ptr<Work> ProcessGroupMpi::reduce_scatter(const CommBuffer& in, cons
     staging.on_host(stage, in, out, [&](const void* send, void* recv) {
       if (in_place) {
         DDP_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, const_cast<void*>(send), counts.data(), mpi_type(in.dtype),
-                                         mpi_op(op, in.dtype), comm_));
+                                         reduction, comm_));
         if (rank != 0) staging.move_to_slice(in, out);
       } else {
-        DDP_MPI_CHECK(MPI_Reduce_scatter(send, recv, counts.data(), mpi_type(in.dtype), mpi_op(op, in.dtype), comm_));
+        DDP_MPI_CHECK(MPI_Reduce_scatter(send, recv, counts.data(), mpi_type(in.dtype), reduction, comm_));
       }
       if (op == ReduceOp::kAverage && !device_average) kernels::cpu::divide(out.dtype, recv, out.count, size, nullptr);
     });

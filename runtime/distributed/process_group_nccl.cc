@@ -38,6 +38,8 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclAvg;
     case ReduceOp::kMax:
       return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   return ncclSum;
 }

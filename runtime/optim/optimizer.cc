@@ -22,7 +22,9 @@ void Optimizer::set_bf16_copy(const Tensor& copy) {
   bf16_copy_ = copy;
 }
 
-void Optimizer::step(const Stream& stream) {
+void Optimizer::step(const Stream& stream) { step(stream, nullptr, nullptr); }
+
+void Optimizer::step(const Stream& stream, std::int64_t* veto, std::int64_t* report) {
   if (is_capturing(stream)) {
     throw InvalidArgument(
         "optimizer.step() inside a captured step: its learning rate and step count would be fixed at the capture; "
@@ -30,7 +32,11 @@ void Optimizer::step(const Stream& stream) {
   }
   PhaseGuard phase(Phase::kOptimizer);
   prepare_step(stream);
-  apply_step(stream);
+  if (veto == nullptr) {
+    apply_step(stream);
+  } else {
+    apply_step(stream, veto, report);
+  }
 }
 
 void Optimizer::prepare_step(const Stream& stream) {

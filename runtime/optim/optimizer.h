@@ -74,6 +74,8 @@ class Optimizer {
   // read after the stream) and cleared, and the plan's row is left for the next step. Needs a plan covering the
   // step. The host learns of a vetoed step after the stream; forget_vetoed_steps then takes it off the count.
   void apply_step(const Stream& stream, std::int64_t* veto, std::int64_t* report);
+  // step() under such a veto: prepare_step, then the apply_step above.
+  void step(const Stream& stream, std::int64_t* veto, std::int64_t* report);
   void forget_vetoed_steps(std::int64_t count) { steps_ -= count; }
   void zero_grad(const Stream& stream = current_stream()) { store_.zero_grad(stream); }
 

@@ -62,12 +62,9 @@ StepResult TrainStep::operator()(const Tensor& x, const Tensor& y, bool read_los
   }
   const bool full = x.shape() == x_.shape() && x.dtype() == x_.dtype() && y.shape() == y_.shape() &&
                     y.dtype() == y_.dtype();
-  const bool on_device_check = options_.refuse_nonfinite_samples && !options_.ranks_step_together && full &&
-                               x.dtype() == DType::kFloat32 && y.dtype() == DType::kFloat32 && x.dim() == 2 &&
-                               y.dim() == 2;
-  if (options_.refuse_nonfinite_samples && !on_device_check) {
-    data::finite_samples(x, y, data::NonFinitePolicy::kRefuse, stream_);  // throws, naming the sample
-  }
+  const bool on_device_check = options_.refuse_nonfinite_samples && full && x.dtype() == DType::kFloat32 &&
+                               y.dtype() == DType::kFloat32 && x.dim() == 2 && y.dim() == 2;
+  if (options_.refuse_nonfinite_samples && !on_device_check) refuse_on_host(x, y);
   if (!full) return run(x, y, false, read_loss);
   if (on_device_check) {
     if (!veto_.defined()) {
@@ -90,6 +87,20 @@ StepResult TrainStep::operator()(const Tensor& x, const Tensor& y, bool read_los
   return result;
 }
 
+// A batch the device does not check (not the step's first shape): checked here, every rank that steps with this
+// one refusing with it.
+void TrainStep::refuse_on_host(const Tensor& x, const Tensor& y) const {
+  std::string error;
+  try {
+    data::finite_samples(x, y, data::NonFinitePolicy::kRefuse, stream_);
+  } catch (const InvalidArgument& e) {
+    error = e.what();
+  }
+  if (!any_rank(!error.empty())) return;
+  throw InvalidArgument(error.empty() ? "another rank's batch holds a value that is not finite (no rank took the step)"
+                                      : error);
+}
+
 // The arrays the staging copy reads (kernels' copy_samples_checked), written on the stream when they change.
 void TrainStep::point_sources_at(const Tensor& x, const Tensor& y) {
   if (x.data_ptr() == staged_from_[0] && y.data_ptr() == staged_from_[1]) return;
@@ -102,9 +113,11 @@ void TrainStep::point_sources_at(const Tensor& x, const Tensor& y) {
 
 // The batch from the arrays sources_ points at into the step's buffers, checked on the way.
 void TrainStep::stage() {
+  const std::int64_t ranks = options_.ranks_step_together ? session_.size() : 1;
+  const std::int64_t rank = options_.ranks_step_together ? session_.rank() : 0;
   DDP_DISPATCH(session_.device(), copy_samples_checked, static_cast<const float* const*>(sources_.data_ptr()),
-               x_.size(0), x_.size(1), y_.size(1), x_.data<float>(), y_.data<float>(), veto_.data<std::int64_t>(),
-               stream_.handle());
+               x_.size(0), x_.size(1), y_.size(1), ranks, rank, x_.data<float>(), y_.data<float>(),
+               veto_.data<std::int64_t>(), stream_.handle());
 }
 
 bool TrainStep::replays_next(bool full) const {
@@ -169,10 +182,21 @@ void TrainStep::refuse_if_vetoed() {
   throw refusal(first);
 }
 
-// The refusal of the batch whose first value not finite has key `key` (row · (x's width + y's) + column).
-InvalidArgument TrainStep::refusal(std::int64_t key) const {
-  const std::int64_t a = x_.size(1), width = a + y_.size(1);
-  return data::nonfinite_sample_error(key / width, key % width, a);
+// The refusal of the batch whose first value not finite has the veto word `word` (kernels' copy_samples_checked:
+// the key row · (x's width + y's) + column, and the rank when the ranks step together).
+InvalidArgument TrainStep::refusal(std::int64_t word) const {
+  const std::int64_t ranks = options_.ranks_step_together ? session_.size() : 1;
+  const std::int64_t a = x_.size(1), width = a + y_.size(1), key = word / ranks, rank = word % ranks;
+  const InvalidArgument error = data::nonfinite_sample_error(key / width, key % width, a);
+  if (ranks == 1) return error;
+  return InvalidArgument("rank " + std::to_string(rank) + "'s batch (no rank took the step): " + error.what());
+}
+
+// Stepping together, every rank takes the smallest veto word of all (none when no rank vetoes), so that all skip
+// the same updates; in stream order, before anything reads it.
+void TrainStep::agree_on_veto() {
+  if (vetoes_ == nullptr || !options_.ranks_step_together || session_.size() == 1) return;
+  session_.group().all_reduce(CommBuffer::of(veto_), ReduceOp::kMin, stream_)->wait(stream_);
 }
 
 // The optimizer's update, vetoed on the device when the batch was checked there.
@@ -262,8 +286,7 @@ StepResult TrainStep::eager(const Tensor& x, const Tensor& y, bool read_loss) {
     optimizer_.step(stream_);
   } else {
     plan_if_vetoed();
-    optimizer_.prepare_step(stream_);
-    update(stream_);
+    optimizer_.step(stream_, veto_.data<std::int64_t>(), static_cast<std::int64_t*>(vetoes_->data()));
   }
   ++eager_steps_;
   skipped_in_a_row_ = 0;
@@ -278,6 +301,7 @@ Tensor TrainStep::forward_backward(const Tensor& x, const Tensor& y) {
     throw InvalidArgument("the step function must return its loss, a float32 tensor of one element; it returned " +
                           (loss.defined() ? loss.describe() : std::string("an undefined tensor")));
   }
+  agree_on_veto();
   return loss;
 }
 

@@ -44,10 +44,11 @@ struct TrainStepOptions {
   // makes no collective call of its own.
   bool ranks_step_together = true;
   // Batches given to operator() that hold a NaN or an infinity are refused: InvalidArgument naming the row and
-  // column, and no update (parameters, optimizer state and step count as before). With ranks_step_together
-  // false the check runs on the device as the batch is copied into the step's buffers, so a captured step never
-  // waits for it: the refusal comes when the step is next waited for (a read loss, synchronize()). Stepping
-  // together, the batch is checked on the host before the step.
+  // column, and no update (parameters, optimizer state and step count as before). The check runs on the device
+  // as the batch is copied into the step's buffers, so a captured step never waits for it: the refusal comes
+  // when the step is next waited for (a read loss, synchronize()). Ranks stepping together agree on the device
+  // (an all-reduce beside the gradients'): a batch refused on one rank is the step refused on every rank, and
+  // each rank's refusal names that rank's row and column.
   bool refuse_nonfinite_samples = false;
   // A capture that fails: false refuses (CollectiveError on every rank naming what broke it), true goes on
   // eagerly from the same state and says why once, through `say`.
@@ -123,7 +124,9 @@ class TrainStep {
   void update(const Stream& stream);
   void settle_vetoes();
   void refuse_if_vetoed();
-  InvalidArgument refusal(std::int64_t key) const;
+  InvalidArgument refusal(std::int64_t word) const;
+  void agree_on_veto();
+  void refuse_on_host(const Tensor& x, const Tensor& y) const;
   void plan_if_vetoed();
   void point_sources_at(const Tensor& x, const Tensor& y);
   void stage();

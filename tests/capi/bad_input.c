@@ -168,6 +168,15 @@ int main(int argc, char** argv) {
   bad_y[3 * 2 + 1] = -INFINITY;
   expect("an infinite target", ddp_train_step(model, optimizer, bad_x, 4, 3, bad_y, 4, 2, DDP_MEMORY_HOST, &loss),
          DDP_ERROR_INVALID_ARGUMENT, "y row 3, column 1");
+  if (size == 2) {
+    /* A NaN in rank 1's batch only: the distributed model's step is refused on both ranks, naming rank 1's value. */
+    bad_y[3 * 2 + 1] = 0;
+    if (rank == 1) bad_x[1 * 3 + 2] = NAN;
+    expect("a NaN on one rank", ddp_train_step(model, optimizer, bad_x, 4, 3, bad_y, 4, 2, DDP_MEMORY_HOST, &loss),
+           DDP_ERROR_INVALID_ARGUMENT, "rank 1's batch (no rank took the step): a sample is not finite: x row 1, column 2");
+    bad_x[1 * 3 + 2] = 0;
+    bad_y[3 * 2 + 1] = -INFINITY;
+  }
   expect("a bad non-finite policy", ddp_model_set_nonfinite(model, 7), DDP_ERROR_INVALID_ARGUMENT, "policy is 7");
   int64_t skipped = -1;
   expect("a null skipped count", ddp_model_nonfinite_skipped(model, NULL), DDP_ERROR_INVALID_ARGUMENT,

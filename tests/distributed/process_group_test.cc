@@ -114,6 +114,18 @@ TEST_F(ProcessGroupTest, AllReduceBFloat16AndInt64) {
   c.upload(w, stream_);
   group_->all_reduce(c.comm(DType::kInt64), ReduceOp::kSum, stream_)->wait(stream_);
   EXPECT_EQ(c.download(stream_)[16], size_ * (std::int64_t{1} << 40) + size_ * (size_ - 1) / 2);
+
+  // The smallest and the largest of every rank's value (a veto word: INT64_MAX where a rank has none).
+  for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+    std::vector<std::int64_t> words(3, INT64_MAX);
+    words[1] = 5 * size_ - rank_;
+    DeviceBuffer<std::int64_t> d(device_, words.size());
+    d.upload(words, stream_);
+    group_->all_reduce(d.comm(DType::kInt64), op, stream_)->wait(stream_);
+    const std::vector<std::int64_t> got = d.download(stream_);
+    EXPECT_EQ(got[0], INT64_MAX);
+    EXPECT_EQ(got[1], op == ReduceOp::kMin ? 4 * size_ + 1 : 5 * size_);
+  }
 }
 
 // Averages in every type, against the host's own arithmetic: on a CUDA-aware MPI (or its test seam,

@@ -7,7 +7,8 @@
 //   - a non-finite loss ends the run on every rank naming the rank, or with skip_nonfinite skips the step;
 //   - with refuse_nonfinite_samples, each rank stepping alone, a batch holding a NaN or an infinity is refused
 //     (at the step that reads its loss, or at the next wait) naming its row and column, with no update: the
-//     parameters are the bits of the loop that never saw it, eager or replayed.
+//     parameters are the bits of the loop that never saw it, eager or replayed; ranks stepping together refuse
+//     the step on every rank when one rank's batch holds one, each naming that rank, row and column.
 // tools/gpu_jobs.txt runs the binary on the GPU machine at 1 rank (NCCL, captured) and 2 ranks (MPI, eager).
 #include <gtest/gtest.h>
 
@@ -237,6 +238,13 @@ struct LoneLoop {
   }
 };
 
+// `t` with `value` at flat index `i`.
+Tensor with_value(const Tensor& t, std::size_t i, float value) {
+  std::vector<float> v = t.to_vector<float>(g_session->stream());
+  v[i] = value;
+  return Tensor::from_vector(v, t.shape(), g_session->device(), g_session->stream());
+}
+
 // What a call refused with, "" when it returned.
 template <typename Call>
 std::string refusal(Call call) {
@@ -285,6 +293,46 @@ TEST(TrainStep, ABatchThatIsNotFiniteIsRefusedWithoutAnUpdate) {
       }
     } else {
       // Two eager steps taken (0 and 2: the refused 1 is none), then replays.
+      EXPECT_EQ(step(x, y, /*read_loss=*/k % 3 == 0).replayed, graphs_possible() && k >= 3) << "step " << k;
+    }
+  }
+  step.synchronize();
+  EXPECT_EQ(checked.optimizer.steps(), clean.optimizer.steps());
+  EXPECT_EQ(parameters(checked.model), parameters(clean.model));
+}
+
+// A data-parallel model: a batch refused on the last rank is the step refused on every rank (agreed on the device,
+// so a replay does not wait for it), each rank naming that rank's row and column; the parameters are the bits of
+// the data-parallel loop that skipped those steps.
+TEST(TrainStep, ABatchRefusedOnOneRankIsTheStepRefusedOnEveryRank) {
+  Loop clean, checked;
+  TrainStep step(*g_session, checked.optimizer, [&](const Tensor& x, const Tensor& y) { return checked.loss(x, y); },
+                 {.eager_steps = 2, .refuse_nonfinite_samples = true});
+  const int last = g_session->size() - 1;
+  const std::string named = g_session->size() > 1 ? "rank " + std::to_string(last) + "'s batch (no rank took the step)" : "";
+  const std::vector<int> bad = {1, 6, 9};  // eager and read at once, replayed and read at once, found at a wait
+  for (int k = 0; k < 12; ++k) {
+    auto [x, y] = batch(k, 8);
+    const bool poisoned = std::find(bad.begin(), bad.end(), k) != bad.end();
+    if (!poisoned) {
+      clean.model.zero_grad();
+      clean.loss(x, y);
+      clean.optimizer.step();
+    } else if (g_session->rank() == last && k == 9) {
+      y = with_value(y, 1 * 3 + 0, -INFINITY);
+    } else if (g_session->rank() == last) {
+      x = with_value(x, 3 * 6 + 2, NAN);
+    }
+    if (k == 1 || k == 6) {
+      const std::string why = refusal([&] { step(x, y, /*read_loss=*/true); });
+      EXPECT_NE(why.find("x row 3, column 2"), std::string::npos) << "step " << k << ": " << why;
+      EXPECT_NE(why.find(named), std::string::npos) << why;
+    } else if (k == 9) {
+      EXPECT_EQ(refusal([&] { step(x, y); }), "");
+      const std::string why = refusal([&] { step.synchronize(); });
+      EXPECT_NE(why.find("y row 1, column 0"), std::string::npos) << why;
+      EXPECT_NE(why.find(named), std::string::npos) << why;
+    } else {
       EXPECT_EQ(step(x, y, /*read_loss=*/k % 3 == 0).replayed, graphs_possible() && k >= 3) << "step " << k;
     }
   }

@@ -225,14 +225,15 @@ void find_nonfinite(const float* x, std::int64_t rows, std::int64_t cols, std::i
 }
 
 void copy_samples_checked(const float* const* sources, std::int64_t rows, std::int64_t a, std::int64_t b,
-                          float* x_dst, float* y_dst, std::int64_t* first_bad, StreamHandle /*stream*/) {
+                          std::int64_t ranks, std::int64_t rank, float* x_dst, float* y_dst, std::int64_t* first_bad,
+                          StreamHandle /*stream*/) {
   const float* x = sources[0];
   const float* y = sources[1];
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c = 0; c < a + b; ++c) {
       const float v = c < a ? x[r * a + c] : y[r * b + c - a];
       (c < a ? x_dst[r * a + c] : y_dst[r * b + c - a]) = v;
-      if (!std::isfinite(v)) *first_bad = std::min(*first_bad, r * (a + b) + c);
+      if (!std::isfinite(v)) *first_bad = std::min(*first_bad, (r * (a + b) + c) * ranks + rank);
     }
   }
 }

@@ -389,8 +389,8 @@ __global__ void find_nonfinite_kernel(const float* __restrict__ x, std::int64_t 
 // One thread per value of x then y; a value not finite offers its row-order key to the minimum. No __restrict__:
 // the destination may be the source.
 __global__ void copy_samples_checked_kernel(const float* const* sources, std::int64_t rows, std::int64_t a,
-                                            std::int64_t b, float* x_dst, float* y_dst,
-                                            unsigned long long* first_bad) {
+                                            std::int64_t b, std::int64_t ranks, std::int64_t rank, float* x_dst,
+                                            float* y_dst, unsigned long long* first_bad) {
   detail::begin_kernel();
   const float* x = sources[0];
   const float* y = sources[1];
@@ -402,7 +402,7 @@ __global__ void copy_samples_checked_kernel(const float* const* sources, std::in
     (is_x ? x_dst : y_dst)[k] = v;
     if (!isfinite(v)) {
       const std::int64_t r = k / width, c = k % width + (is_x ? 0 : a);
-      atomicMin(first_bad, static_cast<unsigned long long>(r * (a + b) + c));
+      atomicMin(first_bad, static_cast<unsigned long long>((r * (a + b) + c) * ranks + rank));
     }
   }
 }
@@ -436,11 +436,12 @@ void draw_samples(const float* x, const float* y, std::int64_t inputs, std::int6
 }
 
 void copy_samples_checked(const float* const* sources, std::int64_t rows, std::int64_t a, std::int64_t b,
-                          float* x_dst, float* y_dst, std::int64_t* first_bad, StreamHandle stream) {
+                          std::int64_t ranks, std::int64_t rank, float* x_dst, float* y_dst, std::int64_t* first_bad,
+                          StreamHandle stream) {
   if (rows <= 0) return;
   static_assert(kNoVeto > 0, "keys and kNoVeto compare as unsigned");
   detail::launch(copy_samples_checked_kernel, blocks_for(rows * (a + b)), kThreads, 0, stream, sources, rows, a, b,
-                 x_dst, y_dst, reinterpret_cast<unsigned long long*>(first_bad));
+                 ranks, rank, x_dst, y_dst, reinterpret_cast<unsigned long long*>(first_bad));
 }
 
 void find_nonfinite(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t* first_column,
