@@ -18,7 +18,6 @@
 
 #include "ddp_mpi.h"
 #include "runtime/core/settings.h"
-#include "runtime/io/loaded_checkpoint.h"  // what a refusal of a checkpoint reads
 
 struct ddp_session {
   std::unique_ptr<ddp::Session> session;
@@ -846,7 +845,7 @@ int ddp_checkpoint_load(ddp_model* model, ddp_optimizer* optimizer, const char* 
     require(step != nullptr, "step is NULL: pass the address of an int64_t");
     require_mpi("ddp_checkpoint_load");
     // Refused before anything loads: tensors of the same shapes (another activation) would load without a word.
-    const auto other_architecture = [&](const ddp::io::LoadedCheckpoint& c) -> std::string {
+    const auto other_architecture = [&](const ddp::io::CheckpointContents& c) -> std::string {
       const auto it = c.metadata.extra.find(kArchitectureKey);
       if (it == c.metadata.extra.end() || it->second == model->architecture) return "";
       return c.path + " holds " + it->second + ", but the model is " + model->architecture +

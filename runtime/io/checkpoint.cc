@@ -201,6 +201,19 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
   return LoadedCheckpoint{path, std::move(metadata), std::move(file)};
 }
 
+const CheckpointTensor* CheckpointContents::find(const std::string& name) const {
+  for (const CheckpointTensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+CheckpointContents LoadedCheckpoint::contents() const {
+  CheckpointContents c{path, metadata, {}};
+  for (const TensorEntry& t : file.tensors()) c.tensors.push_back(CheckpointTensor{t.name, t.dtype, t.shape});
+  return c;
+}
+
 void warn_to_stderr(const std::string& message) { std::fprintf(stderr, "ddp: warning: %s\n", message.c_str()); }
 
 std::optional<LoadedCheckpoint> latest_complete_checkpoint(const std::string& dir, const WarningSink& warn,
@@ -209,7 +222,7 @@ std::optional<LoadedCheckpoint> latest_complete_checkpoint(const std::string& di
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     try {
       LoadedCheckpoint loaded = load_checkpoint(it->path);
-      const std::string refusal = check ? check(loaded) : "";
+      const std::string refusal = check ? check(loaded.contents()) : "";
       if (refusal.empty()) return loaded;
       if (warn) warn("skipping checkpoint " + it->path + ": " + refusal);
     } catch (const Error& e) {

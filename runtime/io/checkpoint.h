@@ -25,11 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/dtype.h"
+
 namespace ddp {
 namespace io {
 
-struct LoadedCheckpoint;  // runtime/io/loaded_checkpoint.h: what load_checkpoint returns
-struct TensorSource;      // runtime/io/safetensors.h
+struct TensorSource;  // runtime/io/safetensors.h
 
 constexpr const char* kCheckpointFormat = "ddp-checkpoint/2";
 // Written before the metadata had a checksum: still read.
@@ -72,26 +73,29 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
 std::string save_checkpoint(const std::string& dir, const CheckpointMetadata& metadata,
                             const std::vector<TensorSource>& tensors, int keep_last = 0);
 
-// Loads and verifies one checkpoint (checksums of the tensors and of the metadata required, metadata decoded
-// and in range, step matching the name when the name has one); throws InvalidArgument naming the file and what
-// is wrong. Its result is read through runtime/io/loaded_checkpoint.h.
-LoadedCheckpoint load_checkpoint(const std::string& path);
+// What a check sees of a checkpoint that verifies, before anything is loaded from it: its file, its metadata and
+// its tensors' names, types and shapes.
+struct CheckpointTensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+};
+struct CheckpointContents {
+  std::string path;
+  CheckpointMetadata metadata;
+  std::vector<CheckpointTensor> tensors;  // in the file's order
+  const CheckpointTensor* find(const std::string& name) const;  // null when the file has no such tensor
+};
 
-// Why a loaded checkpoint cannot be used although it verifies ("" when it can): a caller's checks of its
-// metadata against what only the caller knows (the data set's size). A checkpoint it refuses is skipped as a
-// damaged one is.
-using CheckpointCheck = std::function<std::string(const LoadedCheckpoint&)>;
+// Why a checkpoint cannot be used although it verifies ("" when it can): a caller's checks of what it holds
+// against what only the caller knows (the data set's size, the model's recipe). A checkpoint it refuses is
+// skipped as a damaged one is (latest_complete_checkpoint in runtime/io/loaded_checkpoint.h), or refused
+// (training::restore_latest_training_checkpoint).
+using CheckpointCheck = std::function<std::string(const CheckpointContents&)>;
 
 using WarningSink = std::function<void(const std::string&)>;
 // Prints "ddp: warning: ..." to stderr.
 void warn_to_stderr(const std::string& message);
-
-// The newest checkpoint of `dir` that loads and verifies. Every newer one that does not is skipped with a
-// warning naming the file and why; temporary files are ignored. nullopt when there is none.
-// With `check`, a checkpoint it refuses is skipped too, with its reason.
-std::optional<LoadedCheckpoint> latest_complete_checkpoint(const std::string& dir,
-                                                           const WarningSink& warn = warn_to_stderr,
-                                                           const CheckpointCheck& check = nullptr);
 
 // Removes all but the `keep_last` newest checkpoint files, and leftover temporary files of interrupted writes.
 void prune_checkpoints(const std::string& dir, int keep_last);

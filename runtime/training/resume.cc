@@ -8,7 +8,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/settings.h"
-#include "runtime/io/loaded_checkpoint.h"
+#include "runtime/io/atomic_file.h"  // dirname_of, basename_of
 #include "runtime/models/layers.h"
 #include "runtime/training/training_checkpoint.h"
 
@@ -74,15 +74,15 @@ namespace {
 // Whether the checkpoint holds a parameter of every name and shape the model has: then the architecture key
 // decides (layers without parameters, activations, differ); otherwise loading names the first tensor that differs,
 // which says more than two architectures side by side.
-bool same_parameters(const io::LoadedCheckpoint& checkpoint, const Module& model) {
+bool same_parameters(const io::CheckpointContents& checkpoint, const Module& model) {
   const NamedTensors parameters = model.named_parameters();
   for (const auto& [name, tensor] : parameters) {
-    const io::TensorEntry* entry = checkpoint.file.find(name);
+    const io::CheckpointTensor* entry = checkpoint.find(name);
     if (entry == nullptr || entry->shape != tensor.shape()) return false;
   }
   // And no more of them: everything else in the file is the optimizer's state or a module's buffer.
   std::size_t model_tensors = 0;
-  for (const io::TensorEntry& entry : checkpoint.file.tensors()) {
+  for (const io::CheckpointTensor& entry : checkpoint.tensors) {
     if (entry.name.rfind("optimizer.", 0) != 0 && entry.name.rfind("buffer.", 0) != 0) ++model_tensors;
   }
   return model_tensors == parameters.size();
@@ -90,7 +90,7 @@ bool same_parameters(const io::LoadedCheckpoint& checkpoint, const Module& model
 
 }  // namespace
 
-std::string recipe_mismatch(const io::LoadedCheckpoint& checkpoint, const TrainerOptions& o, const Module& model,
+std::string recipe_mismatch(const io::CheckpointContents& checkpoint, const TrainerOptions& o, const Module& model,
                             int ranks) {
   const auto& m = checkpoint.metadata;
   const std::string seed = option_text(o, "seed");
@@ -152,7 +152,7 @@ ResumePoint resume_run(const ResumeFrom& from, const TrainerOptions& o, Session&
   session.agree(from.required ? resume_path_problem(o, from.dir) : "", "cannot resume", AgreedError::kInput);
   const auto restored = restore_latest_training_checkpoint(
       session, from.dir, model, optimizer,
-      [&](const io::LoadedCheckpoint& checkpoint) { return recipe_mismatch(checkpoint, o, model, session.size()); },
+      [&](const io::CheckpointContents& checkpoint) { return recipe_mismatch(checkpoint, o, model, session.size()); },
       dataset_size);
   session.agree(!restored && from.required ? "no complete checkpoint in " + from.dir : "", "cannot resume",
                 AgreedError::kInput);

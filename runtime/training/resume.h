@@ -36,7 +36,7 @@ std::string architecture(const Module& model);
 std::map<std::string, std::string> recipe(const TrainerOptions& o, const Module& model, int ranks);
 
 // Why `checkpoint` cannot continue this run on `ranks` ranks, or "".
-std::string recipe_mismatch(const io::LoadedCheckpoint& checkpoint, const TrainerOptions& o, const Module& model,
+std::string recipe_mismatch(const io::CheckpointContents& checkpoint, const TrainerOptions& o, const Module& model,
                             int ranks);
 
 // Why `dir` cannot be resumed from before looking in it (missing, a file), or "".

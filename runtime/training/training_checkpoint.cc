@@ -180,9 +180,9 @@ std::string save_training_checkpoint(const std::string& dir, const Module& model
 }
 
 // The optimizer step count a checkpoint holds ("optimizer.steps"), or nullopt with `why` set.
-std::optional<std::int64_t> checkpoint_optimizer_steps(const io::LoadedCheckpoint& checkpoint, std::string* why) {
-  const auto steps = checkpoint.metadata.extra.find("optimizer.steps");
-  if (steps == checkpoint.metadata.extra.end()) {
+std::optional<std::int64_t> checkpoint_optimizer_steps(const io::CheckpointMetadata& metadata, std::string* why) {
+  const auto steps = metadata.extra.find("optimizer.steps");
+  if (steps == metadata.extra.end()) {
     *why = "no optimizer.steps in the metadata: not a training checkpoint of this runtime";
     return std::nullopt;
   }
@@ -196,7 +196,7 @@ std::optional<std::int64_t> checkpoint_optimizer_steps(const io::LoadedCheckpoin
   return std::stoll(text);
 }
 
-std::string metadata_out_of_range(const io::LoadedCheckpoint& checkpoint, std::int64_t dataset_size) {
+std::string metadata_out_of_range(const io::CheckpointContents& checkpoint, std::int64_t dataset_size) {
   const io::CheckpointMetadata& m = checkpoint.metadata;
   if (dataset_size >= 0 && m.sampler_position > dataset_size) {
     return "metadata ddp.sampler_position = " + std::to_string(m.sampler_position) + " is past the end of the " +
@@ -204,12 +204,14 @@ std::string metadata_out_of_range(const io::LoadedCheckpoint& checkpoint, std::i
            " samples: the checkpoint is damaged, or of another data set";
   }
   std::string why;
-  if (!checkpoint_optimizer_steps(checkpoint, &why)) return why;
+  if (!checkpoint_optimizer_steps(m, &why)) return why;
   return "";
 }
 
-void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module& model, Optimizer& optimizer,
-                                 const Stream& stream) {
+namespace {
+
+// restore_training_checkpoint from a file loaded and verified already.
+void restore_from(const io::LoadedCheckpoint& checkpoint, Module& model, Optimizer& optimizer, const Stream& stream) {
   const io::SafetensorsFile& file = checkpoint.file;
   // Every tensor of the file must be one of ours: a deeper model's checkpoint has the shallower one's tensors
   // with the same shapes, and more.
@@ -262,10 +264,16 @@ void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module&
     Tensor(packed).copy_from(Tensor::from_vector(local, packed.shape(), Device::cpu(), stream), stream);
   }
   std::string why;
-  const std::optional<std::int64_t> steps = checkpoint_optimizer_steps(checkpoint, &why);
+  const std::optional<std::int64_t> steps = checkpoint_optimizer_steps(checkpoint.metadata, &why);
   if (!steps) throw InvalidArgument(file.where() + why);
   optimizer.set_steps(*steps);
   stream.synchronize();
+}
+
+}  // namespace
+
+void restore_training_checkpoint(const std::string& path, Module& model, Optimizer& optimizer, const Stream& stream) {
+  restore_from(io::load_checkpoint(path), model, optimizer, stream);
 }
 
 std::string save_training_checkpoint(Session& session, const std::string& dir, const Module& model,
@@ -290,16 +298,16 @@ std::string save_training_checkpoint(Session& session, const std::string& dir, c
 
 std::optional<RestoredCheckpoint> restore_latest_training_checkpoint(Session& session, const std::string& dir,
                                                                      Module& model, Optimizer& optimizer,
-                                                                     const CheckpointRefusal& refuse,
+                                                                     const io::CheckpointCheck& refuse,
                                                                      std::int64_t dataset_size) {
   std::optional<io::LoadedCheckpoint> checkpoint;
   std::string error;
   try {
-    checkpoint = io::latest_complete_checkpoint(dir, io::warn_to_stderr, [&](const io::LoadedCheckpoint& c) {
+    checkpoint = io::latest_complete_checkpoint(dir, io::warn_to_stderr, [&](const io::CheckpointContents& c) {
       return metadata_out_of_range(c, dataset_size);
     });
-    if (checkpoint && refuse) error = refuse(*checkpoint);
-    if (checkpoint && error.empty()) restore_training_checkpoint(*checkpoint, model, optimizer, session.stream());
+    if (checkpoint && refuse) error = refuse(checkpoint->contents());
+    if (checkpoint && error.empty()) restore_from(*checkpoint, model, optimizer, session.stream());
   } catch (const Error& e) {
     error = e.user_message();
   } catch (const std::exception& e) {

@@ -41,9 +41,6 @@ std::string save_training_checkpoint(Session& session, const std::string& dir, c
                                      const Optimizer& optimizer, const io::CheckpointMetadata& metadata,
                                      int keep_last = 3);
 
-// Why a checkpoint cannot continue this run ("" when it can): a program's own checks of the metadata.
-using CheckpointRefusal = std::function<std::string(const io::LoadedCheckpoint&)>;
-
 // The checkpoint a run continues from: its file and where the run stood.
 struct RestoredCheckpoint {
   std::string path;
@@ -53,7 +50,8 @@ struct RestoredCheckpoint {
 // Collective: every rank loads the newest checkpoint of DIR that verifies (newer damaged ones are skipped
 // with a warning) into `model` and `optimizer` and returns its path and metadata; nullopt on every rank when DIR holds
 // none (or does not exist). A checkpoint that does not fit the model or that `refuse` refuses (asked before
-// anything is loaded), or one that only some ranks can see, throws CollectiveError "cannot resume: ..." on
+// anything is loaded: a program's own checks of what it holds), or one that only some ranks can see, throws
+// CollectiveError "cannot resume: ..." on
 // every rank. Synchronises the session's stream.
 //
 // Damage is skipped like a damaged file, falling back to the previous checkpoint that verifies (with a warning
@@ -62,12 +60,12 @@ struct RestoredCheckpoint {
 // samples; an optimizer step count that is not a non-negative integer).
 std::optional<RestoredCheckpoint> restore_latest_training_checkpoint(Session& session, const std::string& dir,
                                                                      Module& model, Optimizer& optimizer,
-                                                                     const CheckpointRefusal& refuse = nullptr,
+                                                                     const io::CheckpointCheck& refuse = nullptr,
                                                                      std::int64_t dataset_size = -1);
 
 // Why `checkpoint`'s metadata is out of range for a run over a data set of `dataset_size` samples (< 0:
 // unknown), "" when it is not: the checks restore_latest_training_checkpoint falls back on.
-std::string metadata_out_of_range(const io::LoadedCheckpoint& checkpoint, std::int64_t dataset_size);
+std::string metadata_out_of_range(const io::CheckpointContents& checkpoint, std::int64_t dataset_size);
 
 // Writes DIR/ckpt-<step>.safetensors atomically, keeping the `keep_last` newest. Reads the device buffers on
 // `stream` (synchronises it), one tensor at a time. Call on one rank only, unless the optimizer is sharded
@@ -81,12 +79,12 @@ std::string save_training_checkpoint(const std::string& dir, const Module& model
                                      int keep_last = 3);
 
 // Loads the model's parameters, its buffers (when the file has them: an older checkpoint leaves them as they
-// are) and the optimizer's state (and its step count) from `checkpoint`, refusing a
+// are) and the optimizer's state (and its step count) from the checkpoint file `path`, verified first
+// (InvalidArgument naming the file and what is wrong), refusing a
 // file whose tensors do not match the model by name, dtype or shape (the message names the file and tensor),
 // and one that holds tensors the model and optimizer do not have (a deeper model's: the message names them).
 // A sharded optimizer takes its shard of each tensor; every rank checks every tensor, so a mismatch is refused
 // on every rank alike. No communication: each rank reads the file itself.
-void restore_training_checkpoint(const io::LoadedCheckpoint& checkpoint, Module& model, Optimizer& optimizer,
-                                 const Stream& stream);
+void restore_training_checkpoint(const std::string& path, Module& model, Optimizer& optimizer, const Stream& stream);
 
 }  // namespace ddp::training

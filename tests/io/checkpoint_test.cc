@@ -249,11 +249,35 @@ TEST(Checkpoint, ACallersCheckSkipsACheckpointAsDamageIs) {
   std::vector<std::string> warnings;
   const auto latest = latest_complete_checkpoint(
       dir, [&](const std::string& w) { warnings.push_back(w); },
-      [](const LoadedCheckpoint& c) { return c.metadata.sampler_position > 600 ? std::string("past the end") : ""; });
+      [](const CheckpointContents& c) { return c.metadata.sampler_position > 600 ? std::string("past the end") : ""; });
   ASSERT_TRUE(latest);
   EXPECT_EQ(latest->metadata.step, 10);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("past the end"), std::string::npos) << warnings[0];
+}
+
+// What a check sees: the file's path, its metadata, and every tensor's name, type and shape, as written.
+TEST(Checkpoint, ACheckSeesTheFilesTensorsByNameTypeAndShape) {
+  const std::string dir = ddp::testing::fresh_scratch_dir("ckpt-contents");
+  Model model;
+  const std::string path = save_checkpoint(dir, meta(10), model.tensors());
+  std::vector<std::string> seen;
+  latest_complete_checkpoint(dir, nullptr, [&](const CheckpointContents& c) {
+    EXPECT_EQ(c.path, path);
+    EXPECT_EQ(c.metadata.step, 10);
+    for (const TensorSource& t : model.tensors()) {
+      const CheckpointTensor* found = c.find(t.name);
+      EXPECT_NE(found, nullptr) << t.name;
+      if (found != nullptr) {
+        EXPECT_EQ(found->dtype, t.dtype) << t.name;
+        EXPECT_EQ(found->shape, t.shape) << t.name;
+      }
+    }
+    EXPECT_EQ(c.find("no such tensor"), nullptr);
+    for (const CheckpointTensor& t : c.tensors) seen.push_back(t.name);
+    return std::string();
+  });
+  EXPECT_EQ(seen.size(), model.tensors().size());
 }
 
 TEST(CheckpointDirectoryLock, ASecondJobIsRefusedNamingTheFirstUntilItEnds) {

@@ -156,7 +156,7 @@ TEST(Layers, DropoutResumesItsMasksBitwiseFromATrainingCheckpoint) {
 
   auto resumed = build(2);  // other initial weights: the checkpoint must bring them
   Sgd resumed_optimizer(*resumed, SgdOptions{0.1, 0.9}, S());
-  training::restore_training_checkpoint(loaded, *resumed, resumed_optimizer, S());
+  training::restore_training_checkpoint(path, *resumed, resumed_optimizer, S());
   EXPECT_EQ(dynamic_cast<const Dropout&>((*resumed)[1]).draw().to_vector<std::int64_t>(S())[0], 3);
   for (int k = 0; k < 2; ++k) {
     EXPECT_EQ(step(*resumed, resumed_optimizer), step(*original, optimizer)) << "step " << 3 + k;
@@ -172,7 +172,7 @@ TEST(Layers, DropoutResumesItsMasksBitwiseFromATrainingCheckpoint) {
   step(*plain, plain_optimizer);
   const std::string plain_path =
       training::save_training_checkpoint(testing::fresh_scratch_dir("no_buffers"), *plain, plain_optimizer, where, S());
-  training::restore_training_checkpoint(io::load_checkpoint(plain_path), *resumed, resumed_optimizer, S());
+  training::restore_training_checkpoint(plain_path, *resumed, resumed_optimizer, S());
   EXPECT_EQ(dynamic_cast<const Dropout&>((*resumed)[1]).draw().to_vector<std::int64_t>(S())[0], 5);
   EXPECT_EQ(values(resumed->state_dict()[0].second), values(plain->state_dict()[0].second));
 }
