@@ -2,8 +2,9 @@
 # The in-situ surrogate's training step from the application's arrays (bench/surrogate_step.c over the C API:
 # synchronous and asynchronous) against PyTorch's step on the same model (5-64-64-1, tanh, AdamW, MSE) and batch:
 # eager, and on the GPU with the whole step captured by hand as a CUDA graph (waiting for each step, and reading
-# its loss each step), in one run, alternating ROUNDS times; then each arm's median step and the median of the
-# paired ratios arm / ours.
+# its loss each step); on the GPU ours also without its fused pass (DDP_FUSED_MLP=0: layer by layer), paired
+# against it. In one run, alternating ROUNDS times; then each arm's median step and the median of the paired
+# ratios arm / ours.
 #   DEVICE=cpu bash bench/surrogate_step.sh      this machine: bazel-bin, Debian's PyTorch (/usr/bin/python3)
 #   bash bench/surrogate_step.sh                 the GPU machine: .gpu/bin, the machine's PyTorch, device arrays
 # Environment: BATCHES ("256 1024"), STEPS (2000), ROUNDS (3), OMP/OpenBLAS threads 1 (one rank, one core).
@@ -96,6 +97,10 @@ trap 'rm -f "$runs"' EXIT
 for ((r = 0; r < ROUNDS; r++)); do
   for batch in $BATCHES; do
     mpirun -np 1 --bind-to none "$ours" "$DEVICE" "$batch" "$STEPS" | grep '^{' >>"$runs"
+    if [ "$DEVICE" = cuda ]; then  # the fused pass paired against its removal
+      DDP_FUSED_MLP=0 mpirun -np 1 --bind-to none -x DDP_FUSED_MLP "$ours" "$DEVICE" "$batch" "$STEPS" | grep '^{' |
+        sed 's/"ddp C API\( async\)*"/"ddp C API\1, layer by layer"/' >>"$runs"
+    fi
     torch_step "$batch" | grep '^{' >>"$runs"
   done
 done
@@ -104,7 +109,8 @@ done
 python3 - "$runs" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-arms = ["ddp C API", "ddp C API async", "PyTorch eager", "PyTorch graphed", "PyTorch graphed, loss read"]
+arms = ["ddp C API", "ddp C API async", "ddp C API, layer by layer", "ddp C API async, layer by layer",
+        "PyTorch eager", "PyTorch graphed", "PyTorch graphed, loss read"]
 arms = [a for a in arms if any(r["program"] == a for r in rows)]
 versions = sorted({r["version"] for r in rows if "version" in r})
 print(f"PyTorch {', '.join(versions)}; each cell: median step, then the median over rounds of that arm / ours (synchronous)")

@@ -18,6 +18,7 @@
 
 #include "ddp_mpi.h"
 #include "runtime/core/settings.h"
+#include "runtime/models/fused_mlp_mse.h"
 
 struct ddp_session {
   std::unique_ptr<ddp::Session> session;
@@ -35,6 +36,8 @@ struct ddp_model {
   int optimizers = 0;
   ddp::data::NonFinitePolicy nonfinite = ddp::data::NonFinitePolicy::kRefuse;  // of ddp_train_step's samples
   std::int64_t nonfinite_skipped = 0;
+  // The step's forward, loss and backward in one pass, for a narrow MLP on a GPU that is not distributed.
+  std::unique_ptr<ddp::FusedMlpMse> fused;
 };
 
 struct ddp_optimizer {
@@ -280,6 +283,17 @@ void check_step_handles(const ddp_model* model, const ddp_optimizer* optimizer) 
   require(optimizer->owner == model, "the optimizer was made for another model: pass the model it updates");
 }
 
+// The fused pass for `model`'s step where it applies: a narrow MLP (FusedMlpMse::unfit_reason) on a GPU, unless
+// DDP_FUSED_MLP=0.
+std::unique_ptr<ddp::FusedMlpMse> fused_pass_of(ddp_model& model) {
+  auto* mlp = dynamic_cast<ddp::MLP*>(model.module.get());
+  if (mlp == nullptr || !model.owner->session->device().is_cuda() ||
+      !ddp::settings::flag(ddp::settings::setting("DDP_FUSED_MLP")) || !ddp::FusedMlpMse::unfit_reason(*mlp).empty()) {
+    return nullptr;
+  }
+  return std::make_unique<ddp::FusedMlpMse>(*mlp);
+}
+
 // The optimizer's training step: mean-squared-error regression of the model, data-parallel when the model is.
 ddp::TrainStep& train_step_of(ddp_model* model, ddp_optimizer* optimizer) {
   const bool distributed = model->data_parallel != nullptr;
@@ -296,10 +310,16 @@ ddp::TrainStep& train_step_of(ddp_model* model, ddp_optimizer* optimizer) {
       return "the C API's " + option;
     };
     options.say = [](const std::string&) {};  // a library inside an application prints nothing of its own
+    model->fused = fused_pass_of(*model);
     optimizer->step = std::make_unique<ddp::TrainStep>(
         *model->owner->session, *optimizer->optimizer,
         [model](const ddp::Tensor& x, const ddp::Tensor& y) {
           const ddp::Stream& stream = model->owner->session->stream();
+          if (model->fused != nullptr) {
+            ddp::Tensor l = (*model->fused)(x, y, stream);
+            if (model->data_parallel != nullptr) model->data_parallel->reduce_gradients();
+            return l;
+          }
           ddp::Tensor l = ddp::ops::mse_loss(model->module->forward(x, stream), y, stream);
           if (model->data_parallel != nullptr) {
             model->data_parallel->backward(l);

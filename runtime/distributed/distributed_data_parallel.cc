@@ -208,6 +208,19 @@ void DistributedDataParallel::backward(const Tensor& loss) {
   if (options_.trace != nullptr) trace_step(begin_us);
 }
 
+void DistributedDataParallel::reduce_gradients() {
+  DDP_CHECK(parameters_.layout_version() == layout_version_,
+            "the model's parameters were moved or flattened again after DistributedDataParallel was constructed: "
+            "move and flatten the model first, then construct DistributedDataParallel");
+  if (impl_->join != nullptr) {
+    throw InvalidArgument("DistributedDataParallel::reduce_gradients under join: backpropagate with backward()");
+  }
+  PhaseGuard phase(Phase::kBackward);
+  impl_->reducer->prepare_for_backward();
+  for (std::size_t i = 0; i < parameters_.size(); ++i) impl_->reducer->mark_ready(i);
+  impl_->reducer->finalize();
+}
+
 void DistributedDataParallel::end_failed_backward() {
   // Leaves the reducer consistent for the caller's error handling (ready for the next prepare_for_backward);
   // the collectives already issued complete. Its own error, if any, is the one being reported.

@@ -102,6 +102,10 @@ class DistributedDataParallel {
   // InvalidArgument when a parameter got no gradient (see find_unused_parameters) or the parameters were
   // re-laid out since construction.
   void backward(const Tensor& loss);
+  // backward() for gradients a pass of one's own wrote into the parameters' gradients instead of autograd (a
+  // fused kernel, FusedMlpMse): every gradient is final at once, and the buckets are all-reduced in their order.
+  // Every rank calls it where the others call backward(). Not under join.
+  void reduce_gradients();
 
   // While a NoSync guard lives, backward() accumulates gradients locally (no communication).
   class NoSync {

@@ -64,6 +64,57 @@ struct AdamWScalars {
   float eps;
 };
 
+// A plain MLP's whole training pass in two launches (fused_mlp_mse), for networks narrow enough that every layer's
+// weights and a block of rows' activations live in shared memory: Linear layers of at most kFusedMlpMaxWidth
+// features in and out, float32, one activation between them (kNone, kRelu or kTanh), none after the last.
+inline constexpr int kFusedMlpMaxLayers = 8;
+inline constexpr std::int64_t kFusedMlpMaxWidth = 64;
+inline constexpr std::int64_t kFusedMlpRowsPerBlock = 16;
+// The shared memory the CUDA pass may take: what every GPU from sm_80 on can give one block.
+inline constexpr std::int64_t kFusedMlpMaxSharedBytes = 96 * 1024;
+struct FusedMlpLayer {
+  const float* weight;  // [out, in]
+  const float* bias;    // [out] or null
+  float* weight_grad;   // written, not added to
+  float* bias_grad;     // null when bias is
+  std::int64_t in, out;
+};
+struct FusedMlpArgs {
+  FusedMlpLayer layers[kFusedMlpMaxLayers];
+  int layer_count;
+  Activation activation;
+  const float* x;  // [rows, layers[0].in]
+  const float* y;  // [rows, layers[last].out]
+  std::int64_t rows;
+  float* partials;           // CUDA: fused_mlp_partials(args) floats of scratch; unused on the CPU
+  float* loss;               // [1]: the mean squared error
+};
+// The parameters of `args`' layers (weights and biases).
+inline std::int64_t fused_mlp_parameters(const FusedMlpArgs& args) {
+  std::int64_t n = 0;
+  for (int l = 0; l < args.layer_count; ++l) {
+    n += args.layers[l].out * args.layers[l].in + (args.layers[l].bias != nullptr ? args.layers[l].out : 0);
+  }
+  return n;
+}
+// The CUDA pass's scratch: each block's partial gradients and loss.
+inline std::int64_t fused_mlp_partials(const FusedMlpArgs& args) {
+  const std::int64_t blocks = (args.rows + kFusedMlpRowsPerBlock - 1) / kFusedMlpRowsPerBlock;
+  return blocks * (fused_mlp_parameters(args) + 1);
+}
+// The CUDA pass's shared memory: every layer's weights and biases, a block's activations at every width (rows of
+// weights and activations one float longer than their width, so that threads reading a column hit different
+// banks), two buffers of a block's gradients.
+inline std::int64_t fused_mlp_shared_bytes(const FusedMlpArgs& args) {
+  std::int64_t floats = kFusedMlpRowsPerBlock * (args.layers[0].in + 1) + 2 * kFusedMlpRowsPerBlock * kFusedMlpMaxWidth;
+  for (int l = 0; l < args.layer_count; ++l) {
+    const FusedMlpLayer& layer = args.layers[l];
+    floats += layer.out * (layer.in + 1) + (layer.bias != nullptr ? layer.out : 0) +
+              kFusedMlpRowsPerBlock * (layer.out + 1);
+  }
+  return floats * static_cast<std::int64_t>(sizeof(float));
+}
+
 // A veto word's value when nothing vetoes (take_next_row, copy_samples_checked).
 constexpr std::int64_t kNoVeto = INT64_MAX;
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ddp.h"
+#include "runtime/models/fused_mlp_mse.h"
 #include "tests/models/residual_model.h"
 
 namespace ddp {
@@ -339,6 +340,34 @@ TEST(TrainStep, ABatchRefusedOnOneRankIsTheStepRefusedOnEveryRank) {
   step.synchronize();
   EXPECT_EQ(checked.optimizer.steps(), clean.optimizer.steps());
   EXPECT_EQ(parameters(checked.model), parameters(clean.model));
+}
+
+// Gradients from a pass of one's own (FusedMlpMse), all-reduced by DistributedDataParallel::reduce_gradients: the
+// data-parallel autograd loop's parameters, to float rounding (the fused sums run in another order), eager or
+// replayed.
+TEST(TrainStep, AFusedPassReducedLikeABackwardTrainsAsTheAutogradLoop) {
+  Session& s = *g_session;
+  MLP reference_model({6, 32, 32, 3}, Activation::kTanh, 5, s.device(), s.stream());
+  MLP fused_model({6, 32, 32, 3}, Activation::kTanh, 5, s.device(), s.stream());
+  DistributedDataParallel reference_ddp(reference_model, s), fused_ddp(fused_model, s);
+  AdamW reference_opt(reference_model, {.lr = 1e-2}), fused_opt(fused_model, {.lr = 1e-2});
+  FusedMlpMse fused(fused_model);
+  TrainStep step(s, fused_opt, [&](const Tensor& x, const Tensor& y) {
+    Tensor l = fused(x, y, s.stream());
+    fused_ddp.reduce_gradients();
+    return l;
+  }, {.eager_steps = 2});
+  for (int k = 0; k < 8; ++k) {
+    const auto [x, y] = batch(k, 40);
+    reference_opt.zero_grad();
+    Tensor l = ops::mse_loss(reference_model.forward(x), y);
+    reference_ddp.backward(l);
+    reference_opt.step();
+    EXPECT_EQ(step(x, y).replayed, graphs_possible() && k >= 2) << "step " << k;
+  }
+  const std::vector<float> got = parameters(fused_model), want = parameters(reference_model);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << "parameter " << i;
 }
 
 // The application's arrays allocated once and refilled in place before each step (as a solver does): a replay
