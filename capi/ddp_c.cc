@@ -36,7 +36,7 @@ struct ddp_model {
   int optimizers = 0;
   ddp::data::NonFinitePolicy nonfinite = ddp::data::NonFinitePolicy::kRefuse;  // of ddp_train_step's samples
   std::int64_t nonfinite_skipped = 0;
-  // The step's forward, loss and backward in one pass, for a narrow MLP on a GPU that is not distributed.
+  // The step's forward, loss and backward in one pass, for a narrow MLP on a GPU (fused_pass_of).
   std::unique_ptr<ddp::FusedMlpMse> fused;
 };
 

@@ -62,21 +62,26 @@ StepResult TrainStep::operator()(const Tensor& x, const Tensor& y, bool read_los
   }
   const bool full = x.shape() == x_.shape() && x.dtype() == x_.dtype() && y.shape() == y_.shape() &&
                     y.dtype() == y_.dtype();
-  const bool on_device_check = options_.refuse_nonfinite_samples && full && x.dtype() == DType::kFloat32 &&
-                               y.dtype() == DType::kFloat32 && x.dim() == 2 && y.dim() == 2;
-  if (options_.refuse_nonfinite_samples && !on_device_check) refuse_on_host(x, y);
-  if (!full) return run(x, y, false, read_loss);
-  if (on_device_check) {
-    if (!veto_.defined()) {
-      veto_ = Tensor::from_host(&kernels::kNoVeto, {1}, DType::kInt64, session_.device(), stream_);
-      vetoes_ = Storage::allocate_pinned(2 * sizeof(std::int64_t), stream_);
-      static_cast<volatile std::int64_t*>(vetoes_->data())[1] = 0;
-      sources_ = Tensor::zeros({2}, DType::kInt64, session_.device(), stream_);
-    }
+  const bool device_check = options_.refuse_nonfinite_samples && checks_on_device(x, y);
+  if (options_.refuse_nonfinite_samples && !device_check) {
+    data::finite_samples(x, y, data::NonFinitePolicy::kRefuse, stream_);  // throws, naming the sample
+  }
+  if (device_check) {
+    make_veto();
     point_sources_at(x, y);
+  }
+  if (!full) {
+    if (!device_check) return run(x, y, false, read_loss);
+    // Checked into buffers of its own shape, from which it runs eagerly.
+    const Tensor cx = Tensor::empty(x.shape(), x.dtype(), session_.device(), stream_);
+    const Tensor cy = Tensor::empty(y.shape(), y.dtype(), session_.device(), stream_);
+    stage(cx, cy);
+    return run(cx, cy, false, read_loss);
+  }
+  if (device_check) {
     // A captured step that stages its batch itself is one launch; otherwise the batch is staged here.
     stage_in_graph_ = replays_next(true) && (!graph_.captured() || graph_stages_);
-    if (!stage_in_graph_) stage();
+    if (!stage_in_graph_) stage(x_, y_);
   } else {
     if (x.data_ptr() != x_.data_ptr()) x_.copy_from(x, stream_);
     if (y.data_ptr() != y_.data_ptr()) y_.copy_from(y, stream_);
@@ -87,18 +92,20 @@ StepResult TrainStep::operator()(const Tensor& x, const Tensor& y, bool read_los
   return result;
 }
 
-// A batch the device does not check (not the step's first shape): checked here, every rank that steps with this
-// one refusing with it.
-void TrainStep::refuse_on_host(const Tensor& x, const Tensor& y) const {
-  std::string error;
-  try {
-    data::finite_samples(x, y, data::NonFinitePolicy::kRefuse, stream_);
-  } catch (const InvalidArgument& e) {
-    error = e.what();
-  }
-  if (!any_rank(!error.empty())) return;
-  throw InvalidArgument(error.empty() ? "another rank's batch holds a value that is not finite (no rank took the step)"
-                                      : error);
+// Whether the batch x, y is checked on the device as it is copied in: float32 matrices of the step's widths (the
+// veto word's key counts values in rows of those widths). Any other batch is checked on the host.
+bool TrainStep::checks_on_device(const Tensor& x, const Tensor& y) const {
+  const auto matrix = [](const Tensor& t) { return t.dtype() == DType::kFloat32 && t.dim() == 2; };
+  return matrix(x) && matrix(y) && matrix(x_) && matrix(y_) && x.size(1) == x_.size(1) && y.size(1) == y_.size(1);
+}
+
+// The veto word and the host memory its reports land in, made once.
+void TrainStep::make_veto() {
+  if (veto_.defined()) return;
+  veto_ = Tensor::from_host(&kernels::kNoVeto, {1}, DType::kInt64, session_.device(), stream_);
+  vetoes_ = Storage::allocate_pinned(2 * sizeof(std::int64_t), stream_);
+  static_cast<volatile std::int64_t*>(vetoes_->data())[1] = 0;
+  sources_ = Tensor::zeros({2}, DType::kInt64, session_.device(), stream_);
 }
 
 // The arrays the staging copy reads (kernels' copy_samples_checked), written on the stream when they change.
@@ -111,12 +118,13 @@ void TrainStep::point_sources_at(const Tensor& x, const Tensor& y) {
   sources_.copy_from(Tensor::from_host(pointers, {2}, DType::kInt64, Device::cpu(), cpu_stream()), stream_);
 }
 
-// The batch from the arrays sources_ points at into the step's buffers, checked on the way.
-void TrainStep::stage() {
+// The batch from the arrays sources_ points at into x and y (the step's buffers, or an odd batch's own), checked
+// on the way.
+void TrainStep::stage(const Tensor& x, const Tensor& y) {
   const std::int64_t ranks = options_.ranks_step_together ? session_.size() : 1;
   const std::int64_t rank = options_.ranks_step_together ? session_.rank() : 0;
   DDP_DISPATCH(session_.device(), copy_samples_checked, static_cast<const float* const*>(sources_.data_ptr()),
-               x_.size(0), x_.size(1), y_.size(1), ranks, rank, x_.data<float>(), y_.data<float>(),
+               x.size(0), x.size(1), y.size(1), ranks, rank, x.data<float>(), y.data<float>(),
                veto_.data<std::int64_t>(), stream_.handle());
 }
 
@@ -237,7 +245,7 @@ StepResult TrainStep::run(const Tensor& x, const Tensor& y, bool full, bool read
     result.replayed = true;
   } else {
     // Every rank goes on eagerly, from the step prepared above.
-    if (stage_in_graph_) stage();
+    if (stage_in_graph_) stage(x_, y_);
     loss = forward_backward(x, y);
     update(stream_);
   }
@@ -312,7 +320,7 @@ Tensor TrainStep::forward_backward(const Tensor& x, const Tensor& y) {
 bool TrainStep::capture(const Tensor& x, const Tensor& y) {
   graph_stages_ = stage_in_graph_;
   graph_ = CudaGraph::capture(stream_, [&] {
-    if (graph_stages_) stage();
+    if (graph_stages_) stage(x_, y_);
     graph_loss_ = forward_backward(x, y);
     if (source_ != nullptr) source_->prefetch_next(x, y, stream_);
     update(stream_);

@@ -44,11 +44,12 @@ struct TrainStepOptions {
   // makes no collective call of its own.
   bool ranks_step_together = true;
   // Batches given to operator() that hold a NaN or an infinity are refused: InvalidArgument naming the row and
-  // column, and no update (parameters, optimizer state and step count as before). The check runs on the device
-  // as the batch is copied into the step's buffers, so a captured step never waits for it: the refusal comes
-  // when the step is next waited for (a read loss, synchronize()). Ranks stepping together agree on the device
-  // (an all-reduce beside the gradients'): a batch refused on one rank is the step refused on every rank, and
-  // each rank's refusal names that rank's row and column.
+  // column, and no update (parameters, optimizer state and step count as before). A batch of float32 matrices
+  // of the first batch's widths is checked on the device as it is copied in, so a captured step never waits for
+  // it: the refusal comes when the step is next waited for (a read loss, synchronize()). Ranks stepping together
+  // agree on the device (an all-reduce beside the gradients'): a batch refused on one rank is the step refused on
+  // every rank, each refusal naming that rank, row and column. Any other batch is checked on the host, on its
+  // rank alone.
   bool refuse_nonfinite_samples = false;
   // A capture that fails: false refuses (CollectiveError on every rank naming what broke it), true goes on
   // eagerly from the same state and says why once, through `say`.
@@ -126,10 +127,11 @@ class TrainStep {
   void refuse_if_vetoed();
   InvalidArgument refusal(std::int64_t word) const;
   void agree_on_veto();
-  void refuse_on_host(const Tensor& x, const Tensor& y) const;
+  bool checks_on_device(const Tensor& x, const Tensor& y) const;
+  void make_veto();
   void plan_if_vetoed();
   void point_sources_at(const Tensor& x, const Tensor& y);
-  void stage();
+  void stage(const Tensor& x, const Tensor& y);
   bool replays_next(bool full) const;
   bool any_rank(bool value) const;
   void agree(const std::string& local_error, const std::string& what) const;
