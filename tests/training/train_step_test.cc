@@ -272,15 +272,11 @@ TEST(TrainStep, ABatchThatIsNotFiniteIsRefusedWithoutAnUpdate) {
       clean.optimizer.step();
     }
     if (k == 1 || k == 5) {  // read at once
-      std::vector<float> v = x.to_vector<float>(g_session->stream());
-      v[3 * 6 + 2] = NAN;
-      x = Tensor::from_vector(v, {8, 6}, g_session->device(), g_session->stream());
+      x = with_value(x, 3 * 6 + 2, NAN);
       const std::string why = refusal([&] { step(x, y, /*read_loss=*/true); });
       EXPECT_NE(why.find("x row 3, column 2"), std::string::npos) << "step " << k << ": " << why;
     } else if (k == 9) {  // found at the next wait
-      std::vector<float> v = y.to_vector<float>(g_session->stream());
-      v[1 * 3 + 0] = -INFINITY;
-      y = Tensor::from_vector(v, {8, 3}, g_session->device(), g_session->stream());
+      y = with_value(y, 1 * 3 + 0, -INFINITY);
       EXPECT_EQ(refusal([&] { step(x, y); }), "");
       const std::string why = refusal([&] { step.synchronize(); });
       EXPECT_NE(why.find("y row 1, column 0"), std::string::npos) << why;
@@ -310,7 +306,8 @@ TEST(TrainStep, ABatchRefusedOnOneRankIsTheStepRefusedOnEveryRank) {
   TrainStep step(*g_session, checked.optimizer, [&](const Tensor& x, const Tensor& y) { return checked.loss(x, y); },
                  {.eager_steps = 2, .refuse_nonfinite_samples = true});
   const int last = g_session->size() - 1;
-  const std::string named = g_session->size() > 1 ? "rank " + std::to_string(last) + "'s batch (no rank took the step)" : "";
+  const std::string named =
+      g_session->size() > 1 ? "rank " + std::to_string(last) + "'s batch (no rank took the step)" : "";
   // Eager and read at once; a shorter batch on the last rank only (eager there, replayed elsewhere); replayed and
   // read at once; found at a wait.
   const std::vector<int> bad = {1, 4, 6, 9};
