@@ -9,6 +9,11 @@
 #include <vector>
 
 #include "ddp.h"
+#include "runtime/data/evaluation_shard.h"
+#include "runtime/data/idx.h"
+#include "runtime/data/resident_dataset.h"
+#include "runtime/data/sampler.h"
+#include "runtime/training/train_step.h"
 
 int main(int argc, char** argv) {
   return ddp::run_main([&] {

@@ -40,10 +40,12 @@
 #include "bench/timing.h"
 #include "ddp.h"
 #include "runtime/core/allocator.h"  // memory_stats, reset_peak_memory_stats
+#include "runtime/core/graph.h"
 #include "runtime/distributed/bucket_optimizer_shard.h"
 #include "runtime/distributed/hang_diagnosis/flight_recorder.h"
 #include "runtime/distributed/reducer.h"
 #include "runtime/kernels/cuda/gemm_options.h"  // GemmOptions, reported in the JSON
+#include "runtime/models/bf16_weights.h"
 
 namespace ddp {
 namespace {

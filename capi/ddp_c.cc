@@ -16,9 +16,16 @@
 #include <utility>
 #include <vector>
 
+#include "ddp.h"
 #include "ddp_mpi.h"
 #include "runtime/core/settings.h"
+#include "runtime/data/replay_buffer.h"
+#include "runtime/io/checkpoint.h"
 #include "runtime/models/fused_mlp_mse.h"
+#include "runtime/models/model_description.h"
+#include "runtime/training/train_step.h"
+#include "runtime/training/training_checkpoint.h"
+#include "runtime/training/weights_file.h"
 
 struct ddp_session {
   std::unique_ptr<ddp::Session> session;

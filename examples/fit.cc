@@ -8,6 +8,8 @@
 #include <cstdlib>
 
 #include "ddp.h"
+#include "runtime/data/idx.h"
+#include "runtime/training/trainer.h"
 
 int main(int argc, char** argv) {
   return ddp::run_main([&] {

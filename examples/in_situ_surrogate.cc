@@ -41,9 +41,12 @@
 #include <utility>
 #include <vector>
 
+#include "ddp.h"
 #include "ddp_mpi.h"
 #include "examples/in_situ_heat.h"
 #include "examples/in_situ_heat_kernels.h"
+#include "runtime/data/replay_buffer.h"
+#include "runtime/training/train_step.h"
 
 namespace {
 

@@ -4,6 +4,11 @@
 #include <cstdio>
 
 #include "ddp.h"
+#include "runtime/data/evaluation_shard.h"
+#include "runtime/data/idx.h"
+#include "runtime/data/resident_dataset.h"
+#include "runtime/data/sampler.h"
+#include "runtime/training/train_step.h"
 
 int main(int argc, char** argv) {
   return ddp::run_main([&] {                     // an error on any rank ends every rank with one message

@@ -10,6 +10,8 @@
 #include <memory>
 
 #include "ddp.h"
+#include "runtime/data/array_file.h"
+#include "runtime/training/trainer.h"
 
 namespace {
 

@@ -24,6 +24,10 @@
 
 #include "ddp.h"
 #include "examples/cli_checks.h"
+#include "runtime/data/array_file.h"
+#include "runtime/data/idx.h"
+#include "runtime/data/sampler.h"
+#include "runtime/training/trainer.h"
 
 namespace {
 

@@ -23,6 +23,16 @@ wait_for_line() {
   return 1
 }
 
+# shown_as_is DOC SOURCE: the fenced block of DOC that opens with SOURCE's first line holds SOURCE exactly, so a page
+# that shows a program shows it as it is built and run.
+shown_as_is() {
+  local shown
+  shown=$(awk -v first="$(head -1 "$2")" 'inside && /^```/ { exit } inside { print } /^```/ { getline line;
+    if (line == first) { inside = 1; print line } }' "$1")
+  [ -n "$shown" ] || { fail "$1 does not show $(basename "$2")"; return; }
+  diff <(echo "$shown") "$2" >/dev/null || fail "$1 shows another $(basename "$2") than the one built: $(diff <(echo "$shown") "$2" | head -6)"
+}
+
 # PASS and exit 0, or the number of failures and exit 1.
 finish() {
   if [ "$failures" -eq 0 ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the runtime into PREFIX for programs built with CMake, a plain Makefile or anything else:
-#   PREFIX/include/ddp.h, and under PREFIX/include/ddp/ exactly the headers it includes (nothing internal);
+#   PREFIX/include/ddp.h, and under PREFIX/include/ddp/ the public headers tools/public_headers.txt names and
+#   exactly the headers these and ddp.h include (nothing internal);
 #   PREFIX/include/ddp_mpi.h (a Session on an application's MPI_Comm) and PREFIX/include/ddp_c.h (the C API);
 #   PREFIX/share/ddp/fortran/ddp.f90, the Fortran module's source (programs compile it with their compiler);
 #   PREFIX/lib/libddp.so, the whole runtime as one shared library, the C API included;
@@ -13,8 +14,9 @@
 # and OpenBLAS include and link flags, and C++20.
 #
 #   tools/install.sh PREFIX                     builds //:libddp and //launcher:ddprun with Bazel, then installs
-#   tools/install.sh --prebuilt DIR PREFIX      installs from DIR without building: DIR holds ddp.h and the
-#                                               headers it includes, ddp_mpi.h, capi/ddp_c.h, capi/ddp.f90,
+#   tools/install.sh --prebuilt DIR PREFIX      installs from DIR without building: DIR holds ddp.h, the
+#                                               public headers and what they include, tools/public_headers.txt,
+#                                               ddp_mpi.h, capi/ddp_c.h, capi/ddp.f90,
 #                                               libddp.so and launcher/ddprun (what a Bazel test's runfiles hold:
 #                                               tests/api/install_test.sh)
 # CUDA_HOME (default /usr/local/cuda, where the build takes it from) names the CUDA toolkit the flags point at.
@@ -44,20 +46,23 @@ else
   src="$PWD"
   bin="$(bazel info bazel-bin 2>/dev/null)"
 fi
-for f in "$src/ddp.h" "$src/ddp_mpi.h" "$src/capi/ddp_c.h" "$src/capi/ddp.f90" "$bin/libddp.so" \
-         "$bin/launcher/ddprun"; do
+for f in "$src/ddp.h" "$src/tools/public_headers.txt" "$src/ddp_mpi.h" "$src/capi/ddp_c.h" "$src/capi/ddp.f90" \
+         "$bin/libddp.so" "$bin/launcher/ddprun"; do
   [ -e "$f" ] || { echo "install: $f is missing" >&2; exit 1; }
 done
 
-# The public headers: ddp.h and every header of the runtime it reaches, as the compiler sees them.
-headers=$("${CXX:-c++}" -std=c++20 -MM -MT ddp -I"$src" "$src/ddp.h" | tr ' \\' '\n\n' | grep -v -e '^$' -e '^ddp:$')
+# The public headers: ddp.h, those included by name beside it, and every header of the runtime they reach, as the
+# compiler sees them.
+public_tu=$(printf '#include <%s>\n' ddp.h $(grep -v -e '^#' -e '^$' "$src/tools/public_headers.txt"))
+headers=$("${CXX:-c++}" -std=c++20 -MM -MT ddp -I"$src" -x c++ - <<<"$public_tu" | tr ' \\' '\n\n' |
+  grep -v -e '^$' -e '^ddp:$' -e '^-$')
 mkdir -p "$prefix/include/ddp" "$prefix/lib/pkgconfig" "$prefix/lib/cmake/ddp" "$prefix/bin" "$prefix/share/ddp/fortran"
 count=0
 while read -r header; do
   case "$header" in
     "$src/ddp.h") continue ;;
     "$src"/*) relative="${header#"$src"/}" ;;
-    *) echo "install: ddp.h reaches $header, which is not the runtime's" >&2; exit 1 ;;
+    *) echo "install: a public header reaches $header, which is not the runtime's" >&2; exit 1 ;;
   esac
   mkdir -p "$prefix/include/ddp/$(dirname "$relative")"
   install -m 0644 "$header" "$prefix/include/ddp/$relative"

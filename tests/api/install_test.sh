@@ -2,8 +2,9 @@
 # The runtime outside Bazel: tools/install.sh puts the public headers, libddp.so, ddp.pc, the CMake package and
 # ddprun into a prefix (from the Bazel outputs of this build: nothing is compiled twice); a program built with
 # Debian's cmake (find_package(ddp), ddp::ddp) and one built by a plain Makefile through pkg-config then run on
-# 2 CPU ranks under the installed ddprun. The installed headers are ddp.h and what it includes, nothing internal,
-# and compile without MPI, NCCL or CUDA on the include path.
+# 2 CPU ranks under the installed ddprun. The installed headers are ddp.h, the public headers named beside it
+# (tools/public_headers.txt) and what they include, nothing internal, and compile without MPI, NCCL or CUDA on
+# the include path.
 set -uo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 source "$root/bazel/mpi_env.sh"
@@ -21,9 +22,10 @@ done
 internal=$(cd "$prefix/include" && find . -name 'world_mpi.h' -o -name 'nccl_communicator.h' -o -name 'process_group_*.h' \
   -o -name 'mpi_nccl_errors.h' -o -name 'dispatch.h' -o -path '*/cpu/*' -o -name '*.cuh')
 [ -z "$internal" ] || fail "internal headers were installed: $internal"
-printf '#include <ddp.h>\nint main() { return 0; }\n' >"$work/only_ddp.cc"
-"${CXX:-c++}" -std=c++20 -fsyntax-only -I"$prefix/include" -I"$prefix/include/ddp" "$work/only_ddp.cc" ||
-  fail "the installed ddp.h does not compile without MPI/NCCL/CUDA include paths"
+printf '#include <%s>\n' ddp.h $(grep -v -e '^#' -e '^$' "$root/tools/public_headers.txt") >"$work/public.cc"
+echo 'int main() { return 0; }' >>"$work/public.cc"
+"${CXX:-c++}" -std=c++20 -fsyntax-only -I"$prefix/include" -I"$prefix/include/ddp" "$work/public.cc" ||
+  fail "the installed ddp.h and public headers do not compile without MPI/NCCL/CUDA include paths"
 
 # CMake.
 begin=$(date +%s)

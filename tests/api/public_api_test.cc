@@ -1,4 +1,5 @@
-// The public API as a user program sees it, through "ddp.h" alone: the Session's set-up and host collectives,
+// The public API as a user program sees it, through "ddp.h" and the public headers it names for the parts
+// outside a plain loop (the loader, checkpoints; nothing internal): the Session's set-up and host collectives,
 // DistributedDataParallel built from a model with the optimizer made before or after it (and the orders that
 // cannot work refused with a message), a loader batch on the device in one call, and a training checkpoint
 // saved and restored through the Session. Runs as 1 and 2 ranks (each test builds Sessions of its own, which
@@ -12,8 +13,13 @@
 #include <vector>
 
 #include "ddp.h"
-#include "tests/scratch.h"
+#include "runtime/data/idx.h"
+#include "runtime/data/loader.h"
+#include "runtime/data/sampler.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/training/training_checkpoint.h"
 #include "tests/error_message.h"
+#include "tests/scratch.h"
 
 namespace {
 

@@ -16,6 +16,8 @@
 
 #include "ddp.h"
 #include "runtime/core/allocator.h"
+#include "runtime/core/graph.h"
+#include "runtime/data/resident_dataset.h"
 #include "runtime/distributed/bucket_plan.h"
 #include "runtime/distributed/reducer.h"
 #include "tests/distributed/rank_fixture.h"

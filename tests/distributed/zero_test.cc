@@ -25,14 +25,17 @@
 #include <memory>
 #include <vector>
 
+#include "ddp.h"
 #include "runtime/autograd/optimizer_shard.h"
 #include "runtime/core/allocator.h"
-#include "ddp.h"
+#include "runtime/core/graph.h"
 #include "runtime/distributed/bucket_optimizer_shard.h"
 #include "runtime/distributed/bucket_plan.h"
-#include "runtime/io/atomic_file.h"
-#include "runtime/training/training_checkpoint.h"
 #include "runtime/distributed/world_mpi.h"
+#include "runtime/io/atomic_file.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/models/bf16_weights.h"
+#include "runtime/training/training_checkpoint.h"
 #include "tests/distributed/rank_fixture.h"
 #include "tests/distributed/test_world.h"
 #include "tests/scratch.h"

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # examples/fit (a user's program of 40 lines on the Trainer) against train_mlp with the same recipe, 2 CPU ranks:
 # the same checkpoint file, byte for byte, after the same steps; and its graceful stop and resume work as the main
-# job's do.
+# job's do. The README shows it as it is.
 set -uo pipefail
 ddprun="$1"
 train="$2"
 fit="$3"
+fit_source="$4"
+readme="$5"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
+
+shown_as_is "$readme" "$fit_source"
 
 "$ddprun" -np 2 -- "$fit" "$work/fit" 40 >"$work/fit.out" 2>&1 || { fail "fit failed"; tail "$work/fit.out"; }
 "$ddprun" -np 2 -- "$train" --checkpoint-dir "$work/train_mlp" --max-steps 40 >"$work/train.out" 2>&1 \

@@ -19,6 +19,7 @@
 
 #include "ddp.h"
 #include "runtime/models/fused_mlp_mse.h"
+#include "runtime/training/train_step.h"
 #include "tests/models/residual_model.h"
 
 namespace ddp {

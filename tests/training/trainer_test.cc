@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "ddp.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/training/trainer.h"
 #include "tests/models/residual_model.h"
 #include "tests/scratch.h"
 

@@ -22,6 +22,9 @@
 #include <vector>
 
 #include "ddp.h"
+#include "runtime/data/idx.h"
+#include "runtime/data/loader.h"
+#include "runtime/data/sampler.h"
 #include "runtime/distributed/world.h"  // World: this test job bootstraps without a Session
 #include "runtime/training/training_checkpoint.h"
 
