@@ -1,4 +1,4 @@
-// TrainStep as a loop of one's own drives it, at 1 and 2 ranks (own main: a Session), on the session's device:
+// TrainStep as a loop of one's own drives it, at 1 and 2 ranks (on session_tests.h's Session), on its device:
 //   - its steps give bitwise the parameters of the hand-written eager loop (zero_grad, forward, backward,
 //     optimizer.step), across a shorter last batch; on a GPU over NCCL the replayed graph gives them too;
 //   - a step function that does not return a loss, or reads a value on the host, or steps an optimizer of its
@@ -21,15 +21,17 @@
 #include "runtime/models/fused_mlp_mse.h"
 #include "runtime/training/train_step.h"
 #include "tests/models/residual_model.h"
+#include "tests/training/session_tests.h"
 
 namespace ddp {
 namespace {
 
-Session* g_session = nullptr;
+using testing::parameters;
+using testing::test_session;
 
 // Batch k of `rows` rows: 6 features and 3 float targets, the same on every rank except for a rank offset.
 std::pair<Tensor, Tensor> batch(int k, int64_t rows) {
-  Session& s = *g_session;
+  Session& s = test_session();
   std::vector<float> x(rows * 6), y(rows * 3);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * (i + 13 * k + 101 * s.rank()));
   for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::cos(0.21f * (i + 7 * k));
@@ -37,19 +39,10 @@ std::pair<Tensor, Tensor> batch(int k, int64_t rows) {
           Tensor::from_vector(y, {rows, 3}, s.device(), s.stream())};
 }
 
-std::vector<float> parameters(const Module& model) {
-  std::vector<float> all;
-  for (const auto& [name, t] : model.state_dict()) {
-    const std::vector<float> v = t.to_vector<float>(g_session->stream());
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
-}
-
 // A model, its DDP and its optimizer, as a loop of one's own makes them.
 struct Loop {
-  MLP model{{6, 16, 16, 3}, Activation::kGelu, 5, g_session->device(), g_session->stream()};
-  DistributedDataParallel ddp{model, *g_session};
+  MLP model{{6, 16, 16, 3}, Activation::kGelu, 5, test_session().device(), test_session().stream()};
+  DistributedDataParallel ddp{model, test_session()};
   AdamW optimizer{model, {.lr = 1e-2}};
   Tensor loss(const Tensor& x, const Tensor& y) {
     Tensor l = ops::mse_loss(model.forward(x), y);
@@ -58,11 +51,12 @@ struct Loop {
   }
 };
 
-bool graphs_possible() { return g_session->device().is_cuda() && g_session->backend() == Backend::kNccl; }
+bool graphs_possible() { return test_session().device().is_cuda() && test_session().backend() == Backend::kNccl; }
 
 TEST(TrainStep, GivesTheBitsOfTheHandWrittenEagerLoopAcrossAShorterLastBatch) {
   Loop eager, stepped;
-  TrainStep step(*g_session, stepped.optimizer, [&](const Tensor& x, const Tensor& y) { return stepped.loss(x, y); },
+  TrainStep step(test_session(), stepped.optimizer,
+                 [&](const Tensor& x, const Tensor& y) { return stepped.loss(x, y); },
                  {.eager_steps = 2});
   for (int k = 0; k < 12; ++k) {
     const auto [x, y] = batch(k, k == 7 ? 5 : 8);  // batch 7 is shorter: eager from the same state
@@ -83,7 +77,7 @@ TEST(TrainStep, GivesTheBitsOfTheHandWrittenEagerLoopAcrossAShorterLastBatch) {
 // A residual LayerNorm GELU model with a Dropout: the captured step draws each replay's mask from the draw counter
 // on the device, so the replayed run equals the eager one bit for bit (and the masks change step to step).
 TEST(TrainStep, AResidualLayerNormDropoutModelStepsTheEagerBitsWhenCaptured) {
-  Session& s = *g_session;
+  Session& s = test_session();
   auto make = [&] {
     auto model = std::make_shared<Sequential>();
     model->add(test::residual_layer_norm_gelu_model(3, s.device(), s.stream(), 6, 32, 3));
@@ -114,20 +108,20 @@ TEST(TrainStep, AResidualLayerNormDropoutModelStepsTheEagerBitsWhenCaptured) {
 
 TEST(TrainStep, SaysWhyItRunsEagerly) {
   Loop run;
-  TrainStep clipped(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
+  TrainStep clipped(test_session(), run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
                     {.clip_grad_norm = 1.0});
   EXPECT_NE(clipped.eager_reason(), "");
-  if (!g_session->device().is_cuda()) {
+  if (!test_session().device().is_cuda()) {
     EXPECT_EQ(clipped.eager_reason(), "the CPU has no graphs");
   }
-  TrainStep off(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
+  TrainStep off(test_session(), run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
                 {.cuda_graph = false});
   EXPECT_EQ(off.eager_reason(), "TrainStepOptions::cuda_graph = false");
 }
 
 // The refusal a step function meets: the CollectiveError's text, or "(accepted)".
 std::string refusal(Loop& run, const TrainStep::Function& function, TrainStepOptions options = {}) {
-  TrainStep step(*g_session, run.optimizer, function, options);
+  TrainStep step(test_session(), run.optimizer, function, options);
   try {
     for (int k = 0; k < 5; ++k) {
       const auto [x, y] = batch(k, 8);
@@ -171,10 +165,10 @@ TEST(TrainStep, WhatACapturedStepCannotDoIsRefusedNamingIt) {
     EXPECT_NE(why.find("optimizer.step() inside a captured step"), std::string::npos) << why;
   }
   {
-    MLP model({6, 8, 3}, Activation::kRelu, 1, g_session->device(), g_session->stream());
-    DistributedDataParallel ddp(model, *g_session, {.find_unused_parameters = true});
+    MLP model({6, 8, 3}, Activation::kRelu, 1, test_session().device(), test_session().stream());
+    DistributedDataParallel ddp(model, test_session(), {.find_unused_parameters = true});
     AdamW optimizer(model, {.lr = 1e-3});
-    TrainStep step(*g_session, optimizer, [&](const Tensor& x, const Tensor& y) {
+    TrainStep step(test_session(), optimizer, [&](const Tensor& x, const Tensor& y) {
       Tensor l = ops::mse_loss(model.forward(x), y);
       ddp.backward(l);
       return l;
@@ -195,12 +189,12 @@ TEST(TrainStep, WhatACapturedStepCannotDoIsRefusedNamingIt) {
 TEST(TrainStep, ANonFiniteLossEndsTheRunOrIsSkipped) {
   auto poisoned = [](int k) {
     auto [x, y] = batch(k, 8);
-    if (k == 3 && g_session->rank() == g_session->size() - 1) x.fill_(NAN);
+    if (k == 3 && test_session().rank() == test_session().size() - 1) x.fill_(NAN);
     return std::make_pair(x, y);
   };
   {
     Loop run;
-    TrainStep step(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
+    TrainStep step(test_session(), run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
                    {.skip_nonfinite = true});
     int taken = 0;
     for (int k = 0; k < 6; ++k) {
@@ -212,7 +206,7 @@ TEST(TrainStep, ANonFiniteLossEndsTheRunOrIsSkipped) {
   }
   {
     Loop run;
-    TrainStep step(*g_session, run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
+    TrainStep step(test_session(), run.optimizer, [&](const Tensor& x, const Tensor& y) { return run.loss(x, y); },
                    {.cuda_graph = false});
     std::string why = "(accepted)";
     try {
@@ -224,27 +218,27 @@ TEST(TrainStep, ANonFiniteLossEndsTheRunOrIsSkipped) {
       why = e.what();
     }
     EXPECT_NE(why.find("training diverged"), std::string::npos) << why;
-    EXPECT_NE(why.find("rank " + std::to_string(g_session->size() - 1)), std::string::npos) << why;
+    EXPECT_NE(why.find("rank " + std::to_string(test_session().size() - 1)), std::string::npos) << why;
     EXPECT_NE(why.find("set TrainStepOptions::skip_nonfinite = true"), std::string::npos) << why;
   }
 }
 
 // A rank's model alone (no DistributedDataParallel), as the in-situ step trains one.
 struct LoneLoop {
-  MLP model{{6, 16, 16, 3}, Activation::kTanh, 9, g_session->device(), g_session->stream()};
+  MLP model{{6, 16, 16, 3}, Activation::kTanh, 9, test_session().device(), test_session().stream()};
   AdamW optimizer{model, {.lr = 1e-2}};
   Tensor loss(const Tensor& x, const Tensor& y) {
     Tensor l = ops::mse_loss(model.forward(x), y);
-    autograd::backward(l, g_session->stream());
+    autograd::backward(l, test_session().stream());
     return l;
   }
 };
 
 // `t` with `value` at flat index `i`.
 Tensor with_value(const Tensor& t, std::size_t i, float value) {
-  std::vector<float> v = t.to_vector<float>(g_session->stream());
+  std::vector<float> v = t.to_vector<float>(test_session().stream());
   v[i] = value;
-  return Tensor::from_vector(v, t.shape(), g_session->device(), g_session->stream());
+  return Tensor::from_vector(v, t.shape(), test_session().device(), test_session().stream());
 }
 
 // What a call refused with, "" when it returned.
@@ -260,7 +254,7 @@ std::string refusal(Call call) {
 
 TEST(TrainStep, ABatchThatIsNotFiniteIsRefusedWithoutAnUpdate) {
   LoneLoop clean, checked;
-  TrainStep step(*g_session, checked.optimizer,
+  TrainStep step(test_session(), checked.optimizer,
                  [&](const Tensor& x, const Tensor& y) { return checked.loss(x, y); },
                  {.eager_steps = 2, .ranks_step_together = false, .refuse_nonfinite_samples = true});
   const std::vector<int> bad = {1, 5, 9, 10, 11};  // eager (1), then replayed on a GPU
@@ -304,24 +298,25 @@ TEST(TrainStep, ABatchThatIsNotFiniteIsRefusedWithoutAnUpdate) {
 // the data-parallel loop that skipped those steps.
 TEST(TrainStep, ABatchRefusedOnOneRankIsTheStepRefusedOnEveryRank) {
   Loop clean, checked;
-  TrainStep step(*g_session, checked.optimizer, [&](const Tensor& x, const Tensor& y) { return checked.loss(x, y); },
+  TrainStep step(test_session(), checked.optimizer,
+                 [&](const Tensor& x, const Tensor& y) { return checked.loss(x, y); },
                  {.eager_steps = 2, .refuse_nonfinite_samples = true});
-  const int last = g_session->size() - 1;
+  const int last = test_session().size() - 1;
   const std::string named =
-      g_session->size() > 1 ? "rank " + std::to_string(last) + "'s batch (no rank took the step)" : "";
+      test_session().size() > 1 ? "rank " + std::to_string(last) + "'s batch (no rank took the step)" : "";
   // Eager and read at once; a shorter batch on the last rank only (eager there, replayed elsewhere); replayed and
   // read at once; found at a wait.
   const std::vector<int> bad = {1, 4, 6, 9};
   for (int k = 0; k < 12; ++k) {
-    auto [x, y] = batch(k, k == 4 && g_session->rank() == last ? 5 : 8);
+    auto [x, y] = batch(k, k == 4 && test_session().rank() == last ? 5 : 8);
     const bool poisoned = std::find(bad.begin(), bad.end(), k) != bad.end();
     if (!poisoned) {
       clean.model.zero_grad();
       clean.loss(x, y);
       clean.optimizer.step();
-    } else if (g_session->rank() == last && k == 9) {
+    } else if (test_session().rank() == last && k == 9) {
       y = with_value(y, 1 * 3 + 0, -INFINITY);
-    } else if (g_session->rank() == last) {
+    } else if (test_session().rank() == last) {
       x = with_value(x, 3 * 6 + 2, NAN);
     }
     if (k == 1 || k == 4 || k == 6) {
@@ -346,7 +341,7 @@ TEST(TrainStep, ABatchRefusedOnOneRankIsTheStepRefusedOnEveryRank) {
 // data-parallel autograd loop's parameters, to float rounding (the fused sums run in another order), eager or
 // replayed.
 TEST(TrainStep, AFusedPassReducedLikeABackwardTrainsAsTheAutogradLoop) {
-  Session& s = *g_session;
+  Session& s = test_session();
   MLP reference_model({6, 32, 32, 3}, Activation::kTanh, 5, s.device(), s.stream());
   MLP fused_model({6, 32, 32, 3}, Activation::kTanh, 5, s.device(), s.stream());
   DistributedDataParallel reference_ddp(reference_model, s), fused_ddp(fused_model, s);
@@ -374,18 +369,18 @@ TEST(TrainStep, AFusedPassReducedLikeABackwardTrainsAsTheAutogradLoop) {
 // that stages them itself reads each step's values, so the parameters are the loop's that stepped on copies.
 TEST(TrainStep, StepsFromArraysRefilledInPlaceTakeEachStepsValues) {
   LoneLoop clean, checked;
-  TrainStep step(*g_session, checked.optimizer,
+  TrainStep step(test_session(), checked.optimizer,
                  [&](const Tensor& x, const Tensor& y) { return checked.loss(x, y); },
                  {.eager_steps = 2, .ranks_step_together = false, .refuse_nonfinite_samples = true});
-  Tensor x = Tensor::empty({8, 6}, DType::kFloat32, g_session->device(), g_session->stream());
-  Tensor y = Tensor::empty({8, 3}, DType::kFloat32, g_session->device(), g_session->stream());
+  Tensor x = Tensor::empty({8, 6}, DType::kFloat32, test_session().device(), test_session().stream());
+  Tensor y = Tensor::empty({8, 3}, DType::kFloat32, test_session().device(), test_session().stream());
   for (int k = 0; k < 10; ++k) {
     const auto [bx, by] = batch(k, 8);
     clean.model.zero_grad();
     clean.loss(bx, by);
     clean.optimizer.step();
-    x.copy_from(bx, g_session->stream());
-    y.copy_from(by, g_session->stream());
+    x.copy_from(bx, test_session().stream());
+    y.copy_from(by, test_session().stream());
     EXPECT_EQ(step(x, y).replayed, graphs_possible() && k >= 2) << "step " << k;
   }
   step.synchronize();
@@ -395,10 +390,4 @@ TEST(TrainStep, StepsFromArraysRefilledInPlaceTakeEachStepsValues) {
 }  // namespace
 }  // namespace ddp
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ddp::Session session(&argc, &argv);
-  ddp::g_session = &session;
-  const int local = RUN_ALL_TESTS();
-  return session.max(local) > 0 ? 1 : 0;
-}
+int main(int argc, char** argv) { return ddp::testing::run_all_tests_on_a_session(&argc, &argv); }

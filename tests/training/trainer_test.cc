@@ -1,4 +1,4 @@
-// The Trainer as a user's program drives it, at 1 and 2 ranks (own main: the Trainer needs a Session):
+// The Trainer as a user's program drives it, at 1 and 2 ranks (on session_tests.h's Session):
 //   - hooks run after every step and every epoch's evaluation with the step count, the logged loss and the
 //     evaluation; a regression on float targets learns;
 //   - a stop asked for from a hook ends fit() with kStoppedExitStatus and a checkpoint at that step, and a new
@@ -20,12 +20,14 @@
 #include "runtime/io/checkpoint.h"
 #include "runtime/training/trainer.h"
 #include "tests/models/residual_model.h"
+#include "tests/training/session_tests.h"
 #include "tests/scratch.h"
 
 namespace ddp {
 namespace {
 
-Session* g_session = nullptr;
+using testing::parameters;
+using testing::test_session;
 
 // y = (x0·x1, sin(x2)) over n rows of 3 features in [-1, 1], the same on every rank.
 data::Dataset regression_set(int64_t n, uint64_t salt) {
@@ -48,17 +50,8 @@ TrainerOptions quiet_options() {
                         .name = "trainer_test"};
 }
 
-std::vector<float> parameters(const Module& model) {
-  std::vector<float> all;
-  for (const auto& [name, t] : model.state_dict()) {
-    const std::vector<float> v = t.to_vector<float>(g_session->stream());
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
-}
-
 TEST(Trainer, HooksSeeEveryStepAndEveryEvaluationAndTheRegressionLearns) {
-  Session& s = *g_session;
+  Session& s = test_session();
   const data::Dataset train = regression_set(256, 0), test = regression_set(64, 1000);
   MLP model({3, 32, 2}, Activation::kTanh, 1, s.device(), s.stream());
   std::vector<int64_t> steps;
@@ -82,7 +75,7 @@ TEST(Trainer, HooksSeeEveryStepAndEveryEvaluationAndTheRegressionLearns) {
 }
 
 TEST(Trainer, AStopFromAHookCheckpointsThereAndTheResumedRunEndsAsOneNeverStopped) {
-  Session& s = *g_session;
+  Session& s = test_session();
   const data::Dataset train = regression_set(200, 7), test;
   const std::string dir = testing::scratch_path("trainer_stop_" + std::to_string(s.size()));
   if (s.is_lead()) testing::fresh_scratch_dir("trainer_stop_" + std::to_string(s.size()));
@@ -113,7 +106,7 @@ TEST(Trainer, AStopFromAHookCheckpointsThereAndTheResumedRunEndsAsOneNeverStoppe
 // A model of one's own through what the MLP gets: ZeRO-1, a Dropout drawing from its counter, TensorBoard, metrics
 // and ONNX outputs, a stop and a resume ending with the bits of a run never stopped.
 TEST(Trainer, AResidualDropoutModelShardedStopsAndResumesAsOneNeverStopped) {
-  Session& s = *g_session;
+  Session& s = test_session();
   const data::Dataset train = regression_set(200, 9), test = regression_set(64, 900);
   const std::string name = "trainer_residual_" + std::to_string(s.size());
   const std::string dir = testing::scratch_path(name);
@@ -151,7 +144,7 @@ TEST(Trainer, AResidualDropoutModelShardedStopsAndResumesAsOneNeverStopped) {
 }
 
 TEST(Trainer, ATrainingSetInHostMemoryTrainsTheBitsOfOneOnTheDevice) {
-  Session& s = *g_session;
+  Session& s = test_session();
   data::Dataset labelled = regression_set(200, 11);
   labelled.target_width = 0;
   labelled.targets.clear();
@@ -180,7 +173,7 @@ TEST(Trainer, ATrainingSetInHostMemoryTrainsTheBitsOfOneOnTheDevice) {
 }
 
 TEST(Trainer, DataOrALossThatDoesNotFitTheModelIsRefusedBeforeAnyStep) {
-  Session& s = *g_session;
+  Session& s = test_session();
   const data::Dataset train = regression_set(64, 3);
   auto refusal = [&](const std::vector<int64_t>& sizes, Loss loss) -> std::string {
     MLP model(sizes, Activation::kRelu, 0, s.device(), s.stream());
@@ -222,7 +215,7 @@ class SkipNet : public Module {
 Tensor half_mse(const Tensor& output, const Tensor& target) { return ops::scale(ops::mse_loss(output, target), 0.5); }
 
 TEST(Trainer, AModelLossAndMetricOfOnesOwnTrainAndEvaluate) {
-  Session& s = *g_session;
+  Session& s = test_session();
   const data::Dataset train = regression_set(256, 0), test = regression_set(64, 1000);
   SkipNet model(s.device(), s.stream());
   TrainerOptions o = quiet_options();
@@ -244,7 +237,7 @@ TEST(Trainer, AModelLossAndMetricOfOnesOwnTrainAndEvaluate) {
 }
 
 TEST(Trainer, ALossOfOnesOwnThatIsNotOneNumberIsRefusedBeforeAnyStep) {
-  Session& s = *g_session;
+  Session& s = test_session();
   SkipNet model(s.device(), s.stream());
   TrainerOptions o = quiet_options();
   o.loss_function = [](const Tensor& output, const Tensor&) { return output; };
@@ -261,7 +254,7 @@ TEST(Trainer, ALossOfOnesOwnThatIsNotOneNumberIsRefusedBeforeAnyStep) {
 }
 
 TEST(Trainer, ACheckpointOfAnotherLossOrArchitectureIsRefusedNamingIt) {
-  Session& s = *g_session;
+  Session& s = test_session();
   const data::Dataset train = regression_set(64, 4);
   const std::string shared = testing::scratch_path("trainer_recipe_" + std::to_string(s.size()));
   if (s.is_lead()) testing::fresh_scratch_dir("trainer_recipe_" + std::to_string(s.size()));
@@ -311,10 +304,4 @@ TEST(Trainer, ACheckpointOfAnotherLossOrArchitectureIsRefusedNamingIt) {
 }  // namespace
 }  // namespace ddp
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ddp::Session session(&argc, &argv);
-  ddp::g_session = &session;
-  const int local = RUN_ALL_TESTS();
-  return session.max(local) > 0 ? 1 : 0;
-}
+int main(int argc, char** argv) { return ddp::testing::run_all_tests_on_a_session(&argc, &argv); }
