@@ -76,10 +76,9 @@ TEST(SameFile, PathsThatNameOneExistingFileAreTheSame) {
   ASSERT_EQ(::mkdir((dir + "/sub").c_str(), 0700), 0);
   ASSERT_EQ(::symlink((dir + "/m.jsonl").c_str(), (dir + "/link").c_str()), 0);
   ASSERT_EQ(::link((dir + "/m.jsonl").c_str(), (dir + "/hard").c_str()), 0);
-  EXPECT_TRUE(same_file(dir + "/m.jsonl", dir + "/./m.jsonl"));
-  EXPECT_TRUE(same_file(dir + "/m.jsonl", dir + "/sub/../m.jsonl"));
-  EXPECT_TRUE(same_file(dir + "/m.jsonl", dir + "/link"));
-  EXPECT_TRUE(same_file(dir + "/m.jsonl", dir + "/hard"));
+  for (const char* alias : {"/./m.jsonl", "/sub/../m.jsonl", "/link", "/hard"}) {
+    EXPECT_TRUE(same_file(dir + "/m.jsonl", dir + alias)) << alias;
+  }
   std::ofstream(dir + "/other") << "x";
   EXPECT_FALSE(same_file(dir + "/m.jsonl", dir + "/other"));
 }
@@ -88,9 +87,9 @@ TEST(SameFile, AFileNotYetWrittenIsItsDirectoryAndName) {
   const std::string dir = ::ddp::testing::fresh_scratch_dir("same_file_new");
   ASSERT_EQ(::mkdir((dir + "/out").c_str(), 0700), 0);
   ASSERT_EQ(::symlink((dir + "/out").c_str(), (dir + "/out_link").c_str()), 0);
-  EXPECT_TRUE(same_file(dir + "/out/m.onnx", dir + "/out/./m.onnx"));
-  EXPECT_TRUE(same_file(dir + "/out/m.onnx", dir + "/out_link/m.onnx"));
-  EXPECT_TRUE(same_file(dir + "/out/m.onnx", dir + "/out//m.onnx"));
+  for (const char* alias : {"/out/./m.onnx", "/out_link/m.onnx", "/out//m.onnx"}) {
+    EXPECT_TRUE(same_file(dir + "/out/m.onnx", dir + alias)) << alias;
+  }
   EXPECT_FALSE(same_file(dir + "/out/m.onnx", dir + "/out/n.onnx"));
   // One exists, the other does not: never the same file.
   std::ofstream(dir + "/out/m.jsonl") << "x";
