@@ -137,16 +137,24 @@ int main(int argc, char** argv) {
   double loss = 0;
   expect("null x", ddp_train_step(model, optimizer, NULL, 4, 3, y, 4, 2, DDP_MEMORY_HOST, &loss),
          DDP_ERROR_INVALID_ARGUMENT, "x is NULL");
-  expect("wrong input width", ddp_train_step(model, optimizer, x, 4, 5, y, 4, 2, DDP_MEMORY_HOST, &loss),
-         DDP_ERROR_INVALID_ARGUMENT, "the model takes 3 inputs");
-  expect("wrong output width", ddp_train_step(model, optimizer, x, 4, 3, y, 4, 1, DDP_MEMORY_HOST, &loss),
-         DDP_ERROR_INVALID_ARGUMENT, "the model has 2 outputs");
-  expect("rows that differ", ddp_train_step(model, optimizer, x, 4, 3, y, 3, 2, DDP_MEMORY_HOST, &loss),
-         DDP_ERROR_INVALID_ARGUMENT, "y_rows is 3 but x_rows is 4");
-  expect("no rows", ddp_train_step(model, optimizer, x, 0, 3, y, 0, 2, DDP_MEMORY_HOST, &loss),
-         DDP_ERROR_INVALID_ARGUMENT, "x_rows is 0");
-  expect("device memory on the CPU", ddp_train_step(model, optimizer, x, 4, 3, y, 4, 2, DDP_MEMORY_DEVICE, &loss),
-         DDP_ERROR_INVALID_ARGUMENT, "runs on the CPU");
+  /* Batches that do not fit the model (3 inputs, 2 outputs), each other or the device: one step each. */
+  static const struct {
+    const char* what;
+    int64_t x_rows, x_cols, y_rows, y_cols;
+    int memory;
+    const char* words;
+  } bad_batches[] = {
+      {"wrong input width", 4, 5, 4, 2, DDP_MEMORY_HOST, "the model takes 3 inputs"},
+      {"wrong output width", 4, 3, 4, 1, DDP_MEMORY_HOST, "the model has 2 outputs"},
+      {"rows that differ", 4, 3, 3, 2, DDP_MEMORY_HOST, "y_rows is 3 but x_rows is 4"},
+      {"no rows", 0, 3, 0, 2, DDP_MEMORY_HOST, "x_rows is 0"},
+      {"device memory on the CPU", 4, 3, 4, 2, DDP_MEMORY_DEVICE, "runs on the CPU"},
+  };
+  for (size_t i = 0; i < sizeof bad_batches / sizeof bad_batches[0]; ++i) {
+    const int status = ddp_train_step(model, optimizer, x, bad_batches[i].x_rows, bad_batches[i].x_cols, y,
+                                      bad_batches[i].y_rows, bad_batches[i].y_cols, bad_batches[i].memory, &loss);
+    expect(bad_batches[i].what, status, DDP_ERROR_INVALID_ARGUMENT, bad_batches[i].words);
+  }
   expect("a bad memory kind", ddp_predict(model, x, 4, 3, 9, y, 4, 2), DDP_ERROR_INVALID_ARGUMENT, "memory is 9");
   expect("a null optimizer", ddp_train_step(model, NULL, x, 4, 3, y, 4, 2, DDP_MEMORY_HOST, &loss),
          DDP_ERROR_INVALID_HANDLE, "optimizer is NULL");
