@@ -11,9 +11,26 @@ set -uo pipefail
 ddprun="$1"
 train="$2"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
-same_final_checkpoint() {  # CLEAN RESTARTED: the two runs' final checkpoints are the same file, byte for byte
-  if [ -f "$1" ] && [ -f "$2" ]; then
-    cmp -s "$1" "$2" || fail "the restarted run ended with different parameters (checkpoints differ)"
+# restarted_run NAME KILL_STEP ARGS...: the run of ARGS uninterrupted into $work/NAME-clean, then with rank 1 killed
+# at KILL_STEP and --max-restarts 1 into $work/NAME-restarted, which must exit 0 after one restart; out and status
+# are the restarted job's.
+restarted_run() {
+  local name="$1" kill_step="$2"
+  shift 2
+  "$ddprun" -np 2 -- "$train" "$@" --checkpoint-dir "$work/$name-clean" >/dev/null 2>&1 \
+    || fail "uninterrupted run failed"
+  out=$(DDP_FAULT_KILL_STEP="$kill_step" DDP_FAULT_KILL_RANK=1 "$ddprun" -np 2 --max-restarts 1 -- "$train" "$@" \
+    --checkpoint-dir "$work/$name-restarted" 2>&1)
+  status=$?
+  echo "$out" | grep -E "ddprun|fault|scratch|resum|final|error" | head -8
+  [ "$status" -eq 0 ] || fail "the restarted job exited $status"
+  grep -q "restart 1 of 1" <<<"$out" || fail "ddprun did not restart"
+}
+# same_final_checkpoint NAME CHECKPOINT: restarted_run NAME's two runs wrote CHECKPOINT byte for byte the same.
+same_final_checkpoint() {
+  local clean="$work/$1-clean/$2" restarted="$work/$1-restarted/$2"
+  if [ -f "$clean" ] && [ -f "$restarted" ]; then
+    cmp -s "$clean" "$restarted" || fail "the restarted run ended with different parameters (checkpoints differ)"
   else
     fail "missing final checkpoints"
   fi
@@ -38,30 +55,18 @@ else
 fi
 
 # 2. The same death with a restart, against an uninterrupted run.
-"$ddprun" -np 2 -- "$train" "${args[@]}" --checkpoint-dir "$work/clean" >/dev/null 2>&1 || fail "uninterrupted run failed"
-out=$(DDP_FAULT_KILL_STEP=35 DDP_FAULT_KILL_RANK=1 "$ddprun" -np 2 --max-restarts 1 -- "$train" "${args[@]}" \
-  --checkpoint-dir "$work/restarted" 2>&1)
-status=$?
-echo "$out" | grep -E "ddprun|resumed|final" | head -5
-[ "$status" -eq 0 ] || fail "the restarted job exited $status"
-grep -q "restart 1 of 1" <<<"$out" || fail "ddprun did not restart"
+restarted_run late 35 "${args[@]}"
 grep -q "resumed from .*ckpt-00000030.safetensors: step 30" <<<"$out" || fail "the restart did not resume from step 30"
-same_final_checkpoint "$work/clean/ckpt-00000060.safetensors" "$work/restarted/ckpt-00000060.safetensors"
+same_final_checkpoint late ckpt-00000060.safetensors
 
 # 3. A death before the first checkpoint (--checkpoint-every 0, the default: the only one is written at the end).
 early=(--device cpu --hidden 32 --layers 1 --batch-size 32 --log-every 10 --seed 5 --max-steps 20)
-"$ddprun" -np 2 -- "$train" "${early[@]}" --checkpoint-dir "$work/early-clean" >/dev/null 2>&1 || fail "uninterrupted run failed"
-out=$(DDP_FAULT_KILL_STEP=5 DDP_FAULT_KILL_RANK=1 "$ddprun" -np 2 --max-restarts 1 -- "$train" "${early[@]}" \
-  --checkpoint-dir "$work/early-restarted" 2>&1)
-status=$?
-echo "$out" | grep -E "ddprun|fault|scratch|resum|error" | head -8
-[ "$status" -eq 0 ] || fail "the restarted job exited $status, expected 0"
-grep -q "restart 1 of 1" <<<"$out" || fail "ddprun did not restart"
+restarted_run early 5 "${early[@]}"
 grep -q "starting from scratch" <<<"$out" || fail "the restart did not say it starts from scratch"
 if grep -q "no complete checkpoint" <<<"$out" && ! grep -q "starting from scratch" <<<"$out"; then
   fail "the restart refused for want of a checkpoint"
 fi
-same_final_checkpoint "$work/early-clean/ckpt-00000020.safetensors" "$work/early-restarted/ckpt-00000020.safetensors"
+same_final_checkpoint early ckpt-00000020.safetensors
 
 # 4. An explicit --resume still needs a checkpoint.
 mkdir -p "$work/empty"
