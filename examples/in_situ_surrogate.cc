@@ -23,8 +23,9 @@
 //          Between processes the samples go through the host (MPI messages).
 //
 //   mpirun -np 4 bazel-bin/examples/in_situ_surrogate --layout split [--device cuda] [--steps 600] [--rows 64]
-// Prints `step S surrogate_rel_error E` as it goes, then `plate_heat=H` (the plate's sum, the same on every
-// device and decomposition) and `final_rel_error=E`; exits 1 unless E < --max-error.
+// Prints `step S surrogate_rel_error E` as it goes, then `solver_steps_per_s=` (the solver's pace with the
+// training beside it), `plate_heat=H` (the plate's sum, the same on every device and decomposition) and
+// `final_rel_error=E`; exits 1 unless E < --max-error.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -264,8 +265,9 @@ class Band {
   float* pinned_ = nullptr;  // two boundary rows out, two ghost rows in
 };
 
-// The surrogate and its training: a Session on `comm` (the training ranks), on the solver's stream where this
-// rank also simulates on the GPU; an MLP, DDP, AdamW and a replay buffer on the session's device.
+// The surrogate and its training: a Session on `comm` (the training ranks), on a stream of its own, so that on
+// the GPU the solver's next steps run beside its training; an MLP, DDP, AdamW and a replay buffer on the
+// session's device. The errors it scores add up on the device and are read only when reported.
 struct Surrogate {
   ddp::Session session;
   ddp::MLP model;
@@ -277,13 +279,14 @@ struct Surrogate {
   // over NCCL after its first steps).
   ddp::TrainStep step;
   long long draws = 0;
+  // This window's sums of squared errors and of squared targets, on the device.
+  ddp::Tensor window_err, window_norm;
 
-  Surrogate(MPI_Comm comm, const Flags& f, const Placement& where, cudaStream_t solver_stream)
+  Surrogate(MPI_Comm comm, const Flags& f, const Placement& where)
       : session(ddp::communicator(comm), ddp::SessionOptions{.device = where.gpu ? ddp::DeviceRequest::kCuda
                                                                                  : ddp::DeviceRequest::kCpu,
                                                              .backend = f.backend,
-                                                             .cuda_device = where.gpu_index,
-                                                             .cuda_stream = solver_stream}),
+                                                             .cuda_device = where.gpu_index}),
         model({kInputs, 64, 64, 1}, ddp::Activation::kTanh, /*seed=*/3, session.device(), session.stream()),
         data_parallel(model, session),
         optimizer(model, {.lr = f.lr}, session.stream()),
@@ -293,25 +296,37 @@ struct Surrogate {
           ddp::Tensor loss = ddp::ops::mse_loss(model.forward(x, session.stream()), y, session.stream());
           data_parallel.backward(loss);
           return loss;
-        }) {}
+        }) {
+    reset_window();
+  }
 
   // Samples x [n, kInputs] and y [n, 1] (on the session's device, or in host memory when they came from
-  // another process): scored by the surrogate, which has not seen them, then into the replay buffer. Returns
-  // the sums of squared errors and of squared targets.
-  std::pair<double, double> take(const ddp::Tensor& x, const ddp::Tensor& y) {
+  // another process): scored by the surrogate, which has not seen them, into the window's sums, then into the
+  // replay buffer.
+  void take(const ddp::Tensor& x, const ddp::Tensor& y) {
     const ddp::Stream& stream = session.stream();
     const ddp::Tensor dx = x.device() == session.device() ? x : x.copy_to(session.device(), stream);
     const ddp::Tensor dy = y.device() == session.device() ? y : y.copy_to(session.device(), stream);
     const double n = static_cast<double>(dy.numel());
-    double err = 0, norm = 0;
     {
       ddp::autograd::NoGradGuard no_grad;
       const ddp::Tensor zero = ddp::Tensor::zeros(dy.shape(), ddp::DType::kFloat32, session.device(), stream);
-      err = ddp::ops::mse_loss(model.forward(dx, stream), dy, stream).item(stream) * n;
-      norm = ddp::ops::mse_loss(dy, zero, stream).item(stream) * n;
+      const ddp::Tensor err = ddp::ops::mse_loss(model.forward(dx, stream), dy, stream);
+      const ddp::Tensor norm = ddp::ops::mse_loss(dy, zero, stream);
+      window_err = ddp::ops::add(window_err, ddp::ops::scale(err, n, stream), stream);
+      window_norm = ddp::ops::add(window_norm, ddp::ops::scale(norm, n, stream), stream);
     }
     buffer.add(dx, dy, stream);
-    return {err, norm};
+  }
+  // The window's sums (error, norm), read back, and a new window begun.
+  std::pair<double, double> read_window() {
+    const std::pair<double, double> sums{window_err.item(session.stream()), window_norm.item(session.stream())};
+    reset_window();
+    return sums;
+  }
+  void reset_window() {
+    window_err = ddp::Tensor::zeros({}, ddp::DType::kFloat32, session.device(), session.stream());
+    window_norm = ddp::Tensor::zeros({}, ddp::DType::kFloat32, session.device(), session.stream());
   }
 
   // Training steps on batches drawn from the replay buffer into the step's buffers, on the device.
@@ -408,12 +423,16 @@ class InSituJob {
       const long long begin = sim_rank_ * base + std::min<long long>(sim_rank_, extra);
       band_ = std::make_unique<Band>(begin, base + (sim_rank_ < extra ? 1 : 0), f.cols, f.rows, f.samples, where.gpu);
     }
-    if (roles.trains) {
-      surrogate_ = std::make_unique<Surrogate>(train_comm_, f, where, band_ ? band_->stream() : nullptr);
+    if (roles.trains) surrogate_ = std::make_unique<Surrogate>(train_comm_, f, where);
+    if (band_ && surrogate_ && where.gpu) {
+      const ddp::Device& device = surrogate_->session.device();
+      solver_ = ddp::Stream::borrow(device, band_->stream());
+      drawn_ = ddp::Event::create(device);
+      taken_ = ddp::Event::create(device);
     }
   }
   ~InSituJob() {
-    surrogate_.reset();  // before the band: the session runs on the band's stream
+    surrogate_.reset();  // before the band: training reads the band's samples in place
     band_.reset();
     if (sim_comm_ != MPI_COMM_NULL) MPI_Comm_free(&sim_comm_);
     if (train_comm_ != MPI_COMM_NULL) MPI_Comm_free(&train_comm_);
@@ -422,19 +441,25 @@ class InSituJob {
   InSituJob& operator=(const InSituJob&) = delete;
 
   // Solver step `s`, and on a sampling step the samples taken and trained on; the error printed every
-  // --log-every steps.
+  // --log-every steps. Where one GPU both simulates and trains, the two streams hand the samples over by events
+  // (the training waits for the draw, the next draw for the training to have taken them), so neither the host
+  // nor the solver's stream waits for the training steps.
   void step(long long s) {
     if (roles_.simulates) band_->step(sim_comm_, sim_rank_, roles_.sims);
     if (s % f_.sample_every != 0) return;
     const std::uint64_t key = in_situ::mix(static_cast<std::uint64_t>(1000 + roles_.rank) * 0x100000001B3ULL + s);
-    if (roles_.simulates) band_->draw(key, f_.samples);
-    const std::pair<double, double> scored = exchange_samples();
-    if (roles_.trains) {
-      window_err_ += scored.first;
-      window_norm_ += scored.second;
-      surrogate_->train(f_.train_steps);
+    if (roles_.simulates) {
+      taken_.wait(solver_);
+      band_->draw(key, f_.samples);
+      drawn_.record(solver_);
     }
+    exchange_samples();
+    if (roles_.trains) surrogate_->train(f_.train_steps);
     if (s % f_.log_every == 0 || s == f_.steps) report(s);
+  }
+  // Waits for the training ranks' last steps (the time of a run includes them).
+  void finish() {
+    if (roles_.trains) surrogate_->session.stream().synchronize();
   }
   // The plate's heat and the training ranks' last error, the same on every rank.
   std::pair<double, double> verdict() {
@@ -447,14 +472,17 @@ class InSituJob {
 
  private:
   // The samples of this round from the simulation ranks to the training ranks; a training rank's surrogate
-  // scores them before it stores them (error, norm).
-  std::pair<double, double> exchange_samples() {
+  // scores them before it stores them.
+  void exchange_samples() {
     if (!roles_.split) {
       // The samples where the solver drew them: device arrays on the GPU, read in place by training.
       const ddp::Device& device = surrogate_->session.device();
-      return surrogate_->take(
-          ddp::Tensor::from_blob(band_->x(), {f_.samples, kInputs}, ddp::DType::kFloat32, device),
-          ddp::Tensor::from_blob(band_->y(), {f_.samples, 1}, ddp::DType::kFloat32, device));
+      const ddp::Stream& training = surrogate_->session.stream();
+      drawn_.wait(training);
+      surrogate_->take(ddp::Tensor::from_blob(band_->x(), {f_.samples, kInputs}, ddp::DType::kFloat32, device),
+                       ddp::Tensor::from_blob(band_->y(), {f_.samples, 1}, ddp::DType::kFloat32, device));
+      taken_.record(training);
+      return;
     }
     if (roles_.simulates) {
       // Simulation rank k sends its samples to training rank k % trainers (world rank sims + k % trainers).
@@ -462,7 +490,7 @@ class InSituJob {
       const int to = roles_.sims + sim_rank_ % roles_.trainers;
       MPI_Send(x_.data(), static_cast<int>(x_.size()), MPI_FLOAT, to, 10, MPI_COMM_WORLD);
       MPI_Send(y_.data(), static_cast<int>(y_.size()), MPI_FLOAT, to, 11, MPI_COMM_WORLD);
-      return {0, 0};
+      return;
     }
     // This training rank's shard: the simulation ranks k with k % trainers == its own index.
     x_.clear();
@@ -474,17 +502,15 @@ class InSituJob {
       x_.insert(x_.end(), kx.begin(), kx.end());
       y_.insert(y_.end(), ky.begin(), ky.end());
     }
-    if (y_.empty()) return {0, 0};
-    return surrogate_->take(host_rows(x_, kInputs), host_rows(y_, 1));
+    if (!y_.empty()) surrogate_->take(host_rows(x_, kInputs), host_rows(y_, 1));
   }
   void report(long long s) {
-    if (roles_.trains) {
-      const std::vector<double> sums = surrogate_->session.sum(std::vector<double>{window_err_, window_norm_});
-      last_ = std::sqrt(sums[0] / std::max(sums[1], 1e-30));
-      if (surrogate_->session.is_lead()) std::printf("step %lld surrogate_rel_error %.4f\n", s, last_);
-      std::fflush(stdout);
-    }
-    window_err_ = window_norm_ = 0;
+    if (!roles_.trains) return;
+    const auto [err, norm] = surrogate_->read_window();
+    const std::vector<double> sums = surrogate_->session.sum(std::vector<double>{err, norm});
+    last_ = std::sqrt(sums[0] / std::max(sums[1], 1e-30));
+    if (surrogate_->session.is_lead()) std::printf("step %lld surrogate_rel_error %.4f\n", s, last_);
+    std::fflush(stdout);
   }
 
   const Flags& f_;
@@ -493,8 +519,11 @@ class InSituJob {
   int sim_rank_ = -1;
   std::unique_ptr<Band> band_;
   std::unique_ptr<Surrogate> surrogate_;
+  // Where one GPU simulates and trains: the solver's stream as the runtime takes it, and the hand-over events.
+  ddp::Stream solver_;
+  ddp::Event drawn_, taken_;
   std::vector<float> x_, y_;
-  double window_err_ = 0, window_norm_ = 0, last_ = 1.0;
+  double last_ = 1.0;
 };
 
 int run(int argc, char** argv) {
@@ -529,9 +558,16 @@ int run(int argc, char** argv) {
                 f.layout.c_str(), size, roles.sims, roles.trainers, f.rows, f.cols, f.steps,
                 where.gpu ? "cuda" : "cpu", f.capacity, f.capacity * (kInputs + 1) * 4 / 1024);
   }
+  // The solver's pace, training included: from every rank at the start to every rank done.
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double begin = MPI_Wtime();
   for (long long s = 1; s <= f.steps; ++s) job.step(s);
+  job.finish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double seconds = MPI_Wtime() - begin;
   const auto [heat, final_error] = job.verdict();
   if (rank == 0) {
+    std::printf("solver_steps_per_s=%.1f (%lld steps in %.3f s)\n", double(f.steps) / seconds, f.steps, seconds);
     std::printf("plate_heat=%.10g\n", heat);
     std::printf("final_rel_error=%.4f (bound %.4f)\n", final_error, f.max_error);
   }
