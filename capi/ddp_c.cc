@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -157,6 +158,12 @@ void check_handle(const void* handle, Kind kind, const char* argument) {
 void require(bool condition, const std::string& message) {
   if (!condition) throw Failure{DDP_ERROR_INVALID_ARGUMENT, message};
 }
+// The same, the message made only when the condition fails: for the checks every step makes.
+template <typename Message>
+  requires std::is_invocable_r_v<std::string, Message>
+void require(bool condition, const Message& message) {
+  if (!condition) throw Failure{DDP_ERROR_INVALID_ARGUMENT, message()};
+}
 
 // MPI must be running for any call that may communicate or free communicators.
 void require_mpi(const char* call) {
@@ -262,18 +269,27 @@ ddp::data::NonFinitePolicy nonfinite_policy(int policy) {
 void check_arrays(const char* owner, std::int64_t in_width, std::int64_t out_width, const ddp::Session& session,
                   const void* x, std::int64_t x_rows, std::int64_t x_cols, const void* y, std::int64_t y_rows,
                   std::int64_t y_cols, int memory) {
-  const std::string in = std::to_string(in_width), out = std::to_string(out_width);
-  require(x != nullptr, "x is NULL: pass the inputs, rows x " + in + " float32 values");
-  require(y != nullptr, "y is NULL: pass rows x " + out + " float32 values");
-  require(x_rows > 0, "x_rows is " + std::to_string(x_rows) + ": pass the number of samples (at least 1)");
-  require(x_cols == in_width, "x_cols is " + std::to_string(x_cols) + ", but " + owner + " takes " + in +
-                                  " inputs: pass arrays of rows x " + in + " (in Fortran, x(" + in + ", rows))");
-  require(y_cols == out_width, "y_cols is " + std::to_string(y_cols) + ", but " + owner + " has " + out +
-                                   " outputs: pass arrays of rows x " + out + " (in Fortran, y(" + out + ", rows))");
-  require(y_rows == x_rows, "y_rows is " + std::to_string(y_rows) + " but x_rows is " + std::to_string(x_rows) +
-                                ": x and y hold the same samples, one row each");
-  require(memory == DDP_MEMORY_HOST || memory == DDP_MEMORY_DEVICE,
-          "memory is " + std::to_string(memory) + ": pass DDP_MEMORY_HOST (0) or DDP_MEMORY_DEVICE (1)");
+  const auto in = [&] { return std::to_string(in_width); };
+  const auto out = [&] { return std::to_string(out_width); };
+  require(x != nullptr, [&] { return "x is NULL: pass the inputs, rows x " + in() + " float32 values"; });
+  require(y != nullptr, [&] { return "y is NULL: pass rows x " + out() + " float32 values"; });
+  require(x_rows > 0,
+          [&] { return "x_rows is " + std::to_string(x_rows) + ": pass the number of samples (at least 1)"; });
+  require(x_cols == in_width, [&] {
+    return "x_cols is " + std::to_string(x_cols) + ", but " + owner + " takes " + in() +
+           " inputs: pass arrays of rows x " + in() + " (in Fortran, x(" + in() + ", rows))";
+  });
+  require(y_cols == out_width, [&] {
+    return "y_cols is " + std::to_string(y_cols) + ", but " + owner + " has " + out() +
+           " outputs: pass arrays of rows x " + out() + " (in Fortran, y(" + out() + ", rows))";
+  });
+  require(y_rows == x_rows, [&] {
+    return "y_rows is " + std::to_string(y_rows) + " but x_rows is " + std::to_string(x_rows) +
+           ": x and y hold the same samples, one row each";
+  });
+  require(memory == DDP_MEMORY_HOST || memory == DDP_MEMORY_DEVICE, [&] {
+    return "memory is " + std::to_string(memory) + ": pass DDP_MEMORY_HOST (0) or DDP_MEMORY_DEVICE (1)";
+  });
   require(memory == DDP_MEMORY_HOST || session.device().is_cuda(),
           "DDP_MEMORY_DEVICE was passed, but the session runs on the CPU: pass DDP_MEMORY_HOST");
 }
