@@ -334,6 +334,7 @@ ddp::TrainStep& train_step_of(ddp_model* model, ddp_optimizer* optimizer) {
     };
     options.say = [](const std::string&) {};  // a library inside an application prints nothing of its own
     model->fused = fused_pass_of(*model);
+    options.zero_grad = model->fused == nullptr;  // the fused pass writes every gradient
     optimizer->step = std::make_unique<ddp::TrainStep>(
         *model->owner->session, *optimizer->optimizer,
         [model](const ddp::Tensor& x, const ddp::Tensor& y) {

@@ -302,7 +302,7 @@ StepResult TrainStep::eager(const Tensor& x, const Tensor& y, bool read_loss) {
 }
 
 Tensor TrainStep::forward_backward(const Tensor& x, const Tensor& y) {
-  optimizer_.zero_grad(stream_);
+  if (options_.zero_grad) optimizer_.zero_grad(stream_);
   Tensor loss = function_(x, y);
   if (!loss.defined() || loss.numel() != 1 || loss.dtype() != DType::kFloat32) {
     autograd::clear_tape();

@@ -35,6 +35,9 @@ struct TrainStepOptions {
   bool cuda_graph = true;          // capture the step on a GPU where the session allows it (see eager_reason)
   std::int64_t eager_steps = 3;    // before the capture: they load the kernels and fill the allocator's cache
   double clip_grad_norm = 0;       // 0: no clipping; else the averaged gradients' total L2 norm is clipped to it
+  // The gradients are zeroed before the step function runs, as its backward adds to them. false: the function
+  // writes every gradient itself (a fused pass such as FusedMlpMse), and the zeroing would only cost time.
+  bool zero_grad = true;
   // A step whose loss (or gradient norm) is not finite ends the run on every rank, naming the ranks; or, with
   // skip_nonfinite, is skipped, up to skip_nonfinite_limit steps in a row.
   bool skip_nonfinite = false;

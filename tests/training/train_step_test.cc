@@ -339,7 +339,7 @@ TEST(TrainStep, ABatchRefusedOnOneRankIsTheStepRefusedOnEveryRank) {
 
 // Gradients from a pass of one's own (FusedMlpMse), all-reduced by DistributedDataParallel::reduce_gradients: the
 // data-parallel autograd loop's parameters, to float rounding (the fused sums run in another order), eager or
-// replayed.
+// replayed; the gradients are not zeroed before each step (zero_grad = false), as the pass writes them all.
 TEST(TrainStep, AFusedPassReducedLikeABackwardTrainsAsTheAutogradLoop) {
   Session& s = test_session();
   MLP reference_model({6, 32, 32, 3}, Activation::kTanh, 5, s.device(), s.stream());
@@ -347,11 +347,12 @@ TEST(TrainStep, AFusedPassReducedLikeABackwardTrainsAsTheAutogradLoop) {
   DistributedDataParallel reference_ddp(reference_model, s), fused_ddp(fused_model, s);
   AdamW reference_opt(reference_model, {.lr = 1e-2}), fused_opt(fused_model, {.lr = 1e-2});
   FusedMlpMse fused(fused_model);
+  // The fused pass writes every gradient: the step need not zero them first.
   TrainStep step(s, fused_opt, [&](const Tensor& x, const Tensor& y) {
     Tensor l = fused(x, y, s.stream());
     fused_ddp.reduce_gradients();
     return l;
-  }, {.eager_steps = 2});
+  }, {.eager_steps = 2, .zero_grad = false});
   for (int k = 0; k < 8; ++k) {
     const auto [x, y] = batch(k, 40);
     reference_opt.zero_grad();
@@ -363,6 +364,34 @@ TEST(TrainStep, AFusedPassReducedLikeABackwardTrainsAsTheAutogradLoop) {
   const std::vector<float> got = parameters(fused_model), want = parameters(reference_model);
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << "parameter " << i;
+}
+
+// zero_grad = false leaves the gradients as they are before the step function runs: a backward then adds to the
+// last step's (with a learning rate of 0 the parameters stay, so each step's gradients are the same).
+TEST(TrainStep, WithoutZeroGradABackwardAddsToTheLastStepsGradients) {
+  MLP model({6, 8, 3}, Activation::kTanh, 2, test_session().device(), test_session().stream());
+  Sgd optimizer(model, {.lr = 0.0});
+  TrainStep step(test_session(), optimizer, [&](const Tensor& x, const Tensor& y) {
+    Tensor l = ops::mse_loss(model.forward(x), y);
+    autograd::backward(l, test_session().stream());
+    return l;
+  }, {.zero_grad = false, .ranks_step_together = false});
+  const auto gradients = [&] {
+    std::vector<float> all;
+    for (const auto& [name, t] : model.state_dict()) {
+      const std::vector<float> g = t.grad().to_vector<float>(test_session().stream());
+      all.insert(all.end(), g.begin(), g.end());
+    }
+    return all;
+  };
+  const auto [x, y] = batch(0, 8);
+  step(x, y);
+  const std::vector<float> once = gradients();
+  step(x, y);
+  step(x, y);
+  const std::vector<float> thrice = gradients();
+  ASSERT_EQ(thrice.size(), once.size());
+  for (std::size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(thrice[i], 3 * once[i], 1e-5 + 1e-5 * std::abs(once[i]));
 }
 
 // The application's arrays allocated once and refilled in place before each step (as a solver does): a replay
