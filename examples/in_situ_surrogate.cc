@@ -13,8 +13,9 @@
 // simulation rank draws --samples cells of its band and hands them to training, whose replay buffer (a fixed
 // bound per rank) they enter after the surrogate was scored on them, unseen: the printed error is on states it
 // never trained on. On the GPU the samples are drawn by a kernel into device arrays that training reads in
-// place (Tensor::from_blob), on the application's stream, which the session takes as its own: from the plate
-// to the replay buffer and into a batch, nothing passes through the host.
+// place (Tensor::from_blob): from the plate to the replay buffer and into a batch, nothing passes through the
+// host. Training runs beside the solver, on a stream of its own (events hand the samples over) and a host thread of
+// its own (examples/training_thread.h), so the solver's steps wait for neither (InSituJob::step).
 //
 // Layouts (--layout):
 //   all    every rank simulates its band and trains on its own samples; gradients averaged over all ranks.
@@ -46,6 +47,7 @@
 #include "ddp_mpi.h"
 #include "examples/in_situ_heat.h"
 #include "examples/in_situ_heat_kernels.h"
+#include "examples/training_thread.h"
 #include "runtime/data/replay_buffer.h"
 #include "runtime/training/train_step.h"
 
@@ -55,7 +57,7 @@ using in_situ::kInputs;
 
 struct Flags {
   std::string layout = "all";
-  std::string device = "auto", backend = "auto";
+  std::string device = "auto", backend = "auto", training_thread = "auto";
   long long rows = 64, cols = 64, steps = 600;
   long long sample_every = 5, samples = 256, train_steps = 12, batch = 256, capacity = 8192;
   double lr = 2e-3, max_error = 0.35;
@@ -364,6 +366,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--lr", f.lr, "AdamW learning rate");
   app.add_option("--max-error", f.max_error, "exit 1 unless the final relative error is below this");
   app.add_option("--log-every", f.log_every, "solver steps between printed errors")->check(CLI::Range(1LL, 1LL << 40));
+  app.add_option("--training-thread", f.training_thread,
+                 "where a rank simulates and trains, its training rounds on a thread of their own: auto (on the GPU), "
+                 "on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
 }
 
 // Which ranks simulate and which train: all of them both, or (split) the first half rounded up simulating and
@@ -414,7 +420,9 @@ std::string refusal(const Flags& f, const Roles& roles) {
 // The solver and the surrogate of one rank (each where its role has it), and the rounds that join them.
 class InSituJob {
  public:
-  InSituJob(const Flags& f, const Roles& roles, const Placement& where) : f_(f), roles_(roles) {
+  // `threads`: MPI allows calls from several threads (--training-thread auto then runs the training rounds on a
+  // thread of their own where one GPU both simulates and trains).
+  InSituJob(const Flags& f, const Roles& roles, const Placement& where, bool threads) : f_(f), roles_(roles) {
     MPI_Comm_split(MPI_COMM_WORLD, roles.simulates ? 0 : MPI_UNDEFINED, roles.rank, &sim_comm_);
     MPI_Comm_split(MPI_COMM_WORLD, roles.trains ? 0 : MPI_UNDEFINED, roles.rank, &train_comm_);
     if (roles.simulates) {
@@ -430,8 +438,22 @@ class InSituJob {
       drawn_ = ddp::Event::create(device);
       taken_ = ddp::Event::create(device);
     }
+    const bool thread = f.training_thread == "on" || (f.training_thread == "auto" && where.gpu && threads);
+    if (band_ && surrogate_ && thread) {
+      training_ = std::make_unique<in_situ::TrainingThread>(
+          [this, where](long long) {
+            if (where.gpu) cuda_check(cudaSetDevice(where.gpu_index), "cudaSetDevice");  // a thread's own setting
+            const ddp::StreamGuard on(surrogate_->session.stream());
+            exchange_samples();
+          },
+          [this](long long s) {
+            const ddp::StreamGuard on(surrogate_->session.stream());
+            train_round(s);
+          });
+    }
   }
   ~InSituJob() {
+    training_.reset();  // first: its rounds use the surrogate and the band
     surrogate_.reset();  // before the band: training reads the band's samples in place
     band_.reset();
     if (sim_comm_ != MPI_COMM_NULL) MPI_Comm_free(&sim_comm_);
@@ -442,23 +464,26 @@ class InSituJob {
 
   // Solver step `s`, and on a sampling step the samples taken and trained on; the error printed every
   // --log-every steps. Where one GPU both simulates and trains, the two streams hand the samples over by events
-  // (the training waits for the draw, the next draw for the training to have taken them), so neither the host
-  // nor the solver's stream waits for the training steps.
+  // (the training waits for the draw, the next draw for the training to have taken them), and the training
+  // rounds run on their own thread where MPI allows it, so neither the solver's thread nor its stream waits for
+  // the training steps.
   void step(long long s) {
     if (roles_.simulates) band_->step(sim_comm_, sim_rank_, roles_.sims);
     if (s % f_.sample_every != 0) return;
     const std::uint64_t key = in_situ::mix(static_cast<std::uint64_t>(1000 + roles_.rank) * 0x100000001B3ULL + s);
     if (roles_.simulates) {
+      if (training_) training_->wait_taken();  // the last round's event recorded: the wait below is on it
       taken_.wait(solver_);
       band_->draw(key, f_.samples);
       drawn_.record(solver_);
     }
+    if (training_) return training_->hand_over(s);
     exchange_samples();
-    if (roles_.trains) surrogate_->train(f_.train_steps);
-    if (s % f_.log_every == 0 || s == f_.steps) report(s);
+    train_round(s);
   }
   // Waits for the training ranks' last steps (the time of a run includes them).
   void finish() {
+    if (training_) training_->wait_done();
     if (roles_.trains) surrogate_->session.stream().synchronize();
   }
   // The plate's heat and the training ranks' last error, the same on every rank.
@@ -504,8 +529,13 @@ class InSituJob {
     }
     if (!y_.empty()) surrogate_->take(host_rows(x_, kInputs), host_rows(y_, 1));
   }
-  void report(long long s) {
+  // The training of sampling step `s` on the samples taken, and the report when `s` is a log step.
+  void train_round(long long s) {
     if (!roles_.trains) return;
+    surrogate_->train(f_.train_steps);
+    if (s % f_.log_every == 0 || s == f_.steps) report(s);
+  }
+  void report(long long s) {
     const auto [err, norm] = surrogate_->read_window();
     const std::vector<double> sums = surrogate_->session.sum(std::vector<double>{err, norm});
     last_ = std::sqrt(sums[0] / std::max(sums[1], 1e-30));
@@ -519,9 +549,11 @@ class InSituJob {
   int sim_rank_ = -1;
   std::unique_ptr<Band> band_;
   std::unique_ptr<Surrogate> surrogate_;
-  // Where one GPU simulates and trains: the solver's stream as the runtime takes it, and the hand-over events.
+  // Where one GPU simulates and trains: the solver's stream as the runtime takes it, the hand-over events, and
+  // the training rounds' thread.
   ddp::Stream solver_;
   ddp::Event drawn_, taken_;
+  std::unique_ptr<in_situ::TrainingThread> training_;
   std::vector<float> x_, y_;
   double last_ = 1.0;
 };
@@ -551,7 +583,14 @@ int run(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: %s\n", e.what());
     return 2;
   }
-  InSituJob job(f, roles, where);
+  int threading = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&threading);
+  if (f.training_thread == "on" && threading != MPI_THREAD_MULTIPLE) {
+    if (rank == 0) std::fprintf(stderr, "in_situ_surrogate: --training-thread on needs MPI_THREAD_MULTIPLE, which "
+                                        "this MPI does not provide: use --training-thread off\n");
+    return 2;
+  }
+  InSituJob job(f, roles, where, threading == MPI_THREAD_MULTIPLE);
   if (rank == 0) {
     std::printf("in_situ_surrogate: layout=%s ranks=%d simulation=%d training=%d plate=%lldx%lld steps=%lld "
                 "device=%s replay_buffer=%lld samples (%lld KiB) per training rank\n",

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # //examples:in_situ_surrogate on 2 and 4 CPU ranks in both layouts, on 3 and 5 split: the surrogate's error on
 # solver states it has not seen falls below the bound of docs/embedding.md (0.35 relative RMS, the program's
-# default --max-error); the plate comes out the same from every decomposition (the halo exchange); a bad layout,
-# or a GPU asked for where there is none, ends with one message.
+# default --max-error); the plate comes out the same from every decomposition (the halo exchange); the training
+# rounds on a thread of their own (--training-thread on, as on a GPU) compute what they compute in line; a bad
+# layout, or a GPU asked for where there is none, ends with one message.
 set -uo pipefail
 binary="$1"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/test_harness.sh"
@@ -24,6 +25,12 @@ for ranks in 2 3 4 5; do
   done
 done
 [ "$(tr ' ' '\n' <<<"$heats" | sed '/^$/d' | sort -u | wc -l)" = 1 ] || fail "the plate differs between decompositions:$heats"
+# The rounds handed to a training thread: every printed error and the plate as in line (the pace aside).
+inline=$(mpirun_shared 2 "$binary" --training-thread off --steps 300 2>&1) || fail "in line: $inline"
+threaded=$(mpirun_shared 2 "$binary" --training-thread on --steps 300 2>&1) || fail "on a thread: $threaded"
+[ "$(grep -v solver_steps_per_s <<<"$inline")" = "$(grep -v solver_steps_per_s <<<"$threaded")" ] ||
+  fail "the training thread changed the run: $(diff <(echo "$inline") <(echo "$threaded"))"
+echo "training thread: the same errors and plate as in line ($(grep -c surrogate_rel_error <<<"$threaded") errors)"
 # A plate larger than the node: one message with its size (it once ended every rank with std::bad_alloc).
 out=$(mpirun_shared 2 "$binary" --rows 1048576 --cols 1048576 2>&1)
 status=$?
