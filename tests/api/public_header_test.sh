@@ -58,7 +58,8 @@ files=$(check_reach ddp.h "$tu") || { echo "$files"; exit 1; }
 max_headers=25
 count=$(grep -cvx "$root/ddp.h" <<<"$files" || true)
 [ "$count" -le "$max_headers" ] ||
-  fail "ddp.h reaches $count of the runtime's headers, more than $max_headers: include the larger parts by name (tools/public_headers.txt) or forward-declare what a reference needs"
+  fail "ddp.h reaches $count of the runtime's headers, more than $max_headers: include the larger parts by name" \
+    "(tools/public_headers.txt) or forward-declare what a reference needs"
 
 # Each public header named beside ddp.h keeps the same promise, on its own.
 for header in $named; do

@@ -26,6 +26,7 @@
 namespace ddp {
 namespace {
 
+using testing::gradients;
 using testing::parameters;
 using testing::test_session;
 
@@ -376,20 +377,12 @@ TEST(TrainStep, WithoutZeroGradABackwardAddsToTheLastStepsGradients) {
     autograd::backward(l, test_session().stream());
     return l;
   }, {.zero_grad = false, .ranks_step_together = false});
-  const auto gradients = [&] {
-    std::vector<float> all;
-    for (const auto& [name, t] : model.state_dict()) {
-      const std::vector<float> g = t.grad().to_vector<float>(test_session().stream());
-      all.insert(all.end(), g.begin(), g.end());
-    }
-    return all;
-  };
   const auto [x, y] = batch(0, 8);
   step(x, y);
-  const std::vector<float> once = gradients();
+  const std::vector<float> once = gradients(model);
   step(x, y);
   step(x, y);
-  const std::vector<float> thrice = gradients();
+  const std::vector<float> thrice = gradients(model);
   ASSERT_EQ(thrice.size(), once.size());
   for (std::size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(thrice[i], 3 * once[i], 1e-5 + 1e-5 * std::abs(once[i]));
 }

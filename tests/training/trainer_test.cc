@@ -20,8 +20,8 @@
 #include "runtime/io/checkpoint.h"
 #include "runtime/training/trainer.h"
 #include "tests/models/residual_model.h"
-#include "tests/training/session_tests.h"
 #include "tests/scratch.h"
+#include "tests/training/session_tests.h"
 
 namespace ddp {
 namespace {
