@@ -65,14 +65,24 @@ void round_to_bf16(float* v, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) v[i] = bf16_to_float(float_to_bf16(v[i]));
 }
 
-// out[c] (+)= Σ_r m[r, c], the rows added in order.
-void add_column_sums(const float* m, std::int64_t rows, std::int64_t cols, bool accumulate, float* out) {
-  if (!accumulate)
-    for (std::int64_t c = 0; c < cols; ++c) out[c] = 0.0f;
+// out[c] (+)= Σ_r m[r, c], the rows added in order. The sums of a block of columns stay in local variables
+// over all the rows: added into `out` row by row, each add would wait for the store before it.
+template <std::int64_t kWidth>
+void add_column_block(const float* m, std::int64_t rows, std::int64_t cols, bool accumulate, float* out) {
+  float sum[kWidth];
+  for (std::int64_t c = 0; c < kWidth; ++c) sum[c] = accumulate ? out[c] : 0.0f;
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = m + r * cols;
-    for (std::int64_t c = 0; c < cols; ++c) out[c] += row[c];
+    for (std::int64_t c = 0; c < kWidth; ++c) sum[c] += row[c];
   }
+  for (std::int64_t c = 0; c < kWidth; ++c) out[c] = sum[c];
+}
+
+void add_column_sums(const float* m, std::int64_t rows, std::int64_t cols, bool accumulate, float* out) {
+  constexpr std::int64_t kBlock = 32;  // eight SSE registers of sums
+  std::int64_t c = 0;
+  for (; c + kBlock <= cols; c += kBlock) add_column_block<kBlock>(m + c, rows, cols, accumulate, out + c);
+  for (; c < cols; ++c) add_column_block<1>(m + c, rows, cols, accumulate, out + c);
 }
 
 // Stores a float result computed by output_floats() into `out` (a no-op when it was computed in place).
