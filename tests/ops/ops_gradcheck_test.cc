@@ -26,6 +26,8 @@ struct LinearCase {
   std::int64_t B, I, O;
 };
 constexpr LinearCase kLinearCases[] = {{3, 5, 4}, {3, 5, 1}, {1, 5, 4}, {1, 5, 1}, {3, 1, 4}};
+// More outputs than the CPU kernel's block of bias-gradient sums, with some left over.
+constexpr LinearCase kWideCase = {3, 2, 37};
 
 TEST(Linear, ForwardMatchesDoubleReference) {
   for (const auto [B, I, O] : kLinearCases)
@@ -80,19 +82,29 @@ TEST(Linear, GradientsByFiniteDifferences) {
   }
 }
 
+TEST(Linear, WideOutputGradientsByFiniteDifferences) {
+  const auto [B, I, O] = kWideCase;
+  Tensor x = leaf({B, I}, 30), w = leaf({O, I}, 31), b = leaf({O}, 32);
+  Tensor t = target_like({B, O});
+  gradcheck([&] { return ops::mse_loss(ops::linear(x, w, b, Activation::kGelu, S()), t, S()); }, {x, w, b},
+            "wide linear+bias");
+}
+
 TEST(Linear, SecondBackwardAccumulatesIntoEveryGradient) {
-  Tensor x = leaf({3, 5}, 20), w = leaf({4, 5}, 21), b = leaf({4}, 22);
-  Tensor t = target_like({3, 4});
-  auto f = [&] { return ops::mse_loss(ops::linear(x, w, b, Activation::kGelu, S()), t, S()); };
-  autograd::backward(f(), S());
-  std::vector<std::vector<float>> g1;
-  for (Tensor* p : {&x, &w, &b}) g1.push_back(p->grad().to_vector<float>(S()));
-  autograd::backward(f(), S());
-  int k = 0;
-  for (Tensor* p : {&x, &w, &b}) {
-    std::vector<float> g2 = p->grad().to_vector<float>(S());
-    for (std::size_t i = 0; i < g2.size(); ++i) EXPECT_NEAR(g2[i], 2 * g1[k][i], 1e-6) << "input " << k;
-    ++k;
+  for (const auto [B, I, O] : {LinearCase{3, 5, 4}, kWideCase}) {
+    Tensor x = leaf({B, I}, 20), w = leaf({O, I}, 21), b = leaf({O}, 22);
+    Tensor t = target_like({B, O});
+    auto f = [&] { return ops::mse_loss(ops::linear(x, w, b, Activation::kGelu, S()), t, S()); };
+    autograd::backward(f(), S());
+    std::vector<std::vector<float>> g1;
+    for (Tensor* p : {&x, &w, &b}) g1.push_back(p->grad().to_vector<float>(S()));
+    autograd::backward(f(), S());
+    int k = 0;
+    for (Tensor* p : {&x, &w, &b}) {
+      std::vector<float> g2 = p->grad().to_vector<float>(S());
+      for (std::size_t i = 0; i < g2.size(); ++i) EXPECT_NEAR(g2[i], 2 * g1[k][i], 1e-6) << "input " << k;
+      ++k;
+    }
   }
 }
 
